@@ -1,0 +1,17 @@
+//! fabrik-proto: the NVMe, NVMe over Fabrics and NVMe/TCP wire formats, sans-IO.
+//!
+//! Pure data: typed structures, exhaustive validation on decode (a malformed input is a
+//! [`DecodeError`], never a panic), encoders for both directions so the target and the host share
+//! one definition of every byte. No sockets, no async.
+
+pub mod error;
+pub mod fabrics;
+mod le;
+pub mod nvme;
+pub mod tcp;
+
+pub use error::DecodeError;
+pub use nvme::cqe::Cqe;
+pub use nvme::sgl::SglDescriptor;
+pub use nvme::sqe::Sqe;
+pub use nvme::status::Status;

@@ -1,0 +1,98 @@
+//! Drive backends: the storage behind a namespace. One trait, four implementations:
+//! `file` (sparse file, the default), `block` (block device, O_DIRECT through io_uring),
+//! `ram` and `null` (benchmarks).
+
+pub mod block;
+pub mod file;
+pub mod null;
+pub mod ram;
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+
+use bytes::Bytes;
+
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum DriveError {
+    #[error("I/O error at byte {offset} (+{len}): {source}")]
+    Io { offset: u64, len: u64, source: std::io::Error },
+    #[error("range {offset}+{len} is beyond the drive's {capacity} bytes")]
+    OutOfRange { offset: u64, len: u64, capacity: u64 },
+    #[error("offset {offset} or length {len} is not a multiple of the {block_size}-byte block")]
+    Unaligned { offset: u64, len: u64, block_size: u32 },
+    #[error("cannot open drive {path}: {source}")]
+    Open { path: PathBuf, source: std::io::Error },
+    #[error("drive is not usable: {0}")]
+    Unusable(String),
+}
+
+/// Which backend a drive uses.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum BackendKind {
+    File,
+    Block,
+    Ram,
+    Null,
+}
+
+impl BackendKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::File => "file",
+            BackendKind::Block => "block",
+            BackendKind::Ram => "ram",
+            BackendKind::Null => "null",
+        }
+    }
+}
+
+/// What a drive is, fixed when it is opened.
+#[derive(Clone, Debug)]
+pub struct DriveInfo {
+    pub kind: BackendKind,
+    /// Bytes; a multiple of `block_size`.
+    pub capacity: u64,
+    /// Logical block size in bytes (512 or 4096).
+    pub block_size: u32,
+    /// True if acknowledged writes may sit in a volatile cache until `flush` (reported as VWC).
+    pub volatile_write_cache: bool,
+    /// Backing path, if any.
+    pub path: Option<PathBuf>,
+}
+
+/// The storage behind one namespace. Offsets and lengths are in bytes and are multiples of
+/// `block_size`; implementations check ranges against `capacity` and return `OutOfRange`.
+/// All methods may be called concurrently from many queues.
+pub trait Drive: Send + Sync + 'static {
+    fn info(&self) -> &DriveInfo;
+
+    /// Reads `len` bytes at `offset`. Never-written ranges read as zeros.
+    fn read(&self, offset: u64, len: usize) -> BoxFuture<'_, Result<Bytes, DriveError>>;
+
+    /// Writes `data` at `offset`. With `fua`, returns only once the data is durable.
+    fn write(&self, offset: u64, data: Bytes, fua: bool) -> BoxFuture<'_, Result<(), DriveError>>;
+
+    /// Makes every completed write durable (fdatasync or equivalent; a no-op without a volatile cache).
+    fn flush(&self) -> BoxFuture<'_, Result<(), DriveError>>;
+
+    /// Zeroes a range (reads return zeros afterwards).
+    fn write_zeroes(&self, offset: u64, len: u64) -> BoxFuture<'_, Result<(), DriveError>>;
+
+    /// Deallocates a range (TRIM): afterwards it reads as zeros and, where possible, frees space.
+    fn deallocate(&self, offset: u64, len: u64) -> BoxFuture<'_, Result<(), DriveError>>;
+}
+
+/// Checks `offset`/`len` against the drive's geometry; shared by every implementation.
+pub fn check_range(info: &DriveInfo, offset: u64, len: u64) -> Result<(), DriveError> {
+    let bs = info.block_size as u64;
+    if offset % bs != 0 || len % bs != 0 {
+        return Err(DriveError::Unaligned { offset, len, block_size: info.block_size });
+    }
+    match offset.checked_add(len) {
+        Some(end) if end <= info.capacity => Ok(()),
+        _ => Err(DriveError::OutOfRange { offset, len, capacity: info.capacity }),
+    }
+}
