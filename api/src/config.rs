@@ -1,0 +1,137 @@
+//! The `fabrikd` configuration file (TOML). Every field is optional: what is absent takes the
+//! embedded default (a 24-drive JBOF of sparse files, NVMe/TCP on 127.0.0.1:4420, any host).
+//!
+//! ```toml
+//! box_name = "jbof-a"                 # names the NQNs: nqn.2024-01.io.fabrik:<box_name>:drive-07
+//! data_dir = "/var/lib/fabrik"        # state and drive files
+//! listen = ["127.0.0.1:4420"]         # NVMe/TCP listeners ("tcp:ADDR:PORT" also accepted)
+//! hosts = ["nqn.2014-08.org.nvmexpress:uuid:..."]   # absent or empty: any host
+//!
+//! [drives]                            # the generated drives 00..count-1
+//! count = 24
+//! size = "64G"
+//! backend = "file"                    # file | block | ram | null
+//! block_size = 4096
+//!
+//! [[drive]]                           # explicit drives replace the generated ones
+//! id = "nvme0"
+//! backend = "block"
+//! path = "/dev/nvme0n1"
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+#[derive(Debug, Default, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    pub box_name: Option<String>,
+    pub data_dir: Option<PathBuf>,
+    pub listen: Option<Vec<String>>,
+    pub hosts: Option<Vec<String>>,
+    pub drives: Option<GeneratedDrives>,
+    #[serde(default, rename = "drive")]
+    pub drive: Vec<DriveEntry>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct GeneratedDrives {
+    pub count: Option<u32>,
+    pub size: Option<String>,
+    pub backend: Option<String>,
+    pub block_size: Option<u32>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DriveEntry {
+    pub id: String,
+    pub backend: Option<String>,
+    pub path: Option<PathBuf>,
+    pub size: Option<String>,
+    pub block_size: Option<u32>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path}: {message}")]
+    Parse { path: PathBuf, message: String },
+}
+
+impl ConfigFile {
+    pub fn load(path: &Path) -> Result<ConfigFile, ConfigError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+        ConfigFile::parse(&text).map_err(|message| ConfigError::Parse { path: path.to_path_buf(), message })
+    }
+
+    pub fn parse(text: &str) -> Result<ConfigFile, String> {
+        toml::from_str(text).map_err(|e| e.to_string())
+    }
+}
+
+/// Parses a size such as `4096`, `512K`, `64G`, `1.5T` or `64GiB` (binary units).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let value: f64 = num.parse().map_err(|_| format!("invalid size {s:?}: expected a number with an optional unit"))?;
+    let shift = match unit.trim().to_ascii_uppercase().trim_end_matches("IB").trim_end_matches('B') {
+        "" => 0,
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        "T" => 40,
+        "P" => 50,
+        other => return Err(format!("invalid size {s:?}: unknown unit {other:?} (use K, M, G, T)")),
+    };
+    let bytes = value * (1u64 << shift) as f64;
+    if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
+        return Err(format!("invalid size {s:?}: out of range"));
+    }
+    Ok(bytes as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert_eq!(parse_size("64G").unwrap(), 64 << 30);
+        assert_eq!(parse_size("64GiB").unwrap(), 64 << 30);
+        assert_eq!(parse_size("1.5k").unwrap(), 1536);
+        assert!(parse_size("12Q").is_err());
+        assert!(parse_size("").is_err());
+    }
+
+    #[test]
+    fn full_file_parses_and_unknown_keys_are_refused() {
+        let c = ConfigFile::parse(
+            r#"
+            box_name = "jbof-a"
+            listen = ["127.0.0.1:4420"]
+            hosts = ["nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000001"]
+            [drives]
+            count = 4
+            size = "1G"
+            backend = "ram"
+            [[drive]]
+            id = "nvme0"
+            backend = "block"
+            path = "/dev/nvme0n1"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(c.box_name.as_deref(), Some("jbof-a"));
+        assert_eq!(c.drives.unwrap().count, Some(4));
+        assert_eq!(c.drive[0].path.as_deref(), Some(Path::new("/dev/nvme0n1")));
+        let err = ConfigFile::parse("bogus = 1").unwrap_err();
+        assert!(err.contains("bogus"), "{err}");
+    }
+}

@@ -1,0 +1,262 @@
+//! `fabrikd`'s resolved configuration: the embedded default, overridden by the config file,
+//! overridden by command-line flags.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+use fabrik_api::config::{parse_size, ConfigFile};
+
+use crate::backend::BackendKind;
+
+pub const DEFAULT_DRIVES: u32 = 24;
+pub const DEFAULT_DRIVE_SIZE: u64 = 64 << 30;
+pub const DEFAULT_BLOCK_SIZE: u32 = 4096;
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:4420";
+/// The NQN prefix: our naming authority (date + reverse domain) per the NVMe naming rules.
+pub const NQN_PREFIX: &str = "nqn.2024-01.io.fabrik";
+
+/// One drive to open.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DriveSpec {
+    pub id: String,
+    pub backend: BackendKind,
+    /// Backing file or device (file and block backends).
+    pub path: Option<PathBuf>,
+    pub size: u64,
+    pub block_size: u32,
+}
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Names the box in NQNs and serial numbers.
+    pub box_name: String,
+    pub data_dir: PathBuf,
+    pub listen: Vec<SocketAddr>,
+    /// Generated drives 00..drives-1 (unless `drive_specs` is non-empty).
+    pub drives: u32,
+    pub drive_size: u64,
+    pub block_size: u32,
+    pub backend: BackendKind,
+    /// Explicit drives (from the config file); they replace the generated ones.
+    pub drive_specs: Vec<DriveSpec>,
+    /// None: any host. Some: only these host NQNs.
+    pub allowed_hosts: Option<Vec<String>>,
+}
+
+impl Config {
+    /// The embedded default: a 24-drive JBOF of sparse 64 GiB files, NVMe/TCP on loopback.
+    pub fn default_jbof(data_dir: PathBuf) -> Config {
+        Config {
+            box_name: default_box_name(),
+            data_dir,
+            listen: vec![DEFAULT_LISTEN.parse().unwrap()],
+            drives: DEFAULT_DRIVES,
+            drive_size: DEFAULT_DRIVE_SIZE,
+            block_size: DEFAULT_BLOCK_SIZE,
+            backend: BackendKind::File,
+            drive_specs: Vec::new(),
+            allowed_hosts: None,
+        }
+    }
+
+    /// Applies a config file on top of this configuration.
+    pub fn apply_file(&mut self, file: &ConfigFile) -> anyhow::Result<()> {
+        if let Some(name) = &file.box_name {
+            self.box_name = sanitize_box_name(name)?;
+        }
+        if let Some(dir) = &file.data_dir {
+            self.data_dir = dir.clone();
+        }
+        if let Some(listen) = &file.listen {
+            self.listen = listen.iter().map(|l| parse_listen(l)).collect::<anyhow::Result<_>>()?;
+        }
+        if let Some(hosts) = &file.hosts {
+            self.allowed_hosts = if hosts.is_empty() { None } else { Some(hosts.clone()) };
+        }
+        if let Some(d) = &file.drives {
+            if let Some(n) = d.count {
+                self.drives = n;
+            }
+            if let Some(s) = &d.size {
+                self.drive_size = parse_size(s).map_err(anyhow::Error::msg)?;
+            }
+            if let Some(b) = &d.backend {
+                self.backend = parse_backend(b)?;
+            }
+            if let Some(bs) = d.block_size {
+                self.block_size = bs;
+            }
+        }
+        for d in &file.drive {
+            let backend = match &d.backend {
+                Some(b) => parse_backend(b)?,
+                None => self.backend,
+            };
+            let size = match &d.size {
+                Some(s) => parse_size(s).map_err(anyhow::Error::msg)?,
+                None => self.drive_size,
+            };
+            if backend == BackendKind::Block && d.path.is_none() {
+                bail!("drive {:?}: the block backend needs a path", d.id);
+            }
+            self.drive_specs.push(DriveSpec {
+                id: d.id.clone(),
+                backend,
+                path: d.path.clone(),
+                size,
+                block_size: d.block_size.unwrap_or(self.block_size),
+            });
+        }
+        Ok(())
+    }
+
+    /// The drives to open: the explicit ones, or `drives` generated ones named 00, 01, ...
+    pub fn drive_list(&self) -> Vec<DriveSpec> {
+        if !self.drive_specs.is_empty() {
+            return self.drive_specs.clone();
+        }
+        (0..self.drives)
+            .map(|i| {
+                let id = format!("{i:02}");
+                DriveSpec {
+                    path: match self.backend {
+                        BackendKind::File => Some(self.data_dir.join("drives").join(format!("drive-{id}.img"))),
+                        _ => None,
+                    },
+                    id,
+                    backend: self.backend,
+                    size: self.drive_size,
+                    block_size: self.block_size,
+                }
+            })
+            .collect()
+    }
+
+    /// NQN of the subsystem that exports drive `id`.
+    pub fn subsystem_nqn(&self, drive_id: &str) -> String {
+        format!("{NQN_PREFIX}:{}:drive-{drive_id}", self.box_name)
+    }
+
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if self.listen.is_empty() {
+            bail!("no listener: give at least one --listen ADDR:PORT");
+        }
+        if !matches!(self.block_size, 512 | 4096) {
+            bail!("block size {} is not supported (512 or 4096)", self.block_size);
+        }
+        for d in self.drive_list() {
+            if d.backend != BackendKind::Block && (d.size == 0 || d.size % d.block_size as u64 != 0) {
+                bail!("drive {}: size {} is not a positive multiple of the {}-byte block", d.id, d.size, d.block_size);
+            }
+        }
+        if let Some(hosts) = &self.allowed_hosts {
+            for h in hosts {
+                fabrik_proto::fabrics::nqn::Nqn::new(h).with_context(|| format!("allowed host {h:?}"))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+pub fn parse_backend(s: &str) -> anyhow::Result<BackendKind> {
+    Ok(match s {
+        "file" => BackendKind::File,
+        "block" => BackendKind::Block,
+        "ram" => BackendKind::Ram,
+        "null" => BackendKind::Null,
+        other => bail!("unknown backend {other:?} (file, block, ram or null)"),
+    })
+}
+
+/// `ADDR:PORT` or `tcp:ADDR:PORT`.
+pub fn parse_listen(s: &str) -> anyhow::Result<SocketAddr> {
+    let addr = s.strip_prefix("tcp:").unwrap_or(s);
+    if s.starts_with("rdma:") {
+        bail!("listener {s:?}: the RDMA transport is not available in this build");
+    }
+    addr.parse().with_context(|| format!("listener {s:?}: expected ADDR:PORT, e.g. 127.0.0.1:4420"))
+}
+
+/// The machine's host name, cut down to what an NQN and a serial number can carry.
+pub fn default_box_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates within it on success.
+    let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
+    let name = if ok {
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        String::from_utf8_lossy(&buf[..end]).into_owned()
+    } else {
+        String::new()
+    };
+    sanitize_box_name(&name).unwrap_or_else(|_| "jbof".to_string())
+}
+
+pub fn sanitize_box_name(name: &str) -> anyhow::Result<String> {
+    let clean: String = name
+        .to_ascii_lowercase()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '-' })
+        .take(64)
+        .collect();
+    if clean.trim_matches('-').is_empty() {
+        bail!("box name {name:?} has no usable characters (letters, digits, '-', '.')");
+    }
+    Ok(clean)
+}
+
+/// Default data directory: $FABRIK_DATA_DIR, /var/lib/fabrik for root, else ~/.local/share/fabrik.
+pub fn default_data_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("FABRIK_DATA_DIR") {
+        return PathBuf::from(d);
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        return PathBuf::from("/var/lib/fabrik");
+    }
+    match std::env::var_os("HOME") {
+        Some(home) => Path::new(&home).join(".local/share/fabrik"),
+        None => PathBuf::from("fabrik-data"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_is_a_24_drive_jbof() {
+        let c = Config::default_jbof("/tmp/x".into());
+        let drives = c.drive_list();
+        assert_eq!(drives.len(), 24);
+        assert_eq!(drives[7].id, "07");
+        assert_eq!(drives[7].path.as_deref(), Some(Path::new("/tmp/x/drives/drive-07.img")));
+        assert!(c.subsystem_nqn("07").ends_with(":drive-07"));
+        fabrik_proto::fabrics::nqn::Nqn::new(&c.subsystem_nqn("07")).unwrap();
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn file_overrides_defaults() {
+        let mut c = Config::default_jbof("/tmp/x".into());
+        let f = ConfigFile::parse("box_name = \"Box A\"\nlisten = [\"tcp:0.0.0.0:4421\"]\n[drives]\ncount = 3\nsize = \"1G\"\nbackend = \"ram\"").unwrap();
+        c.apply_file(&f).unwrap();
+        assert_eq!(c.box_name, "box-a");
+        assert_eq!(c.listen, vec!["0.0.0.0:4421".parse().unwrap()]);
+        assert_eq!(c.drive_list().len(), 3);
+        assert_eq!(c.backend, BackendKind::Ram);
+        assert!(c.drive_list()[0].path.is_none());
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        assert!(parse_listen("nonsense").is_err());
+        assert!(parse_backend("tape").is_err());
+        let mut c = Config::default_jbof("/tmp/x".into());
+        c.drive_size = 1000;
+        assert!(c.validate().is_err());
+        let mut c = Config::default_jbof("/tmp/x".into());
+        c.allowed_hosts = Some(vec!["not-an-nqn".into()]);
+        assert!(c.validate().is_err());
+    }
+}

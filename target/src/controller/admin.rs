@@ -1,0 +1,339 @@
+//! Admin commands: Identify, Get Log Page, Get / Set Features, Keep Alive, Abort,
+//! Asynchronous Event Request. A discovery controller answers only the subset Linux nvmet does.
+
+use bytes::{Bytes, BytesMut};
+use fabrik_proto::nvme::admin::{cns, AdminCommand};
+use fabrik_proto::nvme::features::{aec, fid, sel, NumberOfQueues};
+use fabrik_proto::nvme::identify::{
+    encode_ns_descriptors, encode_ns_list, IdentifyController, IdentifyNamespace, LbaFormat, NsDescriptor, IDENTIFY_LEN,
+};
+use fabrik_proto::nvme::log::{
+    encode_changed_ns_list, lid, FirmwareSlotLog, SmartLog, CHANGED_NS_LIST_LEN, ERROR_LOG_ENTRY_LEN, SMART_LOG_LEN,
+};
+use fabrik_proto::{Sqe, Status};
+
+use super::fabrics::NVME_VERSION;
+use super::queue::Response;
+use super::{limits, Controller};
+use crate::model::TransportType;
+
+const FIRMWARE_REVISION: &str = env!("CARGO_PKG_VERSION");
+const BROADCAST_NSID: u32 = 0xffff_ffff;
+
+impl Controller {
+    /// Checks that need no data: readiness, the discovery controller's command subset, AER limit.
+    pub(super) fn admit_admin(&self, cmd: &AdminCommand) -> Result<(), Status> {
+        if self.is_discovery() {
+            match cmd {
+                AdminCommand::Identify { cns: cns::CONTROLLER, .. }
+                | AdminCommand::GetLogPage { lid: lid::DISCOVERY, .. }
+                | AdminCommand::GetFeatures { .. }
+                | AdminCommand::SetFeatures { .. }
+                | AdminCommand::AsyncEventRequest
+                | AdminCommand::KeepAlive => {}
+                AdminCommand::Identify { .. } | AdminCommand::GetLogPage { .. } => return Err(Status::INVALID_FIELD),
+                _ => return Err(Status::INVALID_OPCODE),
+            }
+        }
+        if !self.is_ready() && !matches!(cmd, AdminCommand::KeepAlive) {
+            return Err(Status::COMMAND_SEQUENCE_ERROR);
+        }
+        if matches!(cmd, AdminCommand::AsyncEventRequest) {
+            self.admit_aer()?;
+        }
+        Ok(())
+    }
+
+    pub(super) async fn execute_admin(&self, sqe: &Sqe, cmd: AdminCommand, len: u32, data: Bytes) -> Response {
+        self.keep_alive();
+        let len = len as usize;
+        match cmd {
+            AdminCommand::Identify { nsid, cns, cntid: _, csi } => self.identify(nsid, cns, csi, len),
+            AdminCommand::GetLogPage { nsid, lid, lsp: _, rae, numd: _, lpo, csi: _ } => {
+                let want = cmd.log_len();
+                if want > len {
+                    return Response::status(Status::SGL_LENGTH_INVALID);
+                }
+                self.get_log_page(nsid, lid, rae, lpo, want)
+            }
+            AdminCommand::GetFeatures { nsid: _, fid, sel, cdw11 } => self.get_features(fid, sel, cdw11, len),
+            AdminCommand::SetFeatures { nsid: _, fid, save, cdw11, .. } => self.set_features(fid, save, cdw11, &data),
+            AdminCommand::Abort { .. } => Response::result(1), // bit 0: command not aborted
+            AdminCommand::AsyncEventRequest => {
+                tokio::select! {
+                    r = self.async_event_request() => r,
+                    // Never completed on teardown: the queue closes and the host forgets it.
+                    _ = self.teardown.cancelled() => std::future::pending().await,
+                }
+            }
+            AdminCommand::KeepAlive => {
+                let _ = sqe;
+                Response::ok()
+            }
+        }
+    }
+
+    fn identify(&self, nsid: u32, cns: u8, _csi: u8, len: usize) -> Response {
+        if len < IDENTIFY_LEN {
+            return Response::status(Status::SGL_LENGTH_INVALID);
+        }
+        let mut buf = Box::new([0u8; IDENTIFY_LEN]);
+        match cns {
+            cns::CONTROLLER => self.identify_controller().encode(&mut buf),
+            cns::NAMESPACE => {
+                let Some(sub) = self.subsystem() else { return Response::status(Status::INVALID_FIELD) };
+                if nsid == 0 || nsid == BROADCAST_NSID {
+                    return Response::status(Status::INVALID_NAMESPACE);
+                }
+                // Inactive NSIDs answer an all-zero structure, as the spec asks.
+                if let Some(ns) = sub.namespace(nsid) {
+                    identify_namespace(&ns).encode(&mut buf);
+                }
+            }
+            cns::ACTIVE_NS_LIST => {
+                let Some(sub) = self.subsystem() else { return Response::status(Status::INVALID_FIELD) };
+                if nsid >= 0xffff_fffe {
+                    return Response::status(Status::INVALID_NAMESPACE);
+                }
+                let nsids: Vec<u32> =
+                    sub.namespaces().iter().map(|ns| ns.nsid).filter(|&id| id > nsid).take(1024).collect();
+                encode_ns_list(&nsids, &mut buf);
+            }
+            cns::NS_ID_DESCRIPTORS => {
+                let Some(sub) = self.subsystem() else { return Response::status(Status::INVALID_FIELD) };
+                let Some(ns) = sub.namespace(nsid) else { return Response::status(Status::INVALID_NAMESPACE) };
+                encode_ns_descriptors(&[NsDescriptor::Nguid(ns.nguid), NsDescriptor::Uuid(ns.uuid)], &mut buf);
+            }
+            _ => return Response::status(Status::INVALID_FIELD),
+        }
+        Response::data(Bytes::from(buf as Box<[u8]>))
+    }
+
+    pub fn identify_controller(&self) -> IdentifyController {
+        let (serial, model, nn) = match self.subsystem() {
+            Some(s) => (s.serial.clone(), s.model.clone(), limits::MAX_NAMESPACES),
+            None => (format!("{:016x}", self.target.started.elapsed().as_nanos() as u64 ^ 0x5eed), "fabrik discovery".into(), 0),
+        };
+        let sgls = match self.port.transport {
+            TransportType::Tcp => 1 << 0 | 1 << 20,
+            TransportType::Rdma => 1 << 0 | 1 << 2 | 1 << 20,
+        };
+        let vwc = self.subsystem().is_some_and(|s| s.namespaces().iter().any(|n| n.drive.info().volatile_write_cache));
+        IdentifyController {
+            serial,
+            model,
+            firmware: FIRMWARE_REVISION.into(),
+            rab: 6,
+            cmic: if self.is_discovery() { 0 } else { 1 << 1 },
+            mdts: limits::MDTS,
+            cntlid: self.cntlid,
+            ver: NVME_VERSION,
+            oaes: if self.is_discovery() { aec::DISCOVERY_LOG_CHANGE_NOTICES } else { aec::NS_ATTR_NOTICES },
+            cntrltype: if self.is_discovery() { 2 } else { 1 },
+            acl: 3,
+            aerl: (limits::AER_LIMIT - 1) as u8,
+            frmw: 1 << 1 | 1, // one slot, read-only
+            lpa: 1 << 2,      // extended data (LPO, NUMDU)
+            elpe: (limits::ERROR_LOG_ENTRIES - 1) as u8,
+            wctemp: 0x157,
+            cctemp: 0x175,
+            kas: limits::KAS,
+            sqes: 0x66,
+            cqes: 0x44,
+            maxcmd: limits::MAX_QUEUE_ENTRIES as u16,
+            nn,
+            oncs: if self.is_discovery() { 0 } else { 1 << 2 | 1 << 3 }, // DSM, Write Zeroes
+            vwc: if vwc { 0x7 } else { 0 }, // present; Flush to all namespaces supported
+            sgls,
+            subnqn: self.subnqn(),
+            ioccsz: (64 + limits::IO_INLINE_DATA) / 16,
+            iorcsz: 1,
+            msdbd: 1,
+            ps0_max_power_cw: 0,
+            ..IdentifyController::default()
+        }
+    }
+
+    fn get_log_page(&self, nsid: u32, log: u8, rae: bool, lpo: u64, len: usize) -> Response {
+        let page: Vec<u8> = match log {
+            lid::ERROR_INFO => {
+                let st = self.state.lock().unwrap();
+                let mut b = vec![0u8; st.error_log.len().max(1) * ERROR_LOG_ENTRY_LEN];
+                for (i, e) in st.error_log.iter().enumerate() {
+                    e.encode(&mut b[i * ERROR_LOG_ENTRY_LEN..(i + 1) * ERROR_LOG_ENTRY_LEN]);
+                }
+                b
+            }
+            lid::SMART => {
+                let mut b = [0u8; SMART_LOG_LEN];
+                match self.smart_log(nsid) {
+                    Ok(s) => s.encode(&mut b),
+                    Err(st) => return Response::status(st),
+                }
+                b.to_vec()
+            }
+            lid::FIRMWARE_SLOT => {
+                let mut log = FirmwareSlotLog { afi: 1, ..FirmwareSlotLog::default() };
+                log.slots[0] = FIRMWARE_REVISION.into();
+                let mut b = [0u8; 512];
+                log.encode(&mut b);
+                b.to_vec()
+            }
+            lid::CHANGED_NS_LIST => {
+                let mut b = [0u8; CHANGED_NS_LIST_LEN];
+                encode_changed_ns_list(&self.take_changed_namespaces(rae), &mut b);
+                b.to_vec()
+            }
+            lid::DISCOVERY if self.is_discovery() => self.discovery_log_page(),
+            _ => return Response::status(Status::INVALID_LOG_PAGE),
+        };
+        if lpo > page.len() as u64 {
+            return Response::status(Status::INVALID_FIELD);
+        }
+        self.log_page_read(log, rae);
+        let mut out = BytesMut::zeroed(len);
+        let avail = &page[lpo as usize..];
+        let n = avail.len().min(len);
+        out[..n].copy_from_slice(&avail[..n]);
+        Response::data(out.freeze())
+    }
+
+    /// SMART / health from what the target tracks: data units and commands per namespace, media
+    /// errors, power-on time of this fabrikd. No sensor exists for file or RAM drives, so the
+    /// temperature is reported as 0 (unknown), as Linux nvmet does.
+    fn smart_log(&self, nsid: u32) -> Result<SmartLog, Status> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let sub = self.subsystem().ok_or(Status::INVALID_FIELD)?;
+        let namespaces = if nsid == BROADCAST_NSID || nsid == 0 {
+            sub.namespaces()
+        } else {
+            vec![sub.namespace(nsid).ok_or(Status::INVALID_NAMESPACE)?]
+        };
+        let mut log = SmartLog {
+            available_spare: 100,
+            available_spare_threshold: 10,
+            power_cycles: 1,
+            power_on_hours: (self.target.started.elapsed().as_secs() / 3600) as u128,
+            ..SmartLog::default()
+        };
+        for ns in namespaces {
+            let s = &ns.stats;
+            // Data units are thousands of 512-byte units, rounded up.
+            log.data_units_read += (s.bytes_read.load(Relaxed) as u128 / 512).div_ceil(1000);
+            log.data_units_written += (s.bytes_written.load(Relaxed) as u128 / 512).div_ceil(1000);
+            log.host_read_commands += s.read_commands.load(Relaxed) as u128;
+            log.host_write_commands += s.write_commands.load(Relaxed) as u128;
+            log.media_errors += s.media_errors.load(Relaxed) as u128;
+        }
+        log.error_log_entries = self.state.lock().unwrap().error_count as u128;
+        Ok(log)
+    }
+
+    fn get_features(&self, feature: u8, select: u8, cdw11: u32, len: usize) -> Response {
+        let st = self.state.lock().unwrap();
+        if select == sel::SUPPORTED_CAPABILITIES {
+            // Bit 2: changeable. Nothing is saveable or namespace specific.
+            let changeable = matches!(
+                feature,
+                fid::NUMBER_OF_QUEUES | fid::KEEP_ALIVE_TIMER | fid::ASYNC_EVENT_CONFIG | fid::VOLATILE_WRITE_CACHE
+            );
+            return Response::result(if changeable { 1 << 2 } else { 0 });
+        }
+        let default = select == sel::DEFAULT;
+        let value: u32 = match feature {
+            fid::NUMBER_OF_QUEUES => {
+                let n = if default { limits::MAX_IO_QUEUES } else { st.io_queues_granted.unwrap_or(limits::MAX_IO_QUEUES) };
+                NumberOfQueues { submission: n, completion: n }.to_dword()
+            }
+            fid::KEEP_ALIVE_TIMER => st.kato_ms,
+            fid::ASYNC_EVENT_CONFIG => if default { 0 } else { st.async_event_config },
+            fid::VOLATILE_WRITE_CACHE if !self.is_discovery() => st.volatile_write_cache as u32,
+            fid::ARBITRATION | fid::POWER_MANAGEMENT | fid::ERROR_RECOVERY | fid::INTERRUPT_COALESCING
+            | fid::WRITE_ATOMICITY
+                if !self.is_discovery() =>
+            {
+                0
+            }
+            fid::TEMPERATURE_THRESHOLD if !self.is_discovery() => 0x157,
+            fid::HOST_IDENTIFIER => {
+                // EXHID (bit 0) must ask for the 128-bit identifier, the only one fabrics have.
+                if cdw11 & 1 == 0 || len < 16 {
+                    return Response::status(Status::INVALID_FIELD);
+                }
+                return Response::data(Bytes::copy_from_slice(&self.host_id));
+            }
+            _ => return Response::status(Status::INVALID_FIELD),
+        };
+        Response::result(value as u64)
+    }
+
+    fn set_features(&self, feature: u8, save: bool, cdw11: u32, _data: &[u8]) -> Response {
+        if save {
+            return Response::status(Status::FEATURE_NOT_SAVEABLE);
+        }
+        let mut st = self.state.lock().unwrap();
+        match feature {
+            fid::NUMBER_OF_QUEUES if !self.is_discovery() => {
+                if cdw11 & 0xffff == 0xffff || cdw11 >> 16 == 0xffff {
+                    return Response::status(Status::INVALID_FIELD);
+                }
+                if !st.io_queues.is_empty() {
+                    return Response::status(Status::COMMAND_SEQUENCE_ERROR);
+                }
+                let asked = NumberOfQueues::from_dword(cdw11);
+                let granted = asked.submission.min(asked.completion).min(limits::MAX_IO_QUEUES);
+                st.io_queues_granted = Some(granted);
+                Response::result(NumberOfQueues { submission: granted, completion: granted }.to_dword() as u64)
+            }
+            fid::KEEP_ALIVE_TIMER => {
+                st.kato_ms = cdw11;
+                st.last_keep_alive = std::time::Instant::now();
+                Response::ok()
+            }
+            fid::ASYNC_EVENT_CONFIG => {
+                let supported =
+                    if self.is_discovery() { aec::DISCOVERY_LOG_CHANGE_NOTICES } else { aec::NS_ATTR_NOTICES | aec::SMART_MASK };
+                if cdw11 & !supported != 0 {
+                    return Response::status(Status::INVALID_FIELD);
+                }
+                st.async_event_config = cdw11;
+                Response::ok()
+            }
+            fid::VOLATILE_WRITE_CACHE if !self.is_discovery() => {
+                let has_cache = self.subsystem().is_some_and(|s| s.namespaces().iter().any(|n| n.drive.info().volatile_write_cache));
+                if !has_cache {
+                    return Response::status(Status::FEATURE_NOT_CHANGEABLE);
+                }
+                // With the cache off every write is made durable before it completes.
+                st.volatile_write_cache = cdw11 & 1 != 0;
+                Response::ok()
+            }
+            fid::HOST_IDENTIFIER => Response::status(Status::COMMAND_SEQUENCE_ERROR),
+            fid::ARBITRATION | fid::POWER_MANAGEMENT | fid::TEMPERATURE_THRESHOLD | fid::ERROR_RECOVERY
+            | fid::INTERRUPT_COALESCING | fid::WRITE_ATOMICITY
+                if !self.is_discovery() =>
+            {
+                Response::status(Status::FEATURE_NOT_CHANGEABLE)
+            }
+            _ => Response::status(Status::INVALID_FIELD),
+        }
+    }
+}
+
+/// Identify Namespace for an active namespace: one LBA format, deallocated blocks read as zeros,
+/// shared (NMIC) so multipath hosts accept a second controller.
+pub(super) fn identify_namespace(ns: &crate::model::Namespace) -> IdentifyNamespace {
+    let blocks = ns.blocks();
+    IdentifyNamespace {
+        nsze: blocks,
+        ncap: blocks,
+        nuse: blocks,
+        nlbaf: 0,
+        flbas: 0,
+        nmic: 1,
+        dlfeat: 1 << 3 | 0b001, // Write Zeroes may deallocate; deallocated blocks read zeros
+        nguid: ns.nguid,
+        lbaf: vec![LbaFormat { ms: 0, lbads: ns.block_size().trailing_zeros() as u8, rp: 0 }],
+        ..IdentifyNamespace::default()
+    }
+}

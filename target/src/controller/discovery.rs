@@ -1,0 +1,50 @@
+//! The discovery controller's log page: for the connecting host, every subsystem it may
+//! access on every port, with concrete addresses.
+
+use std::net::SocketAddr;
+
+use fabrik_proto::fabrics::discovery::{adrfam, encode_discovery_log, subtype, trtype, DiscoveryLogEntry, Tsas};
+
+use super::Controller;
+use crate::model::TransportType;
+
+impl Controller {
+    pub(super) fn discovery_log_page(&self) -> Vec<u8> {
+        let genctr = self.target.discovery_genctr();
+        let mut entries = Vec::new();
+        for port in self.target.ports() {
+            // A wildcard listener is reported with the address this host reached us on.
+            let addr = if port.addr.ip().is_unspecified() {
+                SocketAddr::new(self.port.local_addr.ip(), port.addr.port())
+            } else {
+                port.addr
+            };
+            for sub in self.target.subsystems() {
+                if !sub.host_allowed(&self.hostnqn) {
+                    continue;
+                }
+                entries.push(DiscoveryLogEntry {
+                    trtype: match port.transport {
+                        TransportType::Tcp => trtype::TCP,
+                        TransportType::Rdma => trtype::RDMA,
+                    },
+                    adrfam: if addr.is_ipv4() { adrfam::IPV4 } else { adrfam::IPV6 },
+                    subtype: subtype::NVM,
+                    treq: 0,
+                    portid: port.id,
+                    cntlid: 0xffff,
+                    asqsz: 32,
+                    eflags: 0,
+                    trsvcid: addr.port().to_string(),
+                    subnqn: sub.nqn.to_string(),
+                    traddr: addr.ip().to_string(),
+                    tsas: match port.transport {
+                        TransportType::Tcp => Tsas::Tcp { sectype: 0 },
+                        TransportType::Rdma => Tsas::Rdma { qptype: 1, prtype: 1, cms: 1, pkey: 0 },
+                    },
+                });
+            }
+        }
+        encode_discovery_log(genctr, &entries)
+    }
+}

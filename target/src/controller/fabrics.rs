@@ -1,0 +1,205 @@
+//! Fabrics commands: Connect (creating or joining a controller), Property Get / Set, Disconnect.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use fabrik_proto::fabrics::connect::{self, invalid_parameter_result};
+use fabrik_proto::fabrics::property::{offset, version, Cc, SHST_COMPLETE, SHST_OCCURRING};
+use fabrik_proto::fabrics::{ConnectData, FabricsCommand, CATTR_DISABLE_SQ_FLOW, CONNECT_DATA_LEN};
+use fabrik_proto::{Sqe, Status};
+
+use super::queue::{Binding, Queue, Response};
+use super::{keepalive, limits, Controller, ControllerKind};
+
+/// NVMe version this target implements (VS and Identify VER).
+pub const NVME_VERSION: u32 = version(1, 3, 0);
+
+fn invalid_param(in_data: bool, offset: u16) -> Response {
+    Response {
+        result: invalid_parameter_result(in_data, offset) as u64,
+        status: Status::CONNECT_INVALID_PARAMETERS,
+        ..Response::default()
+    }
+}
+
+impl Queue {
+    pub(super) async fn execute_fabrics(&self, _sqe: &Sqe, cmd: FabricsCommand, data: Bytes) -> Response {
+        match cmd {
+            FabricsCommand::Connect { recfmt, qid, sqsize, cattr, kato } => {
+                self.connect(recfmt, qid, sqsize, cattr, kato, &data)
+            }
+            FabricsCommand::PropertyGet { size8, offset } => match self.controller() {
+                Some(ctrl) => ctrl.property_get(size8, offset),
+                None => Response::status(Status::COMMAND_SEQUENCE_ERROR),
+            },
+            FabricsCommand::PropertySet { size8, offset, value } => match self.controller() {
+                Some(ctrl) => ctrl.property_set(size8, offset, value),
+                None => Response::status(Status::COMMAND_SEQUENCE_ERROR),
+            },
+            FabricsCommand::Disconnect { recfmt } => {
+                if recfmt != 0 {
+                    return Response::status(Status::CONNECT_INCOMPATIBLE_FORMAT);
+                }
+                Response { close: true, ..Response::ok() }
+            }
+        }
+    }
+
+    /// Connect: qid 0 creates a controller (dynamic model); qid > 0 joins the controller named by
+    /// CNTLID in the connect data. Status and IATTR/IPO as the Linux target answers.
+    fn connect(&self, recfmt: u16, qid: u16, sqsize: u16, cattr: u8, kato: u32, data: &[u8]) -> Response {
+        if recfmt != 0 {
+            return Response::status(Status::CONNECT_INCOMPATIBLE_FORMAT);
+        }
+        if data.len() < CONNECT_DATA_LEN {
+            return Response::status(Status::SGL_LENGTH_INVALID);
+        }
+        let cd = match ConnectData::decode(data) {
+            Ok(cd) => cd,
+            Err(e) => {
+                let off = e.offset() as u16;
+                let field = if off >= connect::OFFSET_HOSTNQN { connect::OFFSET_HOSTNQN } else { connect::OFFSET_SUBNQN };
+                return invalid_param(true, field);
+            }
+        };
+        let entries = sqsize as u32 + 1;
+        let max_entries = if qid == 0 { limits::MAX_ADMIN_QUEUE_ENTRIES } else { limits::MAX_QUEUE_ENTRIES };
+        if sqsize == 0 || entries > max_entries {
+            return invalid_param(false, connect::SQE_OFFSET_SQSIZE);
+        }
+        let sq_flow_disabled = cattr & CATTR_DISABLE_SQ_FLOW != 0;
+        let hostnqn = cd.hostnqn.to_string();
+
+        let ctrl = if qid == 0 {
+            if cd.cntlid != 0xffff {
+                return invalid_param(true, connect::OFFSET_CNTLID);
+            }
+            match self.create_controller(&cd, kato) {
+                Ok(c) => c,
+                Err(r) => return r,
+            }
+        } else {
+            let Some(sub) = self.target.subsystem(cd.subnqn.as_str()) else {
+                return invalid_param(true, connect::OFFSET_SUBNQN);
+            };
+            let Some(ctrl) = sub.controller(cd.cntlid).filter(|c| c.hostnqn == hostnqn) else {
+                return invalid_param(true, connect::OFFSET_CNTLID);
+            };
+            if qid as u32 > ctrl.max_io_qid() {
+                return invalid_param(false, connect::SQE_OFFSET_QID);
+            }
+            if !ctrl.attach_io_queue(qid) {
+                return Response::status(Status::COMMAND_SEQUENCE_ERROR);
+            }
+            ctrl
+        };
+        let cntlid = ctrl.cntlid;
+        if !self.bind(Binding { ctrl: ctrl.clone(), qid, entries, sq_flow_disabled }) {
+            // A second Connect raced the first on this queue.
+            if qid != 0 {
+                ctrl.detach_io_queue(qid);
+            }
+            return Response::status(Status::COMMAND_SEQUENCE_ERROR);
+        }
+        tracing::debug!(cntlid, qid, entries, hostnqn = %hostnqn, subnqn = %cd.subnqn, "queue connected");
+        Response::result(cntlid as u64)
+    }
+
+    fn create_controller(&self, cd: &ConnectData, kato: u32) -> Result<Arc<Controller>, Response> {
+        let hostnqn = cd.hostnqn.to_string();
+        let port = self.port_info();
+        let target = self.target.clone();
+        let ctrl = if cd.subnqn.is_discovery() {
+            self.target.register_discovery_controller(|id| {
+                Arc::new(Controller::new(id, ControllerKind::Discovery, hostnqn.clone(), cd.host_id, port, target, kato))
+            })
+        } else {
+            let Some(sub) = self.target.subsystem(cd.subnqn.as_str()) else {
+                return Err(invalid_param(true, connect::OFFSET_SUBNQN));
+            };
+            if !sub.host_allowed(&hostnqn) {
+                tracing::info!(hostnqn = %hostnqn, subnqn = %sub.nqn, "connect refused: host not allowed");
+                return Err(Response {
+                    result: invalid_parameter_result(true, connect::OFFSET_HOSTNQN) as u64,
+                    status: Status::CONNECT_INVALID_HOST,
+                    ..Response::default()
+                });
+            }
+            let s = sub.clone();
+            sub.register_controller(|id| {
+                Arc::new(Controller::new(id, ControllerKind::Io(s), hostnqn.clone(), cd.host_id, port, target, kato))
+            })
+            .ok_or_else(|| Response::status(Status::CONNECT_CONTROLLER_BUSY))?
+        };
+        tracing::info!(cntlid = ctrl.cntlid, subnqn = %cd.subnqn, hostnqn = %ctrl.hostnqn, peer = %self.peer_addr, kato, "controller created");
+        keepalive::start(&ctrl);
+        Ok(ctrl)
+    }
+}
+
+impl Controller {
+    pub(super) fn property_get(&self, size8: bool, off: u32) -> Response {
+        let st = self.state.lock().unwrap();
+        let (value, wide) = match off {
+            offset::CAP => (self.cap().to_u64(), true),
+            offset::VS => (NVME_VERSION as u64, false),
+            offset::CC => (st.cc.to_u32() as u64, false),
+            offset::CSTS => (st.csts.to_u32() as u64, false),
+            _ => return Response::status(Status::INVALID_FIELD),
+        };
+        if wide != size8 {
+            return Response::status(Status::INVALID_FIELD);
+        }
+        Response::result(value)
+    }
+
+    /// Only CC is writable. EN 0->1 checks the queue entry sizes and page size and sets RDY (or
+    /// CFS); EN 1->0 resets (I/O queues dropped); SHN starts a shutdown that flushes every drive.
+    pub(super) fn property_set(self: &Arc<Self>, size8: bool, off: u32, value: u64) -> Response {
+        if off != offset::CC || size8 {
+            return Response::status(Status::INVALID_FIELD);
+        }
+        let new = Cc::from_u32(value as u32);
+        let mut st = self.state.lock().unwrap();
+        let old = st.cc;
+        st.cc = new;
+        if new.en && !old.en {
+            let valid = new.iosqes == 6 && new.iocqes == 4 && new.mps == 0 && new.ams == 0 && new.css == 0;
+            if valid {
+                st.csts.rdy = true;
+            } else {
+                tracing::warn!(cntlid = self.cntlid, cc = value, "invalid CC on enable");
+                st.csts.cfs = true;
+            }
+        } else if !new.en && old.en {
+            st.csts.rdy = false;
+            st.csts.shst = 0;
+            st.io_queues_granted = None;
+        }
+        if new.shn != 0 && old.shn == 0 {
+            st.csts.shst = SHST_OCCURRING;
+            drop(st);
+            let ctrl = self.clone();
+            tokio::spawn(async move {
+                ctrl.flush_all().await;
+                ctrl.state.lock().unwrap().csts.shst = SHST_COMPLETE;
+                tracing::info!(cntlid = ctrl.cntlid, subnqn = %ctrl.subnqn(), "shutdown complete");
+            });
+        }
+        Response::ok()
+    }
+
+    /// Flushes every namespace's drive (shutdown, broadcast Flush).
+    pub(super) async fn flush_all(&self) -> Status {
+        let mut status = Status::SUCCESS;
+        if let Some(sub) = self.subsystem() {
+            for ns in sub.namespaces() {
+                if let Err(e) = ns.drive.flush().await {
+                    tracing::error!(nsid = ns.nsid, drive = %ns.drive_id, "flush failed: {e}");
+                    status = Status::WRITE_FAULT;
+                }
+            }
+        }
+        status
+    }
+}

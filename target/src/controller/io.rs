@@ -1,0 +1,140 @@
+//! NVM I/O commands: Read, Write, Flush, Write Zeroes, Dataset Management.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use fabrik_proto::nvme::io::{DsmRange, IoCommand, DSM_RANGE_LEN};
+use fabrik_proto::Status;
+
+use super::queue::Response;
+use super::{limits, Controller};
+use crate::backend::DriveError;
+use crate::model::Namespace;
+
+const BROADCAST_NSID: u32 = 0xffff_ffff;
+
+impl Controller {
+    fn namespace_for_io(&self, nsid: u32) -> Result<Arc<Namespace>, Status> {
+        let sub = self.subsystem().ok_or(Status::INVALID_OPCODE)?;
+        let ns = sub.namespace(nsid).ok_or(Status::INVALID_NAMESPACE)?;
+        if !ns.is_ready() {
+            return Err(Status::NAMESPACE_NOT_READY);
+        }
+        Ok(ns)
+    }
+
+    /// Everything that can be checked before data moves: namespace, range, transfer length.
+    pub(super) fn admit_io(&self, cmd: &IoCommand, transfer_len: u32) -> Result<(), Status> {
+        self.keep_alive();
+        if let IoCommand::Flush { nsid: BROADCAST_NSID } = cmd {
+            return Ok(());
+        }
+        let ns = self.namespace_for_io(cmd.nsid())?;
+        let bs = ns.block_size();
+        match *cmd {
+            IoCommand::Read { slba, nlb, .. }
+            | IoCommand::Write { slba, nlb, .. }
+            | IoCommand::WriteZeroes { slba, nlb, .. } => {
+                check_lba_range(&ns, slba, nlb as u64)?;
+                if !matches!(cmd, IoCommand::WriteZeroes { .. }) {
+                    let bytes = nlb as u64 * bs as u64;
+                    if bytes > limits::MAX_TRANSFER as u64 {
+                        return Err(Status::INVALID_FIELD);
+                    }
+                    if bytes != transfer_len as u64 {
+                        return Err(Status::SGL_LENGTH_INVALID);
+                    }
+                }
+            }
+            IoCommand::DatasetManagement { ranges, .. } => {
+                if transfer_len as usize != ranges as usize * DSM_RANGE_LEN {
+                    return Err(Status::SGL_LENGTH_INVALID);
+                }
+            }
+            IoCommand::Flush { .. } => {}
+        }
+        Ok(())
+    }
+
+    pub(super) async fn execute_io(&self, cmd: IoCommand, data: Bytes) -> Response {
+        match self.run_io(cmd, data).await {
+            Ok(r) => r,
+            Err(status) => Response::status(status),
+        }
+    }
+
+    async fn run_io(&self, cmd: IoCommand, data: Bytes) -> Result<Response, Status> {
+        if let IoCommand::Flush { nsid: BROADCAST_NSID } = cmd {
+            return Ok(Response::status(self.flush_all().await));
+        }
+        // Looked up again: the namespace may have gone away while data was in flight.
+        let ns = self.namespace_for_io(cmd.nsid())?;
+        let bs = ns.block_size() as u64;
+        match cmd {
+            IoCommand::Read { slba, nlb, .. } => {
+                let len = nlb as u64 * bs;
+                let data = ns.drive.read(slba * bs, len as usize).await.map_err(|e| media_error(&ns, e, false))?;
+                ns.stats.add_read(len);
+                Ok(Response::data(data))
+            }
+            IoCommand::Write { slba, fua, .. } => {
+                let len = data.len() as u64;
+                let fua = fua || !self.volatile_write_cache();
+                ns.drive.write(slba * bs, data, fua).await.map_err(|e| media_error(&ns, e, true))?;
+                ns.stats.add_write(len);
+                Ok(Response::ok())
+            }
+            IoCommand::Flush { .. } => {
+                ns.drive.flush().await.map_err(|e| media_error(&ns, e, true))?;
+                Ok(Response::ok())
+            }
+            IoCommand::WriteZeroes { slba, nlb, fua, deallocate, .. } => {
+                let (off, len) = (slba * bs, nlb as u64 * bs);
+                let r = if deallocate { ns.drive.deallocate(off, len).await } else { ns.drive.write_zeroes(off, len).await };
+                r.map_err(|e| media_error(&ns, e, true))?;
+                if fua || !self.volatile_write_cache() {
+                    ns.drive.flush().await.map_err(|e| media_error(&ns, e, true))?;
+                }
+                Ok(Response::ok())
+            }
+            IoCommand::DatasetManagement { ranges, deallocate, .. } => {
+                let ranges = DsmRange::decode_list(&data, ranges as usize).map_err(|_| Status::INVALID_FIELD)?;
+                for r in &ranges {
+                    check_lba_range(&ns, r.slba, r.nlb as u64)?;
+                }
+                // Only deallocate has an effect; the attribute hints are advisory.
+                if deallocate {
+                    for r in ranges.iter().filter(|r| r.nlb > 0) {
+                        ns.drive.deallocate(r.slba * bs, r.nlb as u64 * bs).await.map_err(|e| media_error(&ns, e, true))?;
+                    }
+                }
+                Ok(Response::ok())
+            }
+        }
+    }
+}
+
+fn check_lba_range(ns: &Namespace, slba: u64, nlb: u64) -> Result<(), Status> {
+    match slba.checked_add(nlb) {
+        Some(end) if end <= ns.blocks() => Ok(()),
+        _ => Err(Status::LBA_OUT_OF_RANGE),
+    }
+}
+
+/// Maps a backend error to the NVMe status the host sees, counting media errors for SMART.
+fn media_error(ns: &Namespace, e: DriveError, write: bool) -> Status {
+    tracing::error!(nsid = ns.nsid, drive = %ns.drive_id, "{e}");
+    match e {
+        DriveError::OutOfRange { .. } => Status::LBA_OUT_OF_RANGE,
+        DriveError::Unaligned { .. } => Status::INVALID_FIELD,
+        DriveError::Io { .. } => {
+            ns.stats.media_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if write {
+                Status::WRITE_FAULT
+            } else {
+                Status::UNRECOVERED_READ_ERROR
+            }
+        }
+        DriveError::Open { .. } | DriveError::Unusable(_) => Status::NAMESPACE_NOT_READY,
+    }
+}

@@ -1,0 +1,249 @@
+//! NVMe controllers, one per host association (dynamic controller model), and the queues that
+//! feed them. One file per concern, like Linux `drivers/nvme/target`:
+//! `queue` (binding a transport queue to a controller, dispatch), `fabrics` (Connect, Property
+//! Get/Set, Disconnect), `admin` (Identify, Get Log Page, Features, Abort), `io` (NVM commands),
+//! `discovery` (the discovery log), `events` (asynchronous events), `keepalive`.
+//! No code here knows which transport it runs on.
+
+mod admin;
+mod discovery;
+mod events;
+mod fabrics;
+mod io;
+mod keepalive;
+pub mod queue;
+
+use std::collections::{HashSet, VecDeque};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use fabrik_proto::fabrics::property::{Cap, Cc, Csts};
+use fabrik_proto::nvme::log::ErrorLogEntry;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::model::{Subsystem, TargetState, TransportType};
+
+pub use queue::{Admitted, Queue, Response};
+
+/// Limits this target advertises.
+pub mod limits {
+    /// Maximum queue entries (CAP.MQES is this minus one).
+    pub const MAX_QUEUE_ENTRIES: u32 = 1024;
+    /// Admin queue entries the host may ask for (NVME_AQ_DEPTH in Linux is 32).
+    pub const MAX_ADMIN_QUEUE_ENTRIES: u32 = 32;
+    /// I/O queues per controller.
+    pub const MAX_IO_QUEUES: u32 = 128;
+    /// Maximum data transfer size: 2^MDTS minimum pages (4 KiB) = 1 MiB.
+    pub const MDTS: u8 = 8;
+    pub const MAX_TRANSFER: u32 = 4096 << MDTS;
+    /// In-capsule data on I/O queues (NVMe/TCP), as the Linux target's default.
+    pub const IO_INLINE_DATA: u32 = 16384;
+    /// Fabrics commands and admin commands may carry this much in-capsule (Linux host's admin limit).
+    pub const ADMIN_INLINE_DATA: u32 = 8192;
+    /// Asynchronous Event Request Limit (0's based in Identify).
+    pub const AER_LIMIT: usize = 4;
+    /// Keep Alive Support granularity, in 100 ms units.
+    pub const KAS: u16 = 10;
+    /// Error log entries kept per controller.
+    pub const ERROR_LOG_ENTRIES: usize = 64;
+    /// Namespaces a subsystem may hold (Identify NN).
+    pub const MAX_NAMESPACES: u32 = 1024;
+}
+
+/// What kind of controller a host associated with.
+pub enum ControllerKind {
+    Io(Arc<Subsystem>),
+    Discovery,
+}
+
+/// Where the association came in.
+#[derive(Clone, Debug)]
+pub struct PortInfo {
+    pub port_id: u16,
+    pub transport: TransportType,
+    /// The local address the host connected to (a concrete address even for wildcard listeners).
+    pub local_addr: SocketAddr,
+    pub peer_addr: SocketAddr,
+}
+
+pub struct Controller {
+    pub cntlid: u16,
+    pub kind: ControllerKind,
+    pub hostnqn: String,
+    pub host_id: [u8; 16],
+    pub port: PortInfo,
+    pub target: Arc<TargetState>,
+    pub connected_at: Instant,
+    state: Mutex<ControllerState>,
+    /// Woken when an asynchronous event is queued.
+    events: Notify,
+    /// Cancelled when the controller is torn down (admin queue closed, keep-alive expired,
+    /// shutdown): every queue bound to it closes.
+    pub teardown: CancellationToken,
+}
+
+struct ControllerState {
+    cc: Cc,
+    csts: Csts,
+    kato_ms: u32,
+    last_keep_alive: Instant,
+    async_event_config: u32,
+    /// I/O queues granted by Set Features Number of Queues (None until negotiated).
+    io_queues_granted: Option<u32>,
+    io_queues: HashSet<u16>,
+    volatile_write_cache: bool,
+    error_count: u64,
+    error_log: VecDeque<ErrorLogEntry>,
+    changed_namespaces: Vec<u32>,
+    pending_events: VecDeque<u32>,
+    /// Events whose log page has not been read yet: masked until it is (spec's AEN retention).
+    masked_event_types: u8,
+    outstanding_aers: usize,
+}
+
+impl Controller {
+    pub fn new(
+        cntlid: u16,
+        kind: ControllerKind,
+        hostnqn: String,
+        host_id: [u8; 16],
+        port: PortInfo,
+        target: Arc<TargetState>,
+        kato_ms: u32,
+    ) -> Controller {
+        let vwc = match &kind {
+            ControllerKind::Io(s) => s.namespaces().iter().any(|ns| ns.drive.info().volatile_write_cache),
+            ControllerKind::Discovery => false,
+        };
+        Controller {
+            cntlid,
+            kind,
+            hostnqn,
+            host_id,
+            port,
+            target,
+            connected_at: Instant::now(),
+            state: Mutex::new(ControllerState {
+                cc: Cc::default(),
+                csts: Csts::default(),
+                kato_ms,
+                last_keep_alive: Instant::now(),
+                async_event_config: 0,
+                io_queues_granted: None,
+                io_queues: HashSet::new(),
+                volatile_write_cache: vwc,
+                error_count: 0,
+                error_log: VecDeque::new(),
+                changed_namespaces: Vec::new(),
+                pending_events: VecDeque::new(),
+                masked_event_types: 0,
+                outstanding_aers: 0,
+            }),
+            events: Notify::new(),
+            teardown: CancellationToken::new(),
+        }
+    }
+
+    pub fn subsystem(&self) -> Option<&Arc<Subsystem>> {
+        match &self.kind {
+            ControllerKind::Io(s) => Some(s),
+            ControllerKind::Discovery => None,
+        }
+    }
+
+    pub fn is_discovery(&self) -> bool {
+        matches!(self.kind, ControllerKind::Discovery)
+    }
+
+    pub fn subnqn(&self) -> String {
+        match &self.kind {
+            ControllerKind::Io(s) => s.nqn.to_string(),
+            ControllerKind::Discovery => fabrik_proto::fabrics::nqn::DISCOVERY_NQN.to_string(),
+        }
+    }
+
+    /// Controller Capabilities.
+    pub fn cap(&self) -> Cap {
+        Cap {
+            mqes: (limits::MAX_QUEUE_ENTRIES - 1) as u16,
+            cqr: true,
+            to: 15, // 7.5 s: generous for a slow host, RDY is immediate anyway
+            css_nvm: true,
+            mpsmin: 0,
+            mpsmax: 0,
+        }
+    }
+
+    /// CC.EN = 1 and CSTS.RDY = 1: the controller takes admin and I/O commands.
+    pub fn is_ready(&self) -> bool {
+        self.state.lock().unwrap().csts.rdy
+    }
+
+    pub fn volatile_write_cache(&self) -> bool {
+        self.state.lock().unwrap().volatile_write_cache
+    }
+
+    pub fn kato_ms(&self) -> u32 {
+        self.state.lock().unwrap().kato_ms
+    }
+
+    /// Restarts the keep-alive timer.
+    pub fn keep_alive(&self) {
+        self.state.lock().unwrap().last_keep_alive = Instant::now();
+    }
+
+    /// Binds I/O queue `qid`; false if it is already bound.
+    pub fn attach_io_queue(&self, qid: u16) -> bool {
+        self.state.lock().unwrap().io_queues.insert(qid)
+    }
+
+    pub fn detach_io_queue(&self, qid: u16) {
+        self.state.lock().unwrap().io_queues.remove(&qid);
+    }
+
+    pub fn io_queue_count(&self) -> usize {
+        self.state.lock().unwrap().io_queues.len()
+    }
+
+    /// The highest I/O queue ID a host may connect.
+    pub fn max_io_qid(&self) -> u32 {
+        self.state.lock().unwrap().io_queues_granted.unwrap_or(limits::MAX_IO_QUEUES)
+    }
+
+    /// Records a failed command in the error information log.
+    pub fn record_error(&self, sqid: u16, cid: u16, status: fabrik_proto::Status, nsid: u32, lba: u64) {
+        let mut st = self.state.lock().unwrap();
+        st.error_count += 1;
+        let entry = ErrorLogEntry {
+            error_count: st.error_count,
+            sqid,
+            cid,
+            status_field: status.to_wire(false),
+            param_error_location: 0xffff,
+            lba,
+            nsid,
+            trtype: match self.port.transport {
+                TransportType::Tcp => fabrik_proto::fabrics::discovery::trtype::TCP,
+                TransportType::Rdma => fabrik_proto::fabrics::discovery::trtype::RDMA,
+            },
+            ..ErrorLogEntry::default()
+        };
+        st.error_log.push_front(entry);
+        st.error_log.truncate(limits::ERROR_LOG_ENTRIES);
+    }
+
+    /// Tears the controller down: every queue bound to it closes, it leaves its subsystem.
+    pub fn shut_down(&self, why: &str) {
+        if self.teardown.is_cancelled() {
+            return;
+        }
+        tracing::info!(cntlid = self.cntlid, subnqn = %self.subnqn(), hostnqn = %self.hostnqn, "controller torn down: {why}");
+        self.teardown.cancel();
+        match &self.kind {
+            ControllerKind::Io(s) => s.unregister_controller(self.cntlid),
+            ControllerKind::Discovery => self.target.unregister_discovery_controller(self.cntlid),
+        }
+    }
+}

@@ -1,0 +1,197 @@
+//! A queue as the controller sees it: one per transport connection (NVMe/TCP) or queue pair
+//! (RDMA). It starts unbound; Connect binds it to a new controller (admin queue) or to an existing
+//! one (I/O queue). Commands go through two steps so the transport can fetch data in between:
+//! `admit` (parse and check everything that needs no data) and `execute`.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+
+use bytes::Bytes;
+use fabrik_proto::fabrics::FabricsCommand;
+use fabrik_proto::nvme::admin::AdminCommand;
+use fabrik_proto::nvme::io::IoCommand;
+use fabrik_proto::nvme::{admin_opcode, data_direction, DataDirection};
+use fabrik_proto::{Sqe, Status};
+
+use super::{limits, Controller, PortInfo};
+use crate::model::{Port, TargetState};
+
+/// A queue bound to its controller by Connect.
+pub struct Binding {
+    pub ctrl: Arc<Controller>,
+    pub qid: u16,
+    /// Entries in the queue (SQSIZE + 1).
+    pub entries: u32,
+    /// The host disabled SQ flow control (Connect CATTR bit 2): SQHD is not reported.
+    pub sq_flow_disabled: bool,
+}
+
+/// A parsed command, checked as far as possible before its data arrives.
+#[derive(Debug)]
+pub struct Admitted {
+    pub sqe: Sqe,
+    pub command: Command,
+    /// Bytes the command moves (the SGL's length).
+    pub transfer_len: u32,
+    pub direction: DataDirection,
+}
+
+#[derive(Debug)]
+pub enum Command {
+    Fabrics(FabricsCommand),
+    Admin(AdminCommand),
+    Io(IoCommand),
+}
+
+/// What a command answers: the completion's result and status, data for the host, and whether
+/// the transport must close the queue once the response is sent.
+#[derive(Debug, Default)]
+pub struct Response {
+    pub result: u64,
+    pub status: Status,
+    pub data: Bytes,
+    pub close: bool,
+}
+
+impl Response {
+    pub fn ok() -> Response {
+        Response::default()
+    }
+    pub fn status(status: Status) -> Response {
+        Response { status, ..Response::default() }
+    }
+    pub fn result(result: u64) -> Response {
+        Response { result, ..Response::default() }
+    }
+    pub fn data(data: impl Into<Bytes>) -> Response {
+        Response { data: data.into(), ..Response::default() }
+    }
+}
+
+impl From<Status> for Response {
+    fn from(status: Status) -> Response {
+        Response::status(status)
+    }
+}
+
+pub struct Queue {
+    pub target: Arc<TargetState>,
+    pub port: Port,
+    pub local_addr: SocketAddr,
+    pub peer_addr: SocketAddr,
+    binding: OnceLock<Binding>,
+}
+
+impl Queue {
+    pub fn new(target: Arc<TargetState>, port: Port, local_addr: SocketAddr, peer_addr: SocketAddr) -> Queue {
+        Queue { target, port, local_addr, peer_addr, binding: OnceLock::new() }
+    }
+
+    pub fn binding(&self) -> Option<&Binding> {
+        self.binding.get()
+    }
+
+    pub fn controller(&self) -> Option<&Arc<Controller>> {
+        self.binding.get().map(|b| &b.ctrl)
+    }
+
+    pub(super) fn bind(&self, binding: Binding) -> bool {
+        self.binding.set(binding).is_ok()
+    }
+
+    pub(super) fn port_info(&self) -> PortInfo {
+        PortInfo {
+            port_id: self.port.id,
+            transport: self.port.transport,
+            local_addr: self.local_addr,
+            peer_addr: self.peer_addr,
+        }
+    }
+
+    /// How many bytes a command may carry in-capsule on this queue.
+    pub fn inline_data_limit(&self, sqe: &Sqe) -> u32 {
+        match self.binding.get() {
+            Some(b) if b.qid != 0 && sqe.opcode != admin_opcode::FABRICS => limits::IO_INLINE_DATA,
+            _ => limits::ADMIN_INLINE_DATA,
+        }
+    }
+
+    /// Parses and checks a command before any data moves. `transfer_len` is the length of the
+    /// data the SGL describes. An error is the status to complete the command with.
+    pub fn admit(&self, sqe: &Sqe, transfer_len: u32) -> Result<Admitted, Status> {
+        if sqe.fuse() != 0 {
+            return Err(Status::INVALID_FIELD);
+        }
+        let direction = data_direction(sqe.opcode, sqe.fctype());
+        let binding = self.binding.get();
+        let command = if sqe.opcode == admin_opcode::FABRICS {
+            let cmd = FabricsCommand::parse(sqe)?;
+            match (&cmd, binding) {
+                (FabricsCommand::Connect { .. }, None) => {}
+                (FabricsCommand::Connect { .. }, Some(_)) => return Err(Status::COMMAND_SEQUENCE_ERROR),
+                (_, None) => return Err(Status::COMMAND_SEQUENCE_ERROR),
+                (FabricsCommand::PropertyGet { .. } | FabricsCommand::PropertySet { .. }, Some(b)) if b.qid != 0 => {
+                    return Err(Status::INVALID_FIELD)
+                }
+                _ => {}
+            }
+            Command::Fabrics(cmd)
+        } else {
+            let Some(b) = binding else { return Err(Status::COMMAND_SEQUENCE_ERROR) };
+            if b.qid == 0 {
+                let cmd = AdminCommand::parse(sqe)?;
+                b.ctrl.admit_admin(&cmd)?;
+                Command::Admin(cmd)
+            } else {
+                if !b.ctrl.is_ready() {
+                    return Err(Status::COMMAND_SEQUENCE_ERROR);
+                }
+                let cmd = IoCommand::parse(sqe)?;
+                b.ctrl.admit_io(&cmd, transfer_len)?;
+                Command::Io(cmd)
+            }
+        };
+        if transfer_len > limits::MAX_TRANSFER.max(limits::ADMIN_INLINE_DATA) {
+            return Err(Status::SGL_LENGTH_INVALID);
+        }
+        if direction == DataDirection::None && transfer_len != 0 {
+            return Err(Status::SGL_LENGTH_INVALID);
+        }
+        Ok(Admitted { sqe: *sqe, command, transfer_len, direction })
+    }
+
+    /// Runs an admitted command. `data` holds the host's data for commands that carry some
+    /// (exactly `transfer_len` bytes); a response's data is at most `transfer_len` bytes.
+    pub async fn execute(&self, cmd: Admitted, data: Bytes) -> Response {
+        let sqid = self.binding.get().map_or(0, |b| b.qid);
+        let response = match cmd.command {
+            Command::Fabrics(f) => self.execute_fabrics(&cmd.sqe, f, data).await,
+            Command::Admin(a) => {
+                let ctrl = &self.binding.get().expect("admitted admin command on a bound queue").ctrl;
+                ctrl.execute_admin(&cmd.sqe, a, cmd.transfer_len, data).await
+            }
+            Command::Io(io) => {
+                let ctrl = &self.binding.get().expect("admitted I/O command on a bound queue").ctrl;
+                ctrl.execute_io(io, data).await
+            }
+        };
+        if !response.status.is_success() {
+            if let Some(ctrl) = self.controller() {
+                ctrl.record_error(sqid, cmd.sqe.cid, response.status, cmd.sqe.nsid, 0);
+            }
+        }
+        response
+    }
+
+    /// The queue's transport connection is gone: an admin queue takes its controller with it,
+    /// an I/O queue only unbinds.
+    pub fn closed(&self) {
+        if let Some(b) = self.binding.get() {
+            if b.qid == 0 {
+                b.ctrl.shut_down("admin queue closed");
+            } else {
+                b.ctrl.detach_io_queue(b.qid);
+            }
+        }
+    }
+}

@@ -1,0 +1,290 @@
+//! The target's configuration model at run time: Subsystems (NQN, identity, allowed hosts) holding
+//! Namespaces backed by Drives, exposed on Ports. Controllers are created per host association
+//! and registered with their subsystem so I/O queues can find them.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::Instant;
+
+use fabrik_proto::fabrics::nqn::Nqn;
+
+use crate::backend::Drive;
+use crate::controller::Controller;
+
+/// A drive exported as a namespace, with the counters SMART and metrics report.
+pub struct Namespace {
+    pub nsid: u32,
+    /// Name of the drive (e.g. "07"), for logs.
+    pub drive_id: String,
+    pub drive: Arc<dyn Drive>,
+    pub nguid: [u8; 16],
+    pub uuid: [u8; 16],
+    /// False while the drive cannot serve I/O (commands get Namespace Not Ready).
+    pub ready: AtomicBool,
+    pub stats: NamespaceStats,
+}
+
+#[derive(Default)]
+pub struct NamespaceStats {
+    pub read_commands: AtomicU64,
+    pub write_commands: AtomicU64,
+    pub bytes_read: AtomicU64,
+    pub bytes_written: AtomicU64,
+    pub media_errors: AtomicU64,
+}
+
+impl NamespaceStats {
+    pub fn add_read(&self, bytes: u64) {
+        self.read_commands.fetch_add(1, Ordering::Relaxed);
+        self.bytes_read.fetch_add(bytes, Ordering::Relaxed);
+    }
+    pub fn add_write(&self, bytes: u64) {
+        self.write_commands.fetch_add(1, Ordering::Relaxed);
+        self.bytes_written.fetch_add(bytes, Ordering::Relaxed);
+    }
+}
+
+impl Namespace {
+    pub fn new(nsid: u32, drive_id: &str, drive: Arc<dyn Drive>, identity_seed: &str) -> Namespace {
+        let nguid = stable_id(identity_seed, b"nguid");
+        let mut uuid = stable_id(identity_seed, b"uuid");
+        // RFC 4122 version 4 / variant 1 bits, so tools display a well-formed UUID.
+        uuid[6] = (uuid[6] & 0x0f) | 0x40;
+        uuid[8] = (uuid[8] & 0x3f) | 0x80;
+        Namespace {
+            nsid,
+            drive_id: drive_id.to_string(),
+            drive,
+            nguid,
+            uuid,
+            ready: AtomicBool::new(true),
+            stats: NamespaceStats::default(),
+        }
+    }
+
+    pub fn block_size(&self) -> u32 {
+        self.drive.info().block_size
+    }
+
+    /// Namespace size in logical blocks.
+    pub fn blocks(&self) -> u64 {
+        self.drive.info().capacity / self.block_size() as u64
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+}
+
+/// An NVM subsystem: what a host connects to by NQN.
+pub struct Subsystem {
+    pub nqn: Nqn,
+    pub serial: String,
+    pub model: String,
+    /// None: any host may connect. Some(list): only these host NQNs.
+    pub allowed_hosts: Option<Vec<String>>,
+    namespaces: RwLock<BTreeMap<u32, Arc<Namespace>>>,
+    controllers: Mutex<HashMap<u16, Weak<Controller>>>,
+    next_cntlid: AtomicU16,
+}
+
+/// Highest dynamic controller ID (0xFFF0..0xFFFF are reserved).
+const MAX_CNTLID: u16 = 0xFFEF;
+
+impl Subsystem {
+    pub fn new(nqn: Nqn, serial: String, model: String, allowed_hosts: Option<Vec<String>>) -> Subsystem {
+        Subsystem {
+            nqn,
+            serial,
+            model,
+            allowed_hosts,
+            namespaces: RwLock::new(BTreeMap::new()),
+            controllers: Mutex::new(HashMap::new()),
+            next_cntlid: AtomicU16::new(1),
+        }
+    }
+
+    pub fn host_allowed(&self, hostnqn: &str) -> bool {
+        match &self.allowed_hosts {
+            None => true,
+            Some(list) => list.iter().any(|h| h == hostnqn),
+        }
+    }
+
+    pub fn add_namespace(&self, ns: Arc<Namespace>) {
+        self.namespaces.write().unwrap().insert(ns.nsid, ns);
+    }
+
+    pub fn namespace(&self, nsid: u32) -> Option<Arc<Namespace>> {
+        self.namespaces.read().unwrap().get(&nsid).cloned()
+    }
+
+    pub fn namespaces(&self) -> Vec<Arc<Namespace>> {
+        self.namespaces.read().unwrap().values().cloned().collect()
+    }
+
+    pub fn max_nsid(&self) -> u32 {
+        self.namespaces.read().unwrap().keys().next_back().copied().unwrap_or(0)
+    }
+
+    /// Registers a controller under a fresh CNTLID, unique among this subsystem's live controllers.
+    pub fn register_controller(&self, make: impl FnOnce(u16) -> Arc<Controller>) -> Option<Arc<Controller>> {
+        let mut ctrls = self.controllers.lock().unwrap();
+        ctrls.retain(|_, c| c.strong_count() > 0);
+        for _ in 0..MAX_CNTLID {
+            let id = self.next_cntlid.fetch_add(1, Ordering::Relaxed);
+            let id = (id % MAX_CNTLID).max(1);
+            if !ctrls.contains_key(&id) {
+                let ctrl = make(id);
+                ctrls.insert(id, Arc::downgrade(&ctrl));
+                return Some(ctrl);
+            }
+        }
+        None
+    }
+
+    pub fn controller(&self, cntlid: u16) -> Option<Arc<Controller>> {
+        self.controllers.lock().unwrap().get(&cntlid).and_then(Weak::upgrade)
+    }
+
+    pub fn unregister_controller(&self, cntlid: u16) {
+        self.controllers.lock().unwrap().remove(&cntlid);
+    }
+
+    pub fn controllers(&self) -> Vec<Arc<Controller>> {
+        self.controllers.lock().unwrap().values().filter_map(Weak::upgrade).collect()
+    }
+}
+
+/// Transport types as the discovery log names them.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum TransportType {
+    Tcp,
+    Rdma,
+}
+
+/// A listener: transport, address, and the port ID the discovery log reports.
+#[derive(Clone, Debug)]
+pub struct Port {
+    pub id: u16,
+    pub transport: TransportType,
+    pub addr: SocketAddr,
+}
+
+/// Everything a queue needs to find: subsystems by NQN, the discovery generation counter.
+pub struct TargetState {
+    pub box_name: String,
+    subsystems: RwLock<BTreeMap<String, Arc<Subsystem>>>,
+    ports: RwLock<Vec<Port>>,
+    discovery_genctr: AtomicU64,
+    discovery_controllers: Mutex<HashMap<u16, Weak<Controller>>>,
+    next_discovery_cntlid: AtomicU16,
+    pub started: Instant,
+    /// Set when fabrikd is shutting down: queues stop taking new commands.
+    pub shutting_down: AtomicBool,
+}
+
+impl TargetState {
+    pub fn new(box_name: String) -> TargetState {
+        TargetState {
+            box_name,
+            subsystems: RwLock::new(BTreeMap::new()),
+            ports: RwLock::new(Vec::new()),
+            discovery_genctr: AtomicU64::new(1),
+            discovery_controllers: Mutex::new(HashMap::new()),
+            next_discovery_cntlid: AtomicU16::new(1),
+            started: Instant::now(),
+            shutting_down: AtomicBool::new(false),
+        }
+    }
+
+    pub fn add_subsystem(&self, s: Arc<Subsystem>) {
+        self.subsystems.write().unwrap().insert(s.nqn.as_str().to_string(), s);
+        self.discovery_changed();
+    }
+
+    pub fn subsystem(&self, nqn: &str) -> Option<Arc<Subsystem>> {
+        self.subsystems.read().unwrap().get(nqn).cloned()
+    }
+
+    pub fn subsystems(&self) -> Vec<Arc<Subsystem>> {
+        self.subsystems.read().unwrap().values().cloned().collect()
+    }
+
+    pub fn add_port(&self, p: Port) {
+        self.ports.write().unwrap().push(p);
+        self.discovery_changed();
+    }
+
+    pub fn ports(&self) -> Vec<Port> {
+        self.ports.read().unwrap().clone()
+    }
+
+    pub fn next_port_id(&self) -> u16 {
+        self.ports.read().unwrap().len() as u16 + 1
+    }
+
+    pub fn discovery_genctr(&self) -> u64 {
+        self.discovery_genctr.load(Ordering::Acquire)
+    }
+
+    /// Bumps the discovery log generation and tells connected discovery controllers.
+    pub fn discovery_changed(&self) {
+        self.discovery_genctr.fetch_add(1, Ordering::AcqRel);
+        let ctrls: Vec<_> = self.discovery_controllers.lock().unwrap().values().filter_map(Weak::upgrade).collect();
+        for c in ctrls {
+            c.discovery_log_changed();
+        }
+    }
+
+    pub fn register_discovery_controller(&self, make: impl FnOnce(u16) -> Arc<Controller>) -> Arc<Controller> {
+        let mut ctrls = self.discovery_controllers.lock().unwrap();
+        ctrls.retain(|_, c| c.strong_count() > 0);
+        loop {
+            let id = (self.next_discovery_cntlid.fetch_add(1, Ordering::Relaxed) % MAX_CNTLID).max(1);
+            if !ctrls.contains_key(&id) {
+                let ctrl = make(id);
+                ctrls.insert(id, Arc::downgrade(&ctrl));
+                return ctrl;
+            }
+        }
+    }
+
+    pub fn unregister_discovery_controller(&self, cntlid: u16) {
+        self.discovery_controllers.lock().unwrap().remove(&cntlid);
+    }
+
+    /// Every live controller, I/O and discovery.
+    pub fn controllers(&self) -> Vec<Arc<Controller>> {
+        let mut all: Vec<_> = self.subsystems().iter().flat_map(|s| s.controllers()).collect();
+        all.extend(self.discovery_controllers.lock().unwrap().values().filter_map(Weak::upgrade));
+        all
+    }
+}
+
+/// A stable 16-byte identifier derived from a name (FNV-1a, 128-bit): NGUIDs and UUIDs stay the
+/// same across restarts and differ between drives and boxes, as the Linux host requires.
+pub fn stable_id(seed: &str, salt: &[u8]) -> [u8; 16] {
+    const OFFSET: u128 = 0x6c62272e07bb014262b821756295c58d;
+    const PRIME: u128 = 0x0000000001000000000000000000013B;
+    let mut h = OFFSET;
+    for &b in seed.as_bytes().iter().chain(b"/").chain(salt) {
+        h ^= b as u128;
+        h = h.wrapping_mul(PRIME);
+    }
+    h.to_be_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stable_ids_differ_and_repeat() {
+        assert_eq!(stable_id("box:00", b"nguid"), stable_id("box:00", b"nguid"));
+        assert_ne!(stable_id("box:00", b"nguid"), stable_id("box:01", b"nguid"));
+        assert_ne!(stable_id("box:00", b"nguid"), stable_id("box:00", b"uuid"));
+    }
+}

@@ -1,0 +1,18 @@
+//! Transports: how capsules, data and responses move between a host and a `Queue`.
+//! The controller logic never knows which one it runs on.
+
+pub mod tcp;
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+
+use crate::model::{Port, TargetState};
+
+/// A listening transport endpoint, serving connections until `stop` is cancelled and then
+/// letting every connection finish the commands it has in flight.
+pub trait Listener: Send + 'static {
+    /// The port as the discovery log reports it (with the address actually bound).
+    fn port(&self) -> &Port;
+    fn serve(self: Box<Self>, target: Arc<TargetState>, stop: CancellationToken) -> tokio::task::JoinHandle<()>;
+}

@@ -1,0 +1,462 @@
+//! NVMe/TCP (TP 8000), controller side. One TCP connection is one queue. Per connection a
+//! single task decodes PDUs, runs commands concurrently (bounded by the queue size), asks for
+//! write data with R2T, and sends data (C2HData) and responses, batching whatever is ready
+//! into one vectored write.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::future::Future;
+use std::io::IoSlice;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use fabrik_proto::nvme::DataDirection;
+use fabrik_proto::tcp::pdu::fes;
+use fabrik_proto::tcp::{
+    C2HData, CapsuleCmd, CapsuleResp, Decoder, Digests, H2CData, IcReq, IcResp, Pdu, PduError, Role, TermReq, R2T,
+};
+use fabrik_proto::{Cqe, SglDescriptor, Status};
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use futures_util::FutureExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+
+use super::Listener;
+use crate::controller::{limits, Admitted, Queue, Response};
+use crate::model::{Port, TargetState, TransportType};
+
+/// Largest H2CData payload we accept: a whole maximum transfer in one PDU.
+const MAX_H2C_DATA: u32 = limits::MAX_TRANSFER;
+/// The Linux host gives up on ICResp after 10 s; so do we on ICReq.
+const IC_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub struct TcpListenerPort {
+    listener: TcpListener,
+    port: Port,
+}
+
+impl TcpListenerPort {
+    pub async fn bind(addr: SocketAddr, port_id: u16) -> std::io::Result<TcpListenerPort> {
+        let listener = TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        Ok(TcpListenerPort { listener, port: Port { id: port_id, transport: TransportType::Tcp, addr } })
+    }
+}
+
+impl Listener for TcpListenerPort {
+    fn port(&self) -> &Port {
+        &self.port
+    }
+
+    fn serve(self: Box<Self>, target: Arc<TargetState>, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            let mut connections = tokio::task::JoinSet::new();
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    accepted = self.listener.accept() => match accepted {
+                        Ok((stream, peer)) => {
+                            let (target, port, stop) = (target.clone(), self.port.clone(), stop.clone());
+                            connections.spawn(async move {
+                                if let Err(e) = serve_connection(stream, peer, target, port, stop).await {
+                                    tracing::debug!(%peer, "connection ended: {e}");
+                                }
+                            });
+                        }
+                        Err(e) => {
+                            tracing::warn!("accept failed: {e}");
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
+                    },
+                    Some(_) = connections.join_next(), if !connections.is_empty() => {}
+                }
+            }
+            // Let every connection finish its in-flight commands.
+            while connections.join_next().await.is_some() {}
+        })
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+enum ConnError {
+    #[error("socket: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("terminated by us: {0}")]
+    Terminated(&'static str),
+    #[error("host closed the connection")]
+    Eof,
+    #[error("no ICReq within {0:?}")]
+    IcTimeout(Duration),
+}
+
+async fn serve_connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    target: Arc<TargetState>,
+    port: Port,
+    stop: CancellationToken,
+) -> Result<(), ConnError> {
+    stream.set_nodelay(true)?;
+    let local = stream.local_addr()?;
+    let (reader, writer) = stream.into_split();
+    let queue = Queue::new(target, port, local, peer);
+    let mut conn = Connection {
+        reader,
+        writer,
+        rbuf: BytesMut::with_capacity(256 * 1024),
+        decoder: Decoder::new(Role::Controller, MAX_H2C_DATA.max(limits::IO_INLINE_DATA)),
+        digests: Digests::default(),
+        out: BytesMut::with_capacity(64 * 1024),
+        segments: VecDeque::new(),
+        pending_writes: HashMap::new(),
+        active: HashSet::new(),
+        sq_head: 0,
+        close_after_flush: false,
+    };
+    let result = conn.run(&queue, &stop).await;
+    queue.closed();
+    if let Err(ConnError::Terminated(why)) = &result {
+        tracing::warn!(%peer, "connection terminated: {why}");
+    }
+    result
+}
+
+type Inflight<'q> = FuturesUnordered<Pin<Box<dyn Future<Output = (u16, Response)> + Send + 'q>>>;
+
+/// A write command waiting for its data (H2CData answering our R2T).
+struct PendingWrite {
+    cmd: Admitted,
+    buf: BytesMut,
+    /// The single payload when one H2CData PDU carried all the data (no copy).
+    whole: Option<Bytes>,
+    received: u32,
+}
+
+struct Connection {
+    reader: OwnedReadHalf,
+    writer: OwnedWriteHalf,
+    rbuf: BytesMut,
+    decoder: Decoder,
+    digests: Digests,
+    /// Headers and small PDUs being assembled for the next write.
+    out: BytesMut,
+    /// What the next write sends, in order (headers from `out` and data payloads, zero-copy).
+    segments: VecDeque<Bytes>,
+    pending_writes: HashMap<u16, PendingWrite>,
+    /// CIDs of commands in flight (waiting for data, executing, or answered but not yet sent).
+    active: HashSet<u16>,
+    /// Submission queue head as reported in completions (SQ flow control).
+    sq_head: u32,
+    close_after_flush: bool,
+}
+
+/// A protocol violation that ends the connection with a C2HTermReq.
+struct Fatal(TermReq, &'static str);
+
+impl Fatal {
+    fn new(fes: u16, fei: u32, header: Bytes, why: &'static str) -> Fatal {
+        Fatal(TermReq { fes, fei, header }, why)
+    }
+}
+
+impl Connection {
+    async fn run<'q>(&mut self, queue: &'q Queue, stop: &CancellationToken) -> Result<(), ConnError> {
+        self.initialize(stop).await?;
+        let mut inflight: Inflight<'q> = FuturesUnordered::new();
+        let mut stopping = false;
+        loop {
+            // Everything already buffered first: PDUs, then completions that are ready.
+            loop {
+                match self.decoder.decode(&mut self.rbuf) {
+                    Ok(Some(pdu)) => {
+                        if let Err(f) = self.on_pdu(pdu, queue, &mut inflight) {
+                            return self.terminate(f).await;
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(PduError::DataDigest { cccid, .. }) => self.data_digest_error(cccid, &mut inflight),
+                    Err(e @ PduError::Fatal { reason, .. }) => {
+                        let term = e.term_req().expect("fatal errors have a termination request");
+                        return self.terminate(Fatal(term, reason)).await;
+                    }
+                }
+            }
+            while let Some(Some((cid, resp))) = inflight.next().now_or_never() {
+                self.respond(queue, cid, resp);
+            }
+            self.flush().await?;
+            if self.close_after_flush {
+                return Ok(());
+            }
+            if stopping && inflight.is_empty() {
+                return Ok(());
+            }
+            let teardown = queue.controller().map(|c| c.teardown.clone()).unwrap_or_default();
+            tokio::select! {
+                _ = teardown.cancelled() => return Ok(()),
+                _ = stop.cancelled(), if !stopping => {
+                    // Finish what is executing; writes still waiting for data were never
+                    // acknowledged and the host will retry them after reconnecting.
+                    stopping = true;
+                    queue.target.shutting_down.store(true, Ordering::Release);
+                }
+                Some((cid, resp)) = inflight.next(), if !inflight.is_empty() => self.respond(queue, cid, resp),
+                read = self.reader.read_buf(&mut self.rbuf), if !stopping => {
+                    if read? == 0 {
+                        return Err(ConnError::Eof);
+                    }
+                    self.rbuf.reserve(64 * 1024);
+                }
+            }
+        }
+    }
+
+    /// ICReq / ICResp: the first PDU must be an ICReq; digests are echoed as the host asked.
+    async fn initialize(&mut self, stop: &CancellationToken) -> Result<(), ConnError> {
+        let icreq = tokio::select! {
+            _ = stop.cancelled() => return Err(ConnError::Eof),
+            r = tokio::time::timeout(IC_TIMEOUT, self.read_first_pdu()) => r.map_err(|_| ConnError::IcTimeout(IC_TIMEOUT))??,
+        };
+        let icreq: IcReq = match icreq {
+            Ok(Pdu::IcReq(r)) => r,
+            Ok(other) => {
+                let mut head = BytesMut::new();
+                other.encode_head(Digests::default(), &mut head);
+                return self.terminate(Fatal::new(fes::PDU_SEQUENCE_ERROR, 0, head.freeze(), "first PDU is not ICReq")).await;
+            }
+            Err(f) => return self.terminate(f).await,
+        };
+        if icreq.hpda != 0 {
+            let mut head = BytesMut::new();
+            Pdu::IcReq(icreq).encode_head(Digests::default(), &mut head);
+            return self.terminate(Fatal::new(fes::INVALID_HEADER_FIELD, 10, head.freeze(), "HPDA other than 0")).await;
+        }
+        self.digests = icreq.digests;
+        let resp = Pdu::IcResp(IcResp { pfv: 0, cpda: 0, digests: icreq.digests, maxh2cdata: MAX_H2C_DATA });
+        resp.encode(Digests::default(), &mut self.out);
+        // The 6.1 host reads the ICResp with one receive: send it as one 128-byte write.
+        let icresp = self.out.split().freeze();
+        self.writer.write_all(&icresp).await?;
+        self.decoder.set_digests(icreq.digests);
+        Ok(())
+    }
+
+    async fn read_first_pdu(&mut self) -> Result<Result<Pdu, Fatal>, ConnError> {
+        loop {
+            match self.decoder.decode(&mut self.rbuf) {
+                Ok(Some(pdu)) => return Ok(Ok(pdu)),
+                Ok(None) => {}
+                Err(PduError::Fatal { fes, fei, header, reason }) => return Ok(Err(Fatal::new(fes, fei, header, reason))),
+                Err(PduError::DataDigest { .. }) => {
+                    return Ok(Err(Fatal::new(fes::PDU_SEQUENCE_ERROR, 0, Bytes::new(), "first PDU is not ICReq")))
+                }
+            }
+            if self.reader.read_buf(&mut self.rbuf).await? == 0 {
+                return Err(ConnError::Eof);
+            }
+        }
+    }
+
+    fn on_pdu<'q>(&mut self, pdu: Pdu, queue: &'q Queue, inflight: &mut Inflight<'q>) -> Result<(), Fatal> {
+        match pdu {
+            Pdu::CapsuleCmd(cmd) => self.on_capsule(cmd, queue, inflight),
+            Pdu::H2CData(data) => self.on_h2c_data(data, queue, inflight),
+            Pdu::H2CTermReq(t) => {
+                tracing::info!(fes = t.fes, fei = t.fei, "host terminated the connection");
+                self.close_after_flush = true;
+                Ok(())
+            }
+            other => Err(self.sequence_error(&other, "unexpected PDU after initialization")),
+        }
+    }
+
+    fn sequence_error(&self, pdu: &Pdu, why: &'static str) -> Fatal {
+        let mut head = BytesMut::new();
+        pdu.encode_head(self.digests, &mut head);
+        Fatal::new(fes::PDU_SEQUENCE_ERROR, 0, head.freeze(), why)
+    }
+
+    fn on_capsule<'q>(&mut self, capsule: CapsuleCmd, queue: &'q Queue, inflight: &mut Inflight<'q>) -> Result<(), Fatal> {
+        let sqe = capsule.sqe;
+        let cid = sqe.cid;
+        self.sq_head = self.sq_head.wrapping_add(1);
+        let entries = queue.binding().map_or(limits::MAX_ADMIN_QUEUE_ENTRIES, |b| b.entries);
+        if self.active.len() >= entries as usize {
+            return Err(self.sequence_error(&Pdu::CapsuleCmd(capsule), "more commands outstanding than the queue holds"));
+        }
+        if !self.active.insert(cid) {
+            // The CID is in use: answering would complete the other command in the host's eyes,
+            // but the status says exactly what went wrong.
+            tracing::warn!(cid, "command identifier conflict");
+            inflight.push(Box::pin(std::future::ready((cid, Response::status(Status::CID_CONFLICT)))));
+            return Ok(());
+        }
+        let (len, in_capsule) = match sqe.sgl() {
+            Ok(SglDescriptor::TransportDataBlock { length }) if capsule.data.is_empty() => (length, false),
+            Ok(SglDescriptor::DataBlockOffset { offset, length }) => {
+                if offset != 0 || length as usize != capsule.data.len() || length > queue.inline_data_limit(&sqe) {
+                    return self.answer_now(cid, Status::SGL_OFFSET_INVALID, inflight);
+                }
+                (length, true)
+            }
+            Ok(SglDescriptor::TransportDataBlock { .. }) => return self.answer_now(cid, Status::INVALID_FIELD, inflight),
+            Ok(_) | Err(_) => return self.answer_now(cid, Status::SGL_TYPE_INVALID, inflight),
+        };
+        let admitted = match queue.admit(&sqe, len) {
+            Ok(a) => a,
+            Err(status) => return self.answer_now(cid, status, inflight),
+        };
+        match admitted.direction {
+            DataDirection::ToController if in_capsule || len == 0 => {
+                inflight.push(Box::pin(async move { (cid, queue.execute(admitted, capsule.data).await) }));
+            }
+            DataDirection::ToController => {
+                r2t(cid, len).encode(self.digests, &mut self.out);
+                self.pending_writes.insert(cid, PendingWrite { cmd: admitted, buf: BytesMut::new(), whole: None, received: 0 });
+            }
+            _ if in_capsule => return self.answer_now(cid, Status::INVALID_FIELD, inflight),
+            _ => inflight.push(Box::pin(async move { (cid, queue.execute(admitted, Bytes::new()).await) })),
+        }
+        Ok(())
+    }
+
+    fn answer_now<'q>(&mut self, cid: u16, status: Status, inflight: &mut Inflight<'q>) -> Result<(), Fatal> {
+        inflight.push(Box::pin(std::future::ready((cid, Response::status(status)))));
+        Ok(())
+    }
+
+    fn on_h2c_data<'q>(&mut self, data: H2CData, queue: &'q Queue, inflight: &mut Inflight<'q>) -> Result<(), Fatal> {
+        let Some(pending) = self.pending_writes.get_mut(&data.ttag) else {
+            return Err(self.header_error(&Pdu::H2CData(data), fes::INVALID_HEADER_FIELD, 10, "H2CData for an unknown transfer tag"));
+        };
+        let total = pending.cmd.transfer_len;
+        if data.cccid != data.ttag {
+            return Err(self.header_error(&Pdu::H2CData(data), fes::INVALID_HEADER_FIELD, 8, "H2CData CCCID does not match its transfer tag"));
+        }
+        if data.datao != pending.received {
+            return Err(self.header_error(&Pdu::H2CData(data), fes::DATA_OUT_OF_RANGE, 12, "H2CData offset is not where the data stopped"));
+        }
+        let len = data.data.len() as u32;
+        if pending.received + len > total {
+            return Err(self.header_error(&Pdu::H2CData(data), fes::DATA_OUT_OF_RANGE, 16, "H2CData beyond the requested length"));
+        }
+        if pending.received == 0 && len == total {
+            pending.whole = Some(data.data);
+        } else {
+            if pending.buf.capacity() == 0 {
+                pending.buf.reserve(total as usize);
+            }
+            pending.buf.extend_from_slice(&data.data);
+        }
+        pending.received += len;
+        if pending.received == total {
+            let cid = data.cccid;
+            let done = self.pending_writes.remove(&cid).expect("pending write present");
+            let payload = done.whole.unwrap_or_else(|| done.buf.freeze());
+            inflight.push(Box::pin(async move { (cid, queue.execute(done.cmd, payload).await) }));
+        }
+        Ok(())
+    }
+
+    fn header_error(&self, pdu: &Pdu, fes: u16, fei: u32, why: &'static str) -> Fatal {
+        let mut head = BytesMut::new();
+        pdu.encode_head(self.digests, &mut head);
+        Fatal::new(fes, fei, head.freeze(), why)
+    }
+
+    /// A data digest mismatch fails only that command, with a status the host retries.
+    fn data_digest_error<'q>(&mut self, cid: u16, inflight: &mut Inflight<'q>) {
+        tracing::warn!(cid, "data digest error");
+        self.pending_writes.remove(&cid);
+        self.active.insert(cid);
+        inflight.push(Box::pin(std::future::ready((cid, Response::status(Status::TRANSIENT_TRANSPORT_ERROR)))));
+    }
+
+    /// Queues the answer to a command: its data (C2HData) and its completion.
+    fn respond(&mut self, queue: &Queue, cid: u16, resp: Response) {
+        self.active.remove(&cid);
+        let binding = queue.binding();
+        let sq_flow_disabled = binding.is_some_and(|b| b.sq_flow_disabled);
+        let entries = binding.map_or(limits::MAX_ADMIN_QUEUE_ENTRIES, |b| b.entries);
+        if resp.close {
+            self.close_after_flush = true;
+        }
+        if !resp.data.is_empty() && resp.status.is_success() {
+            // SUCCESS in the last C2HData replaces the response capsule, which the spec allows
+            // only when SQ flow control is disabled.
+            let success = sq_flow_disabled;
+            let pdu = Pdu::C2HData(C2HData { cccid: cid, datao: 0, last: true, success, data: resp.data });
+            self.push_pdu(pdu);
+            if success {
+                return;
+            }
+        }
+        let cqe = Cqe {
+            result: resp.result,
+            sqhd: if sq_flow_disabled { 0xffff } else { (self.sq_head % entries) as u16 },
+            sqid: binding.map_or(0, |b| b.qid),
+            cid,
+            status: resp.status,
+        };
+        Pdu::CapsuleResp(CapsuleResp { cqe }).encode(self.digests, &mut self.out);
+    }
+
+    /// Appends a PDU with a payload without copying the payload.
+    fn push_pdu(&mut self, pdu: Pdu) {
+        let ddgst = pdu.encode_head(self.digests, &mut self.out);
+        self.segments.push_back(self.out.split().freeze());
+        let payload = match pdu {
+            Pdu::C2HData(d) => d.data,
+            _ => unreachable!("only data PDUs are sent by reference"),
+        };
+        self.segments.push_back(payload);
+        if let Some(d) = ddgst {
+            self.out.extend_from_slice(&d.to_le_bytes());
+        }
+    }
+
+    async fn flush(&mut self) -> Result<(), ConnError> {
+        if !self.out.is_empty() {
+            self.segments.push_back(self.out.split().freeze());
+        }
+        while !self.segments.is_empty() {
+            let slices: Vec<IoSlice<'_>> = self.segments.iter().take(64).map(|b| IoSlice::new(b)).collect();
+            let mut n = self.writer.write_vectored(&slices).await?;
+            if n == 0 {
+                return Err(ConnError::Io(std::io::ErrorKind::WriteZero.into()));
+            }
+            while n > 0 {
+                let front = self.segments.front_mut().expect("written bytes come from segments");
+                if n >= front.len() {
+                    n -= front.len();
+                    self.segments.pop_front();
+                } else {
+                    let _ = front.split_to(n);
+                    n = 0;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends a C2HTermReq and closes, as the spec asks for a fatal transport error.
+    async fn terminate(&mut self, fatal: Fatal) -> Result<(), ConnError> {
+        let Fatal(term, why) = fatal;
+        let _ = self.flush().await;
+        let mut buf = BytesMut::new();
+        Pdu::C2HTermReq(term).encode(Digests::default(), &mut buf);
+        let _ = self.writer.write_all(&buf).await;
+        let _ = self.writer.shutdown().await;
+        Err(ConnError::Terminated(why))
+    }
+}
+
+/// One R2T for the whole transfer, as the Linux target does; TTAG = CID.
+fn r2t(cid: u16, len: u32) -> Pdu {
+    Pdu::R2T(R2T { cccid: cid, ttag: cid, r2to: 0, r2tl: len })
+}
