@@ -2,10 +2,17 @@
 //! `file` (sparse file, the default), `block` (block device, O_DIRECT through io_uring),
 //! `ram` and `null` (benchmarks).
 
+mod aligned;
 pub mod block;
+mod engine;
 pub mod file;
 pub mod null;
 pub mod ram;
+#[cfg(test)]
+mod testkit;
+mod uring;
+
+pub use engine::IoMode;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -94,5 +101,57 @@ pub fn check_range(info: &DriveInfo, offset: u64, len: u64) -> Result<(), DriveE
     match offset.checked_add(len) {
         Some(end) if end <= info.capacity => Ok(()),
         _ => Err(DriveError::OutOfRange { offset, len, capacity: info.capacity }),
+    }
+}
+
+/// Checks the geometry a drive is created with: a block size of 512..=4096 bytes (a power of
+/// two) and a non-empty capacity made of whole blocks.
+pub(crate) fn check_geometry(capacity: u64, block_size: u32) -> Result<(), DriveError> {
+    if !block_size.is_power_of_two() || !(512..=4096).contains(&block_size) {
+        return Err(DriveError::Unusable(format!(
+            "block size {block_size} is not 512, 1024, 2048 or 4096"
+        )));
+    }
+    // A power of two by now, so a mask tests divisibility.
+    if capacity == 0 || capacity & (block_size as u64 - 1) != 0 {
+        return Err(DriveError::Unusable(format!(
+            "capacity {capacity} is not a positive multiple of the {block_size}-byte block"
+        )));
+    }
+    Ok(())
+}
+
+impl DriveError {
+    pub(crate) fn io(offset: u64, len: u64, source: std::io::Error) -> DriveError {
+        DriveError::Io {
+            offset,
+            len,
+            source,
+        }
+    }
+
+    pub(crate) fn open(path: &std::path::Path, source: std::io::Error) -> DriveError {
+        DriveError::Open {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+/// Size of the shared zero buffer.
+pub(crate) const ZEROS_LEN: usize = 1 << 20;
+
+/// Page-aligned so it can also be the source of O_DIRECT writes.
+#[repr(C, align(4096))]
+struct Zeros([u8; ZEROS_LEN]);
+
+/// Lives in .bss: costs no memory until read, and reading maps the kernel's zero page.
+static ZEROS: Zeros = Zeros([0; ZEROS_LEN]);
+
+/// `len` zero bytes, sharing one static buffer when `len <= ZEROS_LEN`.
+pub(crate) fn zeroed_bytes(len: usize) -> Bytes {
+    match ZEROS.0.get(..len) {
+        Some(zeros) => Bytes::from_static(zeros),
+        None => Bytes::from(vec![0u8; len]),
     }
 }

@@ -27,7 +27,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
 use super::Listener;
+use crate::controller::queue::Command;
 use crate::controller::{limits, Admitted, Queue, Response};
+use fabrik_proto::nvme::admin::AdminCommand;
 use crate::model::{Port, TargetState, TransportType};
 
 /// Largest H2CData payload we accept: a whole maximum transfer in one PDU.
@@ -116,6 +118,7 @@ async fn serve_connection(
         pending_writes: HashMap::new(),
         active: HashSet::new(),
         sq_head: 0,
+        parked: HashSet::new(),
         close_after_flush: false,
     };
     let result = conn.run(&queue, &stop).await;
@@ -152,6 +155,8 @@ struct Connection {
     active: HashSet<u16>,
     /// Submission queue head as reported in completions (SQ flow control).
     sq_head: u32,
+    /// Asynchronous Event Requests parked until an event: they do not hold up a shutdown.
+    parked: HashSet<u16>,
     close_after_flush: bool,
 }
 
@@ -193,7 +198,7 @@ impl Connection {
             if self.close_after_flush {
                 return Ok(());
             }
-            if stopping && inflight.is_empty() {
+            if stopping && inflight.len() <= self.parked.len() {
                 return Ok(());
             }
             let teardown = queue.controller().map(|c| c.teardown.clone()).unwrap_or_default();
@@ -320,7 +325,12 @@ impl Connection {
                 self.pending_writes.insert(cid, PendingWrite { cmd: admitted, buf: BytesMut::new(), whole: None, received: 0 });
             }
             _ if in_capsule => return self.answer_now(cid, Status::INVALID_FIELD, inflight),
-            _ => inflight.push(Box::pin(async move { (cid, queue.execute(admitted, Bytes::new()).await) })),
+            _ => {
+                if matches!(admitted.command, Command::Admin(AdminCommand::AsyncEventRequest)) {
+                    self.parked.insert(cid);
+                }
+                inflight.push(Box::pin(async move { (cid, queue.execute(admitted, Bytes::new()).await) }))
+            }
         }
         Ok(())
     }
@@ -380,6 +390,7 @@ impl Connection {
     /// Queues the answer to a command: its data (C2HData) and its completion.
     fn respond(&mut self, queue: &Queue, cid: u16, resp: Response) {
         self.active.remove(&cid);
+        self.parked.remove(&cid);
         let binding = queue.binding();
         let sq_flow_disabled = binding.is_some_and(|b| b.sq_flow_disabled);
         let entries = binding.map_or(limits::MAX_ADMIN_QUEUE_ENTRIES, |b| b.entries);

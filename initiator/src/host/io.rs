@@ -1,0 +1,177 @@
+//! NVM I/O commands on one I/O queue: read, write, flush, write zeroes, deallocate.
+//!
+//! Transfers bigger than one command may move (MDTS, or the 16-bit block count) are split into
+//! several commands, one after the other, as the block layer would split them.
+
+use bytes::{Bytes, BytesMut};
+use fabrik_proto::nvme::io::{DsmRange, IoCommand, DSM_RANGE_LEN};
+use fabrik_proto::Sqe;
+
+use crate::error::HostError;
+use crate::host::controller::Controller;
+use crate::host::queue::Queue;
+use crate::transport::Completion;
+
+/// Most blocks one Read/Write/Write Zeroes can name (NLB is 16 bits, 0's based).
+const MAX_BLOCKS_PER_COMMAND: u32 = 1 << 16;
+/// Most ranges one Dataset Management command carries.
+const MAX_DSM_RANGES: usize = 256;
+
+/// One I/O queue of a controller (`Controller::io_queue`, `Controller::next_io_queue`).
+pub struct IoQueue<'a> {
+    ctrl: &'a Controller,
+    queue: &'a Queue,
+}
+
+impl<'a> IoQueue<'a> {
+    pub(crate) fn new(ctrl: &'a Controller, queue: &'a Queue) -> IoQueue<'a> {
+        IoQueue { ctrl, queue }
+    }
+
+    pub fn qid(&self) -> u16 {
+        self.queue.qid()
+    }
+
+    /// Sends any command on this queue (CID and SGL are set by the queue).
+    pub async fn submit(
+        &self,
+        sqe: Sqe,
+        data_out: Option<Bytes>,
+        data_in_len: usize,
+    ) -> Result<Completion, HostError> {
+        self.queue.submit(sqe, data_out, data_in_len).await
+    }
+
+    async fn command(
+        &self,
+        command: IoCommand,
+        data_out: Option<Bytes>,
+        data_in_len: usize,
+    ) -> Result<Completion, HostError> {
+        self.queue
+            .submit(command.to_sqe(0), data_out, data_in_len)
+            .await
+    }
+
+    /// Blocks per command for namespace blocks of `lba_size` bytes.
+    fn blocks_per_command(&self, lba_size: u32) -> u32 {
+        match self.ctrl.max_transfer() {
+            Some(max) => ((max / lba_size as usize) as u32).clamp(1, MAX_BLOCKS_PER_COMMAND),
+            None => MAX_BLOCKS_PER_COMMAND,
+        }
+    }
+
+    /// Reads `nlb` blocks from `slba`.
+    pub async fn read(&self, nsid: u32, slba: u64, nlb: u32) -> Result<Bytes, HostError> {
+        if nlb == 0 {
+            return Err(HostError::Invalid("a read of 0 blocks".into()));
+        }
+        let lba_size = self.ctrl.lba_size(nsid).await?;
+        let step = self.blocks_per_command(lba_size);
+        if nlb <= step {
+            let len = nlb as usize * lba_size as usize;
+            let command = IoCommand::Read {
+                nsid,
+                slba,
+                nlb,
+                fua: false,
+            };
+            return Ok(self.command(command, None, len).await?.data);
+        }
+        let mut data = BytesMut::with_capacity(nlb as usize * lba_size as usize);
+        let mut done = 0;
+        while done < nlb {
+            let count = step.min(nlb - done);
+            let command = IoCommand::Read {
+                nsid,
+                slba: slba + done as u64,
+                nlb: count,
+                fua: false,
+            };
+            let part = self
+                .command(command, None, count as usize * lba_size as usize)
+                .await?;
+            data.extend_from_slice(&part.data);
+            done += count;
+        }
+        Ok(data.freeze())
+    }
+
+    /// Writes `data`, a whole number of blocks, at `slba`.
+    pub async fn write(
+        &self,
+        nsid: u32,
+        slba: u64,
+        data: Bytes,
+        fua: bool,
+    ) -> Result<(), HostError> {
+        let lba_size = self.ctrl.lba_size(nsid).await? as usize;
+        if data.is_empty() || !data.len().is_multiple_of(lba_size) {
+            return Err(HostError::Invalid(format!(
+                "write of {} bytes is not a positive multiple of the {lba_size}-byte block",
+                data.len()
+            )));
+        }
+        let step = self.blocks_per_command(lba_size as u32) as usize * lba_size;
+        let mut offset = 0;
+        while offset < data.len() {
+            let part = data.slice(offset..(offset + step).min(data.len()));
+            let nlb = (part.len() / lba_size) as u32;
+            let command = IoCommand::Write {
+                nsid,
+                slba: slba + (offset / lba_size) as u64,
+                nlb,
+                fua,
+            };
+            self.command(command, Some(part), 0).await?;
+            offset += step;
+        }
+        Ok(())
+    }
+
+    pub async fn flush(&self, nsid: u32) -> Result<(), HostError> {
+        self.command(IoCommand::Flush { nsid }, None, 0)
+            .await
+            .map(|_| ())
+    }
+
+    /// Writes zeroes to `nlb` blocks from `slba` (no data moves).
+    pub async fn write_zeroes(&self, nsid: u32, slba: u64, nlb: u32) -> Result<(), HostError> {
+        let mut done = 0;
+        while done < nlb {
+            let count = MAX_BLOCKS_PER_COMMAND.min(nlb - done);
+            let command = IoCommand::WriteZeroes {
+                nsid,
+                slba: slba + done as u64,
+                nlb: count,
+                fua: false,
+                deallocate: false,
+            };
+            self.command(command, None, 0).await?;
+            done += count;
+        }
+        Ok(())
+    }
+
+    /// Deallocates (trims) the (slba, nlb) ranges: Dataset Management, AD attribute.
+    pub async fn deallocate(&self, nsid: u32, ranges: &[(u64, u32)]) -> Result<(), HostError> {
+        for chunk in ranges.chunks(MAX_DSM_RANGES) {
+            let mut data = vec![0u8; chunk.len() * DSM_RANGE_LEN];
+            for (&(slba, nlb), buf) in chunk.iter().zip(data.chunks_mut(DSM_RANGE_LEN)) {
+                DsmRange {
+                    attributes: 0,
+                    nlb,
+                    slba,
+                }
+                .encode(buf);
+            }
+            let command = IoCommand::DatasetManagement {
+                nsid,
+                ranges: chunk.len() as u32,
+                deallocate: true,
+            };
+            self.command(command, Some(Bytes::from(data)), 0).await?;
+        }
+        Ok(())
+    }
+}

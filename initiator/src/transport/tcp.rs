@@ -1,0 +1,768 @@
+//! The host half of NVMe/TCP: one TCP connection is one queue.
+//!
+//! A queue is three parts:
+//! - callers of [`TcpQueue::submit`], each holding one of `depth` slots while its command is in
+//!   flight (back-pressure by queue depth), registering a one-shot completion channel under a
+//!   fresh command id (CID) and queueing the command capsule;
+//! - a writer task that owns the socket's write half and sends queued PDUs in order;
+//! - a reader task that owns the read half, decodes the target's PDUs and dispatches them:
+//!   CapsuleResp completes a command, C2HData is appended to a read's buffer, R2T queues the
+//!   H2CData PDUs it asks for, C2HTermReq ends the queue.
+//!
+//! Any transport failure or protocol violation by the target fails every command in flight and
+//! closes the connection, as the Linux host's error recovery does (NVMEOF-FACTS 1.10, 4.5).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use fabrik_proto::nvme::admin_opcode;
+use fabrik_proto::tcp::{
+    flags, pdu_type, C2HData, CapsuleCmd, Decoder, Digests, H2CData, IcReq, IcResp, Pdu, PduError,
+    Role, DATA_HLEN, R2T,
+};
+use fabrik_proto::{Cqe, SglDescriptor, Sqe, Status};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::task::AbortHandle;
+
+use crate::error::HostError;
+
+/// Bytes asked of the socket per read call.
+const READ_CHUNK: usize = 256 * 1024;
+/// Size of the writer's buffer: small PDUs are coalesced into one send; bigger payloads bypass it.
+const WRITE_BUFFER: usize = 64 * 1024;
+
+/// How to set up one queue's connection.
+#[derive(Clone, Debug)]
+pub struct TcpQueueConfig {
+    /// Queue id: 0 for the admin queue, 1.. for I/O queues. Used in errors.
+    pub qid: u16,
+    /// Digests to ask for in ICReq; the target must echo them exactly.
+    pub digests: Digests,
+    /// Commands in flight at most (the queue size the Connect announces).
+    pub depth: u16,
+    /// Largest payload accepted in one PDU from the target (C2HData): bounds what a misbehaving
+    /// target can make us buffer before the transfer length check.
+    pub max_pdu_data: u32,
+    /// How long the TCP connect and the ICReq/ICResp exchange may take (Linux: 10 s).
+    pub connect_timeout: Duration,
+    /// Send H2CData PDUs of at most this many bytes even if MAXH2CDATA allows more (a host may
+    /// always send smaller PDUs; tests use it to exercise a target's reassembly).
+    pub h2c_data_limit: Option<u32>,
+}
+
+impl TcpQueueConfig {
+    pub fn new(qid: u16, depth: u16, digests: Digests) -> TcpQueueConfig {
+        TcpQueueConfig {
+            qid,
+            digests,
+            depth,
+            max_pdu_data: 32 << 20,
+            connect_timeout: Duration::from_secs(10),
+            h2c_data_limit: None,
+        }
+    }
+}
+
+/// What the target answered to one command: its completion entry (any status) and the data it
+/// sent (empty for commands that read nothing).
+#[derive(Clone, Debug)]
+pub struct Completion {
+    pub cqe: Cqe,
+    pub data: Bytes,
+}
+
+/// One NVMe/TCP queue. Dropping it closes the connection.
+pub struct TcpQueue {
+    shared: Arc<Shared>,
+}
+
+/// State shared by the submitting callers, the reader and the writer.
+struct Shared {
+    qid: u16,
+    digests: Digests,
+    maxh2cdata: u32,
+    /// Data bytes per H2CData PDU: MAXH2CDATA, or less if configured.
+    h2c_pdu_size: u32,
+    slots: Arc<Semaphore>,
+    state: Mutex<State>,
+    /// PDUs to send, each as its segments (header, payload, data digest). Unbounded, but every
+    /// entry belongs to a command holding a slot, so the queue depth bounds it.
+    outgoing: mpsc::UnboundedSender<Vec<Bytes>>,
+    tasks: Mutex<Vec<AbortHandle>>,
+}
+
+struct State {
+    in_flight: HashMap<u16, InFlight>,
+    next_cid: u16,
+    /// Set once when the queue fails or is closed; later submits get this error.
+    closed: Option<HostError>,
+}
+
+/// A command waiting for its completion.
+struct InFlight {
+    done: oneshot::Sender<Result<Completion, HostError>>,
+    opcode: u8,
+    /// Released when the command completes, not when the caller stops waiting.
+    _slot: OwnedSemaphorePermit,
+    /// Data to send when the target asks with R2T (empty if none, or if it went in-capsule).
+    data_out: Bytes,
+    /// End of the furthest range the target has asked for so far.
+    requested: u64,
+    /// Data received so far (C2HData), and how much the command reads in total.
+    data_in: BytesMut,
+    data_in_len: usize,
+    /// A C2HData PDU for this command failed its data digest.
+    digest_error: bool,
+}
+
+impl TcpQueue {
+    /// Opens a TCP connection to `addr` and sets the queue up on it (ICReq/ICResp).
+    pub async fn connect(addr: SocketAddr, config: TcpQueueConfig) -> Result<TcpQueue, HostError> {
+        let qid = config.qid;
+        let stream = tokio::time::timeout(config.connect_timeout, TcpStream::connect(addr))
+            .await
+            .map_err(|_| HostError::Timeout {
+                qid,
+                command: format!("TCP connect to {addr}"),
+                after: config.connect_timeout,
+            })?
+            .map_err(|e| HostError::io(format!("queue {qid}: connect to {addr}"), e))?;
+        // Capsules are small and latency matters: never wait to coalesce (as the Linux host).
+        stream
+            .set_nodelay(true)
+            .map_err(|e| HostError::io(format!("queue {qid}: set TCP_NODELAY"), e))?;
+        TcpQueue::establish(stream, config).await
+    }
+
+    /// Sets the queue up on an already connected byte stream: sends ICReq, checks ICResp like the
+    /// Linux host, then starts the reader and writer tasks.
+    pub async fn establish<S>(mut stream: S, config: TcpQueueConfig) -> Result<TcpQueue, HostError>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let qid = config.qid;
+        let icreq = Pdu::IcReq(IcReq {
+            pfv: 0,
+            hpda: 0,
+            digests: config.digests,
+            maxr2t: 0,
+        });
+        let mut out = BytesMut::new();
+        icreq.encode(Digests::default(), &mut out);
+        stream
+            .write_all(&out)
+            .await
+            .map_err(|e| HostError::io(format!("queue {qid}: send ICReq"), e))?;
+
+        let mut decoder = Decoder::new(Role::Host, config.max_pdu_data);
+        let mut buf = BytesMut::with_capacity(READ_CHUNK);
+        let first = tokio::time::timeout(
+            config.connect_timeout,
+            read_pdu(qid, &mut stream, &mut decoder, &mut buf),
+        )
+        .await
+        .map_err(|_| HostError::Timeout {
+            qid,
+            command: "ICReq (waiting for ICResp)".into(),
+            after: config.connect_timeout,
+        })??;
+        let icresp = match first {
+            Pdu::IcResp(icresp) => icresp,
+            Pdu::C2HTermReq(term) => {
+                return Err(HostError::Terminated {
+                    qid,
+                    fes: term.fes,
+                    fei: term.fei,
+                })
+            }
+            other => {
+                return Err(HostError::protocol(
+                    qid,
+                    format!("expected ICResp, got PDU type {:#04x}", other.pdu_type()),
+                ))
+            }
+        };
+        check_icresp(qid, &icresp, config.digests)?;
+        decoder.set_digests(config.digests);
+
+        let (reader, writer) = tokio::io::split(stream);
+        let (outgoing, outgoing_rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared {
+            qid,
+            digests: config.digests,
+            maxh2cdata: icresp.maxh2cdata,
+            h2c_pdu_size: icresp
+                .maxh2cdata
+                .min(config.h2c_data_limit.unwrap_or(u32::MAX))
+                .max(4),
+            slots: Arc::new(Semaphore::new(config.depth.max(1) as usize)),
+            state: Mutex::new(State {
+                in_flight: HashMap::new(),
+                next_cid: 0,
+                closed: None,
+            }),
+            outgoing,
+            tasks: Mutex::new(Vec::new()),
+        });
+        let write_task = tokio::spawn(write_loop(shared.clone(), writer, outgoing_rx));
+        let read_task = tokio::spawn(read_loop(shared.clone(), reader, decoder, buf));
+        shared
+            .tasks
+            .lock()
+            .unwrap()
+            .extend([write_task.abort_handle(), read_task.abort_handle()]);
+        Ok(TcpQueue { shared })
+    }
+
+    pub fn qid(&self) -> u16 {
+        self.shared.qid
+    }
+
+    /// Largest data in one H2CData PDU, from ICResp.
+    pub fn maxh2cdata(&self) -> u32 {
+        self.shared.maxh2cdata
+    }
+
+    pub fn digests(&self) -> Digests {
+        self.shared.digests
+    }
+
+    /// The error that closed the queue, if it is closed.
+    pub fn closed(&self) -> Option<HostError> {
+        self.shared.state.lock().unwrap().closed.clone()
+    }
+
+    /// Sends one command and waits for its completion, whatever its status.
+    ///
+    /// The queue assigns the CID and sets the SGL the way the Linux host does (1.7): data to send
+    /// goes in-capsule (offset data block) when it fits in `in_capsule_limit` bytes, or for any
+    /// Fabrics command; otherwise the target fetches it with R2T (transport data block). A command
+    /// reading `data_in_len` bytes gets a transport data block of that length.
+    pub async fn submit(
+        &self,
+        mut sqe: Sqe,
+        data_out: Option<Bytes>,
+        data_in_len: usize,
+        in_capsule_limit: usize,
+    ) -> Result<Completion, HostError> {
+        let shared = &self.shared;
+        let data_out = data_out.unwrap_or_default();
+        if !data_out.is_empty() && data_in_len > 0 {
+            return Err(HostError::Invalid(
+                "a command cannot both send and receive data".into(),
+            ));
+        }
+        let length = u32::try_from(data_out.len().max(data_in_len))
+            .map_err(|_| HostError::Invalid("transfer longer than 4 GiB".into()))?;
+        let in_capsule = !data_out.is_empty()
+            && (data_out.len() <= in_capsule_limit || sqe.opcode == admin_opcode::FABRICS);
+        let sgl = if in_capsule {
+            SglDescriptor::DataBlockOffset { offset: 0, length }
+        } else {
+            SglDescriptor::TransportDataBlock { length }
+        };
+        sqe.set_sgl(&sgl);
+
+        let slot = shared
+            .slots
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| shared.closed_error())?;
+        let (done, completion) = oneshot::channel();
+        {
+            let mut state = shared.state.lock().unwrap();
+            if let Some(err) = &state.closed {
+                return Err(err.clone());
+            }
+            sqe.cid = state.allocate_cid();
+            state.in_flight.insert(
+                sqe.cid,
+                InFlight {
+                    done,
+                    opcode: sqe.opcode,
+                    _slot: slot,
+                    data_out: if in_capsule {
+                        Bytes::new()
+                    } else {
+                        data_out.clone()
+                    },
+                    requested: 0,
+                    data_in: BytesMut::with_capacity(data_in_len),
+                    data_in_len,
+                    digest_error: false,
+                },
+            );
+        }
+        let capsule_data = if in_capsule { data_out } else { Bytes::new() };
+        shared.send(Pdu::CapsuleCmd(CapsuleCmd {
+            sqe,
+            data: capsule_data,
+        }));
+        completion
+            .await
+            .unwrap_or_else(|_| Err(shared.closed_error()))
+    }
+
+    /// Fails every command in flight with `err` and closes the connection.
+    pub fn abort(&self, err: HostError) {
+        self.shared.fail(err);
+    }
+
+    /// Closes the connection; commands still in flight fail with `QueueClosed`.
+    pub fn close(&self, reason: &str) {
+        self.shared.fail(HostError::QueueClosed {
+            qid: self.shared.qid,
+            reason: reason.into(),
+        });
+    }
+}
+
+impl Drop for TcpQueue {
+    fn drop(&mut self) {
+        self.close("the queue was dropped");
+    }
+}
+
+impl State {
+    /// A CID not in flight. CIDs advance with every command, so a late completion for a
+    /// finished command does not match a new one soon after.
+    fn allocate_cid(&mut self) -> u16 {
+        loop {
+            let cid = self.next_cid;
+            self.next_cid = self.next_cid.wrapping_add(1);
+            if !self.in_flight.contains_key(&cid) {
+                return cid;
+            }
+        }
+    }
+}
+
+impl Shared {
+    fn closed_error(&self) -> HostError {
+        self.state
+            .lock()
+            .unwrap()
+            .closed
+            .clone()
+            .unwrap_or(HostError::QueueClosed {
+                qid: self.qid,
+                reason: "the queue is closed".into(),
+            })
+    }
+
+    /// Queues a PDU for the writer: header (+ header digest), the payload as it is (no copy),
+    /// then the data digest if any.
+    fn send(&self, pdu: Pdu) {
+        let payload = match &pdu {
+            Pdu::CapsuleCmd(c) => c.data.clone(),
+            Pdu::H2CData(d) => d.data.clone(),
+            _ => Bytes::new(),
+        };
+        let mut head = BytesMut::new();
+        let data_digest = pdu.encode_head(self.digests, &mut head);
+        let mut segments = vec![head.freeze()];
+        if !payload.is_empty() {
+            segments.push(payload);
+            if let Some(digest) = data_digest {
+                segments.push(Bytes::copy_from_slice(&digest.to_le_bytes()));
+            }
+        }
+        // A send error means the writer is gone, i.e. the queue already failed: the caller's
+        // completion channel tells it why.
+        let _ = self.outgoing.send(segments);
+    }
+
+    /// Fails every command in flight and stops both tasks, which closes the socket. The first
+    /// failure is the one remembered.
+    fn fail(&self, err: HostError) {
+        let in_flight = {
+            let mut state = self.state.lock().unwrap();
+            if state.closed.is_none() {
+                state.closed = Some(err.clone());
+            }
+            std::mem::take(&mut state.in_flight)
+        };
+        self.slots.close();
+        for (_, command) in in_flight {
+            let _ = command.done.send(Err(err.clone()));
+        }
+        for task in self.tasks.lock().unwrap().drain(..) {
+            task.abort();
+        }
+    }
+
+    /// Handles one PDU from the target. An error is fatal for the queue.
+    fn on_pdu(&self, pdu: Pdu) -> Result<(), HostError> {
+        match pdu {
+            Pdu::CapsuleResp(resp) => self.on_response(resp.cqe),
+            Pdu::C2HData(data) => {
+                let C2HData {
+                    cccid,
+                    datao,
+                    last,
+                    success,
+                    data,
+                } = data;
+                self.on_c2h_data(cccid, datao, &data, last, success, false)
+            }
+            Pdu::R2T(r2t) => self.on_r2t(r2t),
+            Pdu::C2HTermReq(term) => Err(HostError::Terminated {
+                qid: self.qid,
+                fes: term.fes,
+                fei: term.fei,
+            }),
+            other => Err(HostError::protocol(
+                self.qid,
+                format!(
+                    "unexpected PDU type {:#04x} from the target",
+                    other.pdu_type()
+                ),
+            )),
+        }
+    }
+
+    fn on_response(&self, cqe: Cqe) -> Result<(), HostError> {
+        let command = self.state.lock().unwrap().in_flight.remove(&cqe.cid);
+        let command = command.ok_or_else(|| {
+            HostError::protocol(
+                self.qid,
+                format!("completion for unknown command id {:#06x}", cqe.cid),
+            )
+        })?;
+        self.finish(command, cqe);
+        Ok(())
+    }
+
+    /// Completes a command: with its data if all of it arrived intact, else with an error that
+    /// concerns only this command.
+    fn finish(&self, command: InFlight, cqe: Cqe) {
+        let qid = self.qid;
+        let result = if command.digest_error {
+            Err(HostError::DataDigest {
+                qid,
+                command: describe(cqe.cid, command.opcode),
+            })
+        } else if cqe.status.is_success() && command.data_in.len() != command.data_in_len {
+            Err(HostError::protocol(
+                qid,
+                format!(
+                    "{} completed successfully with {} of its {} bytes of data",
+                    describe(cqe.cid, command.opcode),
+                    command.data_in.len(),
+                    command.data_in_len
+                ),
+            ))
+        } else if cqe.status.is_success() && command.requested < command.data_out.len() as u64 {
+            Err(HostError::protocol(
+                qid,
+                format!(
+                    "{} completed successfully after asking for {} of its {} bytes of data",
+                    describe(cqe.cid, command.opcode),
+                    command.requested,
+                    command.data_out.len()
+                ),
+            ))
+        } else {
+            Ok(Completion {
+                cqe,
+                data: command.data_in.freeze(),
+            })
+        };
+        let _ = command.done.send(result);
+    }
+
+    /// Appends C2HData to its command's buffer. Data must arrive in order (DATAO = bytes received
+    /// so far) and within the transfer length. `digest_failed`: the PDU's data digest did not
+    /// match; its bytes are counted (zero-filled) so the transfer stays in step, and the command
+    /// will fail with a data digest error.
+    fn on_c2h_data(
+        &self,
+        cccid: u16,
+        datao: u32,
+        data: &[u8],
+        last: bool,
+        success: bool,
+        digest_failed: bool,
+    ) -> Result<(), HostError> {
+        let qid = self.qid;
+        let mut state = self.state.lock().unwrap();
+        let command = state.in_flight.get_mut(&cccid).ok_or_else(|| {
+            HostError::protocol(qid, format!("C2HData for unknown command id {cccid:#06x}"))
+        })?;
+        if command.data_in_len == 0 {
+            return Err(HostError::protocol(
+                qid,
+                format!(
+                    "C2HData for {}, which reads no data",
+                    describe(cccid, command.opcode)
+                ),
+            ));
+        }
+        let received = command.data_in.len();
+        if datao as usize != received {
+            return Err(HostError::protocol(
+                qid,
+                format!(
+                    "C2HData for command {cccid:#06x} at DATAO {datao}, expected {received} (data must be contiguous)"
+                ),
+            ));
+        }
+        if received + data.len() > command.data_in_len {
+            return Err(HostError::protocol(
+                qid,
+                format!(
+                    "C2HData for command {cccid:#06x} carries bytes {received}..{} of a {}-byte transfer",
+                    received + data.len(),
+                    command.data_in_len
+                ),
+            ));
+        }
+        if success && !last {
+            return Err(HostError::protocol(
+                qid,
+                format!("C2HData for command {cccid:#06x} has SUCCESS set but not LAST_PDU"),
+            ));
+        }
+        if digest_failed {
+            command.digest_error = true;
+            command.data_in.resize(received + data.len(), 0);
+        } else {
+            command.data_in.extend_from_slice(data);
+        }
+        if success {
+            // SUCCESS: the command completed without error and no CapsuleResp follows.
+            let command = state.in_flight.remove(&cccid).expect("looked up above");
+            drop(state);
+            let cqe = Cqe {
+                sqid: qid,
+                ..Cqe::new(cccid, Status::SUCCESS)
+            };
+            self.finish(command, cqe);
+        }
+        Ok(())
+    }
+
+    /// Queues the H2CData PDUs an R2T asks for, each at most MAXH2CDATA bytes, LAST_PDU on the
+    /// final one. The data is sliced from the caller's buffer, not copied.
+    fn on_r2t(&self, r2t: R2T) -> Result<(), HostError> {
+        let qid = self.qid;
+        let R2T {
+            cccid,
+            ttag,
+            r2to,
+            r2tl,
+        } = r2t;
+        let data = {
+            let mut state = self.state.lock().unwrap();
+            let command = state.in_flight.get_mut(&cccid).ok_or_else(|| {
+                HostError::protocol(qid, format!("R2T for unknown command id {cccid:#06x}"))
+            })?;
+            let total = command.data_out.len() as u64;
+            if total == 0 {
+                return Err(HostError::protocol(
+                    qid,
+                    format!(
+                        "R2T for {}, which has no data to fetch",
+                        describe(cccid, command.opcode)
+                    ),
+                ));
+            }
+            if r2tl == 0 {
+                return Err(HostError::protocol(
+                    qid,
+                    format!("R2T for command {cccid:#06x} with R2TL 0"),
+                ));
+            }
+            let end = r2to as u64 + r2tl as u64;
+            if end > total {
+                return Err(HostError::protocol(
+                    qid,
+                    format!("R2T for command {cccid:#06x} asks for bytes {r2to}..{end} of a {total}-byte transfer"),
+                ));
+            }
+            if (r2to as u64) < command.requested {
+                return Err(HostError::protocol(
+                    qid,
+                    format!(
+                        "R2T for command {cccid:#06x} at offset {r2to} asks again for data already sent (up to {})",
+                        command.requested
+                    ),
+                ));
+            }
+            command.requested = end;
+            command.data_out.slice(r2to as usize..end as usize)
+        };
+        let max = self.h2c_pdu_size as usize;
+        let mut offset = 0;
+        while offset < data.len() {
+            let len = max.min(data.len() - offset);
+            self.send(Pdu::H2CData(H2CData {
+                cccid,
+                ttag,
+                datao: r2to + offset as u32,
+                last: offset + len == data.len(),
+                data: data.slice(offset..offset + len),
+            }));
+            offset += len;
+        }
+        Ok(())
+    }
+}
+
+/// A command's name for transport-level errors (the host layer has nicer names).
+fn describe(cid: u16, opcode: u8) -> String {
+    format!("command {cid:#06x} (opcode {opcode:#04x})")
+}
+
+/// The Linux host's ICResp checks (NVMEOF-FACTS 1.5). PDU type and PLEN are the decoder's.
+pub(crate) fn check_icresp(qid: u16, icresp: &IcResp, asked: Digests) -> Result<(), HostError> {
+    let bad = |reason: String| Err(HostError::protocol(qid, reason));
+    if icresp.pfv != 0 {
+        return bad(format!("ICResp PFV {} (only 0 is defined)", icresp.pfv));
+    }
+    if icresp.digests != asked {
+        return bad(format!(
+            "ICResp digests (header {}, data {}) differ from the requested (header {}, data {})",
+            icresp.digests.header, icresp.digests.data, asked.header, asked.data
+        ));
+    }
+    if icresp.cpda != 0 {
+        return bad(format!("ICResp CPDA {} (only 0 is supported)", icresp.cpda));
+    }
+    if icresp.maxh2cdata < 4096 || !icresp.maxh2cdata.is_multiple_of(4) {
+        return bad(format!(
+            "ICResp MAXH2CDATA {} (must be a multiple of 4, at least 4096)",
+            icresp.maxh2cdata
+        ));
+    }
+    Ok(())
+}
+
+/// Reads until one whole PDU is decoded (used for ICResp, before the reader task exists).
+async fn read_pdu<S: AsyncRead + Unpin>(
+    qid: u16,
+    stream: &mut S,
+    decoder: &mut Decoder,
+    buf: &mut BytesMut,
+) -> Result<Pdu, HostError> {
+    loop {
+        match decoder.decode(buf) {
+            Ok(Some(pdu)) => return Ok(pdu),
+            Ok(None) => {}
+            Err(err) => return Err(bad_pdu(qid, &err)),
+        }
+        buf.reserve(READ_CHUNK);
+        match stream.read_buf(buf).await {
+            Ok(0) => return Err(HostError::ConnectionClosed { qid }),
+            Ok(_) => {}
+            Err(e) => return Err(HostError::io(format!("queue {qid}: receive"), e)),
+        }
+    }
+}
+
+fn bad_pdu(qid: u16, err: &PduError) -> HostError {
+    HostError::protocol(qid, format!("bad PDU from the target: {err}"))
+}
+
+/// The fields of the C2HData PDU at the front of `buf`, if it is one: (flags, CCCID, DATAO,
+/// DATAL). Read before decoding, because a PDU whose data digest fails is consumed without them.
+fn peek_c2h_data(buf: &[u8]) -> Option<(u8, u16, u32, u32)> {
+    if buf.len() < DATA_HLEN || buf[0] != pdu_type::C2H_DATA {
+        return None;
+    }
+    let u32_at = |off: usize| u32::from_le_bytes(buf[off..off + 4].try_into().unwrap());
+    Some((
+        buf[1],
+        u16::from_le_bytes([buf[8], buf[9]]),
+        u32_at(12),
+        u32_at(16),
+    ))
+}
+
+async fn read_loop<R: AsyncRead + Unpin>(
+    shared: Arc<Shared>,
+    mut reader: R,
+    mut decoder: Decoder,
+    mut buf: BytesMut,
+) {
+    let qid = shared.qid;
+    let err = loop {
+        let c2h_header = peek_c2h_data(&buf);
+        match decoder.decode(&mut buf) {
+            Ok(Some(pdu)) => {
+                if let Err(err) = shared.on_pdu(pdu) {
+                    break err;
+                }
+            }
+            Ok(None) => {
+                buf.reserve(READ_CHUNK);
+                match reader.read_buf(&mut buf).await {
+                    Ok(0) => break HostError::ConnectionClosed { qid },
+                    Ok(_) => {}
+                    Err(e) => break HostError::io(format!("queue {qid}: receive"), e),
+                }
+            }
+            // Like the Linux host: not fatal, the command fails with a data error. The PDU's
+            // flags still count (a SUCCESS flag completes the command).
+            Err(PduError::DataDigest {
+                pdu_type: pdu_type::C2H_DATA,
+                cccid,
+            }) => {
+                let Some((pdu_flags, _, datao, datal)) = c2h_header else {
+                    break HostError::protocol(qid, "data digest error on an unreadable C2HData");
+                };
+                let zeros = vec![0u8; datal as usize];
+                let last = pdu_flags & flags::LAST_PDU != 0;
+                let success = pdu_flags & flags::SUCCESS != 0;
+                if let Err(err) = shared.on_c2h_data(cccid, datao, &zeros, last, success, true) {
+                    break err;
+                }
+            }
+            Err(err) => break bad_pdu(qid, &err),
+        }
+    };
+    tracing::debug!(qid, "NVMe/TCP queue closing: {err}");
+    shared.fail(err);
+}
+
+async fn write_loop<W: AsyncWrite + Unpin>(
+    shared: Arc<Shared>,
+    writer: W,
+    mut outgoing: mpsc::UnboundedReceiver<Vec<Bytes>>,
+) {
+    let mut writer = BufWriter::with_capacity(WRITE_BUFFER, writer);
+    while let Some(segments) = outgoing.recv().await {
+        let result = async {
+            write_segments(&mut writer, &segments).await?;
+            // Send everything already queued in one go, then flush once.
+            while let Ok(more) = outgoing.try_recv() {
+                write_segments(&mut writer, &more).await?;
+            }
+            writer.flush().await
+        }
+        .await;
+        if let Err(e) = result {
+            shared.fail(HostError::io(format!("queue {}: send", shared.qid), e));
+            return;
+        }
+    }
+}
+
+async fn write_segments<W: AsyncWrite + Unpin>(
+    writer: &mut BufWriter<W>,
+    segments: &[Bytes],
+) -> std::io::Result<()> {
+    for segment in segments {
+        writer.write_all(segment).await?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,658 @@
+//! The host half of NVMe/TCP against a scripted fake target speaking raw PDUs over an in-memory
+//! stream: reassembly, R2T answering, digests, and how protocol violations end the queue.
+
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use fabrik_proto::nvme::io_opcode;
+use fabrik_proto::tcp::{
+    fes, CapsuleCmd, CapsuleResp, Decoder, Digests, IcResp, Pdu, Role, TermReq, R2T,
+};
+use fabrik_proto::{Cqe, SglDescriptor, Sqe, Status};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
+
+use super::*;
+
+const ALL_DIGESTS: [Digests; 4] = [
+    Digests {
+        header: false,
+        data: false,
+    },
+    Digests {
+        header: true,
+        data: false,
+    },
+    Digests {
+        header: false,
+        data: true,
+    },
+    Digests {
+        header: true,
+        data: true,
+    },
+];
+
+/// The target end of the stream: decodes the host's PDUs, sends whatever a test scripts.
+struct FakeTarget {
+    stream: DuplexStream,
+    decoder: Decoder,
+    buf: BytesMut,
+    digests: Digests,
+}
+
+impl FakeTarget {
+    async fn recv(&mut self) -> Pdu {
+        loop {
+            if let Some(pdu) = self
+                .decoder
+                .decode(&mut self.buf)
+                .expect("host sent a bad PDU")
+            {
+                return pdu;
+            }
+            let n = self.stream.read_buf(&mut self.buf).await.unwrap();
+            assert!(n > 0, "host closed the connection");
+        }
+    }
+
+    async fn recv_capsule(&mut self) -> CapsuleCmd {
+        match self.recv().await {
+            Pdu::CapsuleCmd(capsule) => capsule,
+            other => panic!("expected a command capsule, got {other:?}"),
+        }
+    }
+
+    async fn send(&mut self, pdu: Pdu) {
+        let mut out = BytesMut::new();
+        pdu.encode(self.digests, &mut out);
+        self.stream.write_all(&out).await.unwrap();
+    }
+
+    async fn respond(&mut self, cid: u16, status: Status) {
+        self.send(Pdu::CapsuleResp(CapsuleResp {
+            cqe: Cqe::new(cid, status),
+        }))
+        .await;
+    }
+
+    async fn send_data(&mut self, cid: u16, datao: u32, data: &[u8], last: bool, success: bool) {
+        let data = Bytes::copy_from_slice(data);
+        self.send(Pdu::C2HData(C2HData {
+            cccid: cid,
+            datao,
+            last,
+            success,
+            data,
+        }))
+        .await;
+    }
+
+    /// True once the host has closed its end.
+    async fn host_closed(&mut self) -> bool {
+        let mut scratch = [0u8; 4096];
+        matches!(
+            tokio::time::timeout(Duration::from_secs(2), self.stream.read(&mut scratch)).await,
+            Ok(Ok(0)) | Ok(Err(_))
+        )
+    }
+}
+
+/// A queue and the fake target it talks to, after a normal ICReq/ICResp exchange.
+async fn pair(digests: Digests, maxh2cdata: u32) -> (TcpQueue, FakeTarget) {
+    let (host_end, target_end) = tokio::io::duplex(1 << 20);
+    let mut target = FakeTarget {
+        stream: target_end,
+        decoder: Decoder::new(Role::Controller, 1 << 24),
+        buf: BytesMut::new(),
+        digests: Digests::default(),
+    };
+    let accept = async move {
+        let Pdu::IcReq(icreq) = target.recv().await else {
+            panic!("expected ICReq")
+        };
+        assert_eq!((icreq.pfv, icreq.hpda, icreq.maxr2t), (0, 0, 0));
+        assert_eq!(icreq.digests, digests);
+        target
+            .send(Pdu::IcResp(IcResp {
+                pfv: 0,
+                cpda: 0,
+                digests,
+                maxh2cdata,
+            }))
+            .await;
+        target.decoder.set_digests(digests);
+        target.digests = digests;
+        target
+    };
+    let config = TcpQueueConfig::new(1, 32, digests);
+    let (queue, target) = tokio::join!(TcpQueue::establish(host_end, config), accept);
+    (queue.expect("queue set up"), target)
+}
+
+fn read_sqe(blocks: u32) -> Sqe {
+    Sqe {
+        opcode: io_opcode::READ,
+        nsid: 1,
+        cdw12: blocks - 1,
+        ..Sqe::default()
+    }
+}
+
+fn write_sqe(blocks: u32) -> Sqe {
+    Sqe {
+        opcode: io_opcode::WRITE,
+        nsid: 1,
+        cdw12: blocks - 1,
+        ..Sqe::default()
+    }
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed) ^ (i >> 8) as u8)
+        .collect()
+}
+
+#[tokio::test]
+async fn read_reassembles_c2h_data_with_every_digest_combination() {
+    for digests in ALL_DIGESTS {
+        let (queue, mut target) = pair(digests, 4096).await;
+        let expected = pattern(12288, 7);
+        let script = async {
+            let capsule = target.recv_capsule().await;
+            assert_eq!(
+                capsule.sqe.sgl().unwrap(),
+                SglDescriptor::TransportDataBlock { length: 12288 }
+            );
+            assert!(capsule.data.is_empty());
+            for (i, chunk) in expected.chunks(4096).enumerate() {
+                target
+                    .send_data(capsule.sqe.cid, i as u32 * 4096, chunk, i == 2, false)
+                    .await;
+            }
+            target.respond(capsule.sqe.cid, Status::SUCCESS).await;
+        };
+        let (completion, ()) = tokio::join!(queue.submit(read_sqe(3), None, 12288, 0), script);
+        let completion = completion.unwrap_or_else(|e| panic!("{digests:?}: {e}"));
+        assert!(completion.cqe.status.is_success());
+        assert_eq!(&completion.data[..], &expected[..], "{digests:?}");
+    }
+}
+
+#[tokio::test]
+async fn success_flag_completes_a_read_without_a_response_capsule() {
+    let (queue, mut target) = pair(Digests::default(), 4096).await;
+    let expected = pattern(8192, 3);
+    let script = async {
+        let capsule = target.recv_capsule().await;
+        target
+            .send_data(capsule.sqe.cid, 0, &expected[..4096], false, false)
+            .await;
+        target
+            .send_data(capsule.sqe.cid, 4096, &expected[4096..], true, true)
+            .await;
+    };
+    let (completion, ()) = tokio::join!(queue.submit(read_sqe(2), None, 8192, 0), script);
+    assert_eq!(&completion.unwrap().data[..], &expected[..]);
+    // The queue is still usable: the next command gets a fresh answer.
+    let script = async {
+        let capsule = target.recv_capsule().await;
+        target.respond(capsule.sqe.cid, Status::INVALID_FIELD).await;
+    };
+    let (completion, ()) = tokio::join!(queue.submit(Sqe::default(), None, 0, 0), script);
+    assert_eq!(completion.unwrap().cqe.status, Status::INVALID_FIELD);
+}
+
+#[tokio::test]
+async fn c2h_data_with_a_gap_ends_the_queue() {
+    let (queue, mut target) = pair(Digests::default(), 4096).await;
+    let script = async {
+        let capsule = target.recv_capsule().await;
+        target
+            .send_data(capsule.sqe.cid, 4096, &[0u8; 4096], true, false)
+            .await;
+        assert!(target.host_closed().await);
+    };
+    let (result, ()) = tokio::join!(queue.submit(read_sqe(2), None, 8192, 0), script);
+    let err = result.unwrap_err();
+    assert!(
+        matches!(&err, HostError::Protocol { reason, .. } if reason.contains("DATAO 4096")),
+        "{err}"
+    );
+    // Later commands get the error that closed the queue.
+    assert!(matches!(
+        queue.submit(Sqe::default(), None, 0, 0).await,
+        Err(HostError::Protocol { .. })
+    ));
+}
+
+#[tokio::test]
+async fn c2h_data_beyond_the_transfer_ends_the_queue() {
+    let (queue, mut target) = pair(Digests::default(), 4096).await;
+    let script = async {
+        let capsule = target.recv_capsule().await;
+        target
+            .send_data(capsule.sqe.cid, 0, &[0u8; 8192], true, false)
+            .await;
+    };
+    let (result, ()) = tokio::join!(queue.submit(read_sqe(1), None, 4096, 0), script);
+    assert!(
+        matches!(result, Err(HostError::Protocol { reason, .. }) if reason.contains("4096-byte transfer"))
+    );
+}
+
+#[tokio::test]
+async fn success_without_last_pdu_ends_the_queue() {
+    let (queue, mut target) = pair(Digests::default(), 4096).await;
+    let script = async {
+        let capsule = target.recv_capsule().await;
+        target
+            .send_data(capsule.sqe.cid, 0, &[0u8; 4096], false, true)
+            .await;
+    };
+    let (result, ()) = tokio::join!(queue.submit(read_sqe(2), None, 8192, 0), script);
+    assert!(
+        matches!(result, Err(HostError::Protocol { reason, .. }) if reason.contains("LAST_PDU"))
+    );
+}
+
+#[tokio::test]
+async fn short_read_fails_only_that_command() {
+    let (queue, mut target) = pair(Digests::default(), 4096).await;
+    let script = async {
+        let capsule = target.recv_capsule().await;
+        target
+            .send_data(capsule.sqe.cid, 0, &[0u8; 4096], true, false)
+            .await;
+        target.respond(capsule.sqe.cid, Status::SUCCESS).await;
+    };
+    let (result, ()) = tokio::join!(queue.submit(read_sqe(2), None, 8192, 0), script);
+    assert!(
+        matches!(result, Err(HostError::Protocol { reason, .. }) if reason.contains("4096 of its 8192"))
+    );
+    assert!(queue.closed().is_none());
+}
+
+/// Receives the H2CData PDUs answering one R2T and checks their framing.
+async fn collect_h2c(target: &mut FakeTarget, r2t: R2T, maxh2cdata: u32) -> Vec<u8> {
+    let mut data = Vec::new();
+    loop {
+        let Pdu::H2CData(h2c) = target.recv().await else {
+            panic!("expected H2CData")
+        };
+        assert_eq!((h2c.cccid, h2c.ttag), (r2t.cccid, r2t.ttag));
+        assert_eq!(
+            h2c.datao,
+            r2t.r2to + data.len() as u32,
+            "H2CData offsets are contiguous"
+        );
+        assert!(
+            h2c.data.len() as u32 <= maxh2cdata,
+            "H2CData honours MAXH2CDATA"
+        );
+        data.extend_from_slice(&h2c.data);
+        let complete = data.len() as u32 == r2t.r2tl;
+        assert_eq!(
+            h2c.last, complete,
+            "LAST_PDU exactly on the final PDU of the R2T"
+        );
+        if complete {
+            return data;
+        }
+    }
+}
+
+#[tokio::test]
+async fn write_answers_r2t_with_h2c_data_split_by_maxh2cdata() {
+    for digests in ALL_DIGESTS {
+        let (queue, mut target) = pair(digests, 4096).await;
+        let payload = pattern(10_000, 9);
+        let script = async {
+            let capsule = target.recv_capsule().await;
+            assert_eq!(
+                capsule.sqe.sgl().unwrap(),
+                SglDescriptor::TransportDataBlock { length: 10_000 }
+            );
+            assert!(capsule.data.is_empty());
+            let cid = capsule.sqe.cid;
+            // Two R2Ts, one after the other, as a target with a small buffer would send.
+            let first = R2T {
+                cccid: cid,
+                ttag: 5,
+                r2to: 0,
+                r2tl: 6000,
+            };
+            target.send(Pdu::R2T(first)).await;
+            let mut received = collect_h2c(&mut target, first, 4096).await;
+            let second = R2T {
+                cccid: cid,
+                ttag: 6,
+                r2to: 6000,
+                r2tl: 4000,
+            };
+            target.send(Pdu::R2T(second)).await;
+            received.extend(collect_h2c(&mut target, second, 4096).await);
+            target.respond(cid, Status::SUCCESS).await;
+            received
+        };
+        let data = Bytes::from(payload.clone());
+        let (completion, received) =
+            tokio::join!(queue.submit(write_sqe(3), Some(data), 0, 0), script);
+        completion.unwrap_or_else(|e| panic!("{digests:?}: {e}"));
+        assert_eq!(received, payload, "{digests:?}");
+    }
+}
+
+#[tokio::test]
+async fn small_write_goes_in_capsule() {
+    let (queue, mut target) = pair(
+        Digests {
+            header: true,
+            data: true,
+        },
+        4096,
+    )
+    .await;
+    let payload = pattern(4096, 1);
+    let script = async {
+        let capsule = target.recv_capsule().await;
+        assert_eq!(
+            capsule.sqe.sgl().unwrap(),
+            SglDescriptor::DataBlockOffset {
+                offset: 0,
+                length: 4096
+            }
+        );
+        target.respond(capsule.sqe.cid, Status::SUCCESS).await;
+        capsule.data
+    };
+    let data = Bytes::from(payload.clone());
+    let (completion, received) =
+        tokio::join!(queue.submit(write_sqe(1), Some(data), 0, 8192), script);
+    completion.unwrap();
+    assert_eq!(&received[..], &payload[..]);
+}
+
+#[tokio::test]
+async fn write_completed_before_its_data_was_fetched_is_an_error() {
+    let (queue, mut target) = pair(Digests::default(), 4096).await;
+    let script = async {
+        let capsule = target.recv_capsule().await;
+        target.respond(capsule.sqe.cid, Status::SUCCESS).await;
+    };
+    let (result, ()) = tokio::join!(
+        queue.submit(write_sqe(2), Some(Bytes::from(vec![1u8; 8192])), 0, 0),
+        script
+    );
+    assert!(matches!(result, Err(HostError::Protocol { .. })));
+    // An error status instead of R2T is fine: nothing had to move.
+    let script = async {
+        let capsule = target.recv_capsule().await;
+        target
+            .respond(capsule.sqe.cid, Status::LBA_OUT_OF_RANGE)
+            .await;
+    };
+    let (result, ()) = tokio::join!(
+        queue.submit(write_sqe(2), Some(Bytes::from(vec![1u8; 8192])), 0, 0),
+        script
+    );
+    assert_eq!(result.unwrap().cqe.status, Status::LBA_OUT_OF_RANGE);
+}
+
+#[tokio::test]
+async fn r2t_beyond_the_data_ends_the_queue() {
+    let (queue, mut target) = pair(Digests::default(), 4096).await;
+    let script = async {
+        let capsule = target.recv_capsule().await;
+        target
+            .send(Pdu::R2T(R2T {
+                cccid: capsule.sqe.cid,
+                ttag: 0,
+                r2to: 4096,
+                r2tl: 8192,
+            }))
+            .await;
+    };
+    let (result, ()) = tokio::join!(
+        queue.submit(write_sqe(2), Some(Bytes::from(vec![1u8; 8192])), 0, 0),
+        script
+    );
+    assert!(matches!(result, Err(HostError::Protocol { reason, .. }) if reason.contains("R2T")));
+}
+
+#[tokio::test]
+async fn commands_are_pipelined_and_matched_by_cid() {
+    let (queue, mut target) = pair(Digests::default(), 4096).await;
+    let script = async {
+        let mut cids = Vec::new();
+        for _ in 0..8 {
+            cids.push(target.recv_capsule().await.sqe);
+        }
+        // Answer in reverse order, each read with data derived from its SLBA.
+        for sqe in cids.iter().rev() {
+            target
+                .send_data(sqe.cid, 0, &pattern(4096, sqe.cdw10 as u8), true, true)
+                .await;
+        }
+    };
+    // All eight must be in flight before the target answers: run them concurrently.
+    let (results, ()) = tokio::join!(join_all_local(reads_concurrently(&queue)), script);
+    for (slba, result) in results {
+        assert_eq!(&result.unwrap().data[..], &pattern(4096, slba as u8)[..]);
+    }
+}
+
+/// Eight reads of one block at SLBA 0..8, all in flight at once.
+fn reads_concurrently(
+    queue: &TcpQueue,
+) -> Vec<impl std::future::Future<Output = (u32, Result<Completion, HostError>)> + '_> {
+    (0..8u32)
+        .map(move |slba| async move {
+            let sqe = Sqe {
+                cdw10: slba,
+                ..read_sqe(1)
+            };
+            (slba, queue.submit(sqe, None, 4096, 0).await)
+        })
+        .collect()
+}
+
+/// Polls every future to completion concurrently on the current task.
+async fn join_all_local<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output> {
+    let mut futures: Vec<_> = futures.into_iter().map(Box::pin).collect();
+    let mut results: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (f, slot) in futures.iter_mut().zip(results.iter_mut()) {
+            if slot.is_none() {
+                match f.as_mut().poll(cx) {
+                    std::task::Poll::Ready(out) => *slot = Some(out),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    results.into_iter().map(Option::unwrap).collect()
+}
+
+#[tokio::test]
+async fn completion_for_an_unknown_cid_fails_everything_in_flight() {
+    let (queue, mut target) = pair(Digests::default(), 4096).await;
+    let script = async {
+        let capsule = target.recv_capsule().await;
+        target
+            .respond(capsule.sqe.cid.wrapping_add(100), Status::SUCCESS)
+            .await;
+        assert!(target.host_closed().await);
+    };
+    let (result, ()) = tokio::join!(queue.submit(Sqe::default(), None, 0, 0), script);
+    assert!(
+        matches!(result, Err(HostError::Protocol { reason, .. }) if reason.contains("unknown command id"))
+    );
+}
+
+#[tokio::test]
+async fn c2h_term_req_ends_the_queue_with_its_fes() {
+    let (queue, mut target) = pair(
+        Digests {
+            header: true,
+            data: false,
+        },
+        4096,
+    )
+    .await;
+    let script = async {
+        target.recv_capsule().await;
+        let term = TermReq {
+            fes: fes::INVALID_HEADER_FIELD,
+            fei: 2,
+            header: Bytes::from(vec![0u8; 24]),
+        };
+        target.send(Pdu::C2HTermReq(term)).await;
+    };
+    let (result, ()) = tokio::join!(queue.submit(Sqe::default(), None, 0, 0), script);
+    assert!(
+        matches!(result, Err(HostError::Terminated { fes: 1, fei: 2, .. })),
+        "{result:?}"
+    );
+}
+
+#[tokio::test]
+async fn closed_connection_fails_commands_in_flight() {
+    let (queue, mut target) = pair(Digests::default(), 4096).await;
+    let script = async {
+        target.recv_capsule().await;
+        drop(target);
+    };
+    let (result, ()) = tokio::join!(queue.submit(Sqe::default(), None, 0, 0), script);
+    assert!(
+        matches!(result, Err(HostError::ConnectionClosed { qid: 1 })),
+        "{result:?}"
+    );
+}
+
+#[tokio::test]
+async fn bad_data_digest_fails_the_command_but_not_the_queue() {
+    let (queue, mut target) = pair(
+        Digests {
+            header: false,
+            data: true,
+        },
+        4096,
+    )
+    .await;
+    let script = async {
+        let capsule = target.recv_capsule().await;
+        let pdu = Pdu::C2HData(C2HData {
+            cccid: capsule.sqe.cid,
+            datao: 0,
+            last: true,
+            success: true,
+            data: Bytes::from(vec![0xAB; 4096]),
+        });
+        let mut out = BytesMut::new();
+        pdu.encode(target.digests, &mut out);
+        let n = out.len();
+        out[n - 1] ^= 0xFF; // corrupt the data digest
+        target.stream.write_all(&out).await.unwrap();
+    };
+    let (result, ()) = tokio::join!(queue.submit(read_sqe(1), None, 4096, 0), script);
+    assert!(
+        matches!(result, Err(HostError::DataDigest { .. })),
+        "{result:?}"
+    );
+    assert!(queue.closed().is_none());
+    let script = async {
+        let capsule = target.recv_capsule().await;
+        target.respond(capsule.sqe.cid, Status::SUCCESS).await;
+    };
+    let (result, ()) = tokio::join!(queue.submit(Sqe::default(), None, 0, 0), script);
+    assert!(result.is_ok());
+}
+
+#[tokio::test]
+async fn icresp_with_other_digests_is_refused() {
+    let (host_end, target_end) = tokio::io::duplex(1 << 16);
+    let mut target = FakeTarget {
+        stream: target_end,
+        decoder: Decoder::new(Role::Controller, 1 << 20),
+        buf: BytesMut::new(),
+        digests: Digests::default(),
+    };
+    let script = async {
+        target.recv().await;
+        let icresp = IcResp {
+            pfv: 0,
+            cpda: 0,
+            digests: Digests::default(),
+            maxh2cdata: 4096,
+        };
+        target.send(Pdu::IcResp(icresp)).await;
+    };
+    let config = TcpQueueConfig::new(
+        0,
+        32,
+        Digests {
+            header: true,
+            data: false,
+        },
+    );
+    let (result, ()) = tokio::join!(TcpQueue::establish(host_end, config), script);
+    assert!(
+        matches!(result, Err(HostError::Protocol { reason, .. }) if reason.contains("digests"))
+    );
+}
+
+#[test]
+fn icresp_checks_follow_the_linux_host() {
+    let asked = Digests {
+        header: true,
+        data: true,
+    };
+    let good = IcResp {
+        pfv: 0,
+        cpda: 0,
+        digests: asked,
+        maxh2cdata: 0x40_0000,
+    };
+    assert!(check_icresp(0, &good, asked).is_ok());
+    assert!(check_icresp(0, &IcResp { pfv: 1, ..good }, asked).is_err());
+    assert!(check_icresp(0, &IcResp { cpda: 1, ..good }, asked).is_err());
+    assert!(check_icresp(
+        0,
+        &IcResp {
+            maxh2cdata: 2048,
+            ..good
+        },
+        asked
+    )
+    .is_err());
+    assert!(check_icresp(
+        0,
+        &IcResp {
+            maxh2cdata: 4098,
+            ..good
+        },
+        asked
+    )
+    .is_err());
+    let header_only = Digests {
+        header: true,
+        data: false,
+    };
+    assert!(check_icresp(
+        0,
+        &IcResp {
+            digests: header_only,
+            ..good
+        },
+        asked
+    )
+    .is_err());
+}

@@ -1,0 +1,58 @@
+//! Log pages: SMART, Error Information, Firmware Slot, Changed Namespace List and the
+//! discovery log (whole page and single entries), all fed the same bytes.
+
+#![no_main]
+
+use fabrik_proto::fabrics::discovery::*;
+use fabrik_proto::nvme::log::*;
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(smart) = SmartLog::decode(data) {
+        let mut buf = [0u8; SMART_LOG_LEN];
+        smart.encode(&mut buf);
+        assert_eq!(SmartLog::decode(&buf), Ok(smart));
+    }
+    if let Ok(entry) = ErrorLogEntry::decode(data) {
+        let mut buf = [0u8; ERROR_LOG_ENTRY_LEN];
+        entry.encode(&mut buf);
+        assert_eq!(ErrorLogEntry::decode(&buf), Ok(entry));
+    }
+    if let Ok(fw) = FirmwareSlotLog::decode(data) {
+        let mut buf = [0u8; FIRMWARE_SLOT_LOG_LEN];
+        fw.encode(&mut buf);
+        assert_eq!(
+            FirmwareSlotLog::decode(&buf),
+            Ok(fw.clone()),
+            "firmware slots {fw:?}"
+        );
+    }
+    if let Ok(list) = decode_changed_ns_list(data) {
+        if list.len() <= CHANGED_NS_LIST_LEN / 4 {
+            let mut buf = [0u8; CHANGED_NS_LIST_LEN];
+            encode_changed_ns_list(&list, &mut buf);
+            assert_eq!(decode_changed_ns_list(&buf), Ok(list));
+        }
+    }
+    if let Ok(header) = DiscoveryLogHeader::decode(data) {
+        let mut buf = [0u8; DISCOVERY_HEADER_LEN];
+        header.encode(&mut buf);
+        assert_eq!(DiscoveryLogHeader::decode(&buf), Ok(header));
+    }
+    if let Ok(entry) = DiscoveryLogEntry::decode(data) {
+        let mut buf = [0u8; DISCOVERY_ENTRY_LEN];
+        entry.encode(&mut buf);
+        assert_eq!(
+            DiscoveryLogEntry::decode(&buf),
+            Ok(entry.clone()),
+            "entry {entry:?}"
+        );
+    }
+    if let Ok((header, entries)) = decode_discovery_log(data) {
+        assert_eq!(header.numrec, entries.len() as u64);
+        let page = encode_discovery_log(header.genctr, &entries);
+        let (h2, e2) = decode_discovery_log(&page).expect("an encoded page decodes");
+        assert_eq!((h2.genctr, h2.numrec), (header.genctr, header.numrec));
+        assert_eq!(e2, entries);
+    }
+});

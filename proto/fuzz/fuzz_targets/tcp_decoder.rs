@@ -1,0 +1,157 @@
+//! The NVMe/TCP streaming decoder, both roles and every digest setting.
+//!
+//! Input: byte 0 picks the configuration, bytes 1..4 are chunk lengths used in turn, the rest
+//! is the byte stream. The stream is decoded once whole and once in chunks; both must give the
+//! same PDUs and errors, every PDU must survive an encode/decode round trip, and every fatal
+//! error must give a termination request that the peer's decoder accepts.
+
+#![no_main]
+
+use bytes::BytesMut;
+use fabrik_proto::tcp::{Decoder, Digests, Pdu, PduError, Role};
+use libfuzzer_sys::fuzz_target;
+
+#[derive(Clone, Copy, Debug)]
+struct Config {
+    role: Role,
+    digests: Digests,
+    max_data: u32,
+}
+
+impl Config {
+    /// Bit 0: role (0 controller, 1 host); bits 1..3: DGST bits; bits 3..5: max_data.
+    fn from_byte(b: u8) -> Config {
+        let role = if b & 1 == 0 {
+            Role::Controller
+        } else {
+            Role::Host
+        };
+        let max_data = [0, 512, 8192, u32::MAX][(b >> 3 & 3) as usize];
+        Config {
+            role,
+            digests: Digests::from_bits(b >> 1 & 3),
+            max_data,
+        }
+    }
+
+    fn decoder(self) -> Decoder {
+        let mut dec = Decoder::new(self.role, self.max_data);
+        dec.set_digests(self.digests);
+        dec
+    }
+}
+
+/// What one decode call gave; fatal errors without the header copy, whose length depends on
+/// how many bytes had arrived.
+#[derive(PartialEq, Debug)]
+enum Outcome {
+    Pdu(Pdu),
+    DataDigest(PduError),
+    Fatal {
+        fes: u16,
+        fei: u32,
+        reason: &'static str,
+    },
+}
+
+fuzz_target!(|input: &[u8]| {
+    if input.len() < 4 {
+        return;
+    }
+    let cfg = Config::from_byte(input[0]);
+    let chunks: Vec<usize> = input[1..4].iter().map(|&c| c as usize + 1).collect();
+    let stream = &input[4..];
+
+    let whole = run(cfg, stream, &[usize::MAX]);
+    let chunked = run(cfg, stream, &chunks);
+    assert_eq!(whole, chunked, "chunking changed the outcome");
+});
+
+/// Feeds `stream` in chunks of the given lengths (cycled), decoding after each, until the
+/// stream ends or a fatal error stops the connection.
+fn run(cfg: Config, stream: &[u8], chunks: &[usize]) -> Vec<Outcome> {
+    let mut dec = cfg.decoder();
+    let mut buf = BytesMut::new();
+    let mut outcomes = Vec::new();
+    let mut pos = 0;
+    for &chunk in chunks.iter().cycle() {
+        if pos >= stream.len() {
+            break;
+        }
+        let end = stream.len().min(pos.saturating_add(chunk));
+        buf.extend_from_slice(&stream[pos..end]);
+        pos = end;
+        if drain(cfg, &mut dec, &mut buf, &mut outcomes) {
+            break;
+        }
+    }
+    outcomes
+}
+
+/// Decodes until more bytes are needed (false) or a fatal error (true).
+fn drain(cfg: Config, dec: &mut Decoder, buf: &mut BytesMut, out: &mut Vec<Outcome>) -> bool {
+    loop {
+        let before = buf.clone();
+        match dec.decode(buf) {
+            Ok(Some(pdu)) => {
+                assert!(
+                    buf.len() < before.len(),
+                    "a PDU was returned but nothing consumed"
+                );
+                check_round_trip(cfg, &pdu);
+                out.push(Outcome::Pdu(pdu));
+            }
+            Ok(None) => {
+                assert_eq!(*buf, before, "Ok(None) must leave the buffer untouched");
+                return false;
+            }
+            Err(e @ PduError::DataDigest { .. }) => {
+                assert!(
+                    buf.len() < before.len(),
+                    "a data digest error consumes the PDU"
+                );
+                out.push(Outcome::DataDigest(e));
+            }
+            Err(e @ PduError::Fatal { .. }) => {
+                assert_eq!(*buf, before, "a fatal error leaves the buffer alone");
+                check_term_req(cfg, &e);
+                let PduError::Fatal {
+                    fes, fei, reason, ..
+                } = e
+                else {
+                    unreachable!()
+                };
+                out.push(Outcome::Fatal { fes, fei, reason });
+                return true;
+            }
+        }
+    }
+}
+
+/// What was accepted must encode to bytes that decode to the same PDU, consumed exactly.
+fn check_round_trip(cfg: Config, pdu: &Pdu) {
+    let mut bytes = BytesMut::new();
+    pdu.encode(cfg.digests, &mut bytes);
+    let again = cfg.decoder().decode(&mut bytes);
+    assert_eq!(
+        again.as_ref(),
+        Ok(&Some(pdu.clone())),
+        "round trip of {pdu:?}"
+    );
+    assert!(bytes.is_empty());
+}
+
+/// The TermReq we would send must be one the peer decodes to the same values.
+fn check_term_req(cfg: Config, err: &PduError) {
+    let term = err.term_req().expect("a fatal error has a TermReq");
+    assert!(term.header.len() <= 128);
+    let (pdu, peer) = match cfg.role {
+        Role::Controller => (Pdu::C2HTermReq(term), Role::Host),
+        Role::Host => (Pdu::H2CTermReq(term), Role::Controller),
+    };
+    let mut bytes = BytesMut::new();
+    pdu.encode(cfg.digests, &mut bytes);
+    let mut dec = Decoder::new(peer, 0);
+    dec.set_digests(cfg.digests);
+    assert_eq!(dec.decode(&mut bytes), Ok(Some(pdu)));
+}

@@ -1,0 +1,269 @@
+//! How the file and block backends do I/O without blocking the tokio runtime: through
+//! io_uring (`uring.rs`) where the kernel allows it, otherwise with std positional I/O on
+//! tokio's blocking pool. Also the fallocate-based zeroing both backends share.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::aligned::{AlignedBuf, BufPool};
+use super::uring::Ring;
+
+/// How a file or block drive performs I/O.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum IoMode {
+    /// io_uring if the kernel allows it, else the blocking pool (with a warning). Setting
+    /// `FABRIK_NO_URING=1` in the environment forces the blocking pool.
+    #[default]
+    Auto,
+    /// io_uring or fail to open.
+    Uring,
+    /// std positional I/O on tokio's blocking pool.
+    Blocking,
+}
+
+/// A buffer an operation owns while the kernel uses it.
+pub(crate) enum Buf {
+    Vec(Vec<u8>),
+    /// Write source only: `Bytes` cannot be written into.
+    Bytes(Bytes),
+    Aligned(AlignedBuf),
+}
+
+impl Buf {
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        match self {
+            Buf::Vec(v) => v,
+            Buf::Bytes(b) => b,
+            Buf::Aligned(a) => a.as_slice(),
+        }
+    }
+
+    pub(crate) fn as_mut_slice(&mut self) -> Option<&mut [u8]> {
+        match self {
+            Buf::Vec(v) => Some(v),
+            Buf::Bytes(_) => None,
+            Buf::Aligned(a) => Some(a.as_mut_slice()),
+        }
+    }
+}
+
+/// Ring size: operations in flight per drive before further ones queue in the ring thread.
+const RING_ENTRIES: u32 = 256;
+
+pub(crate) enum Engine {
+    Uring(Ring),
+    Blocking,
+}
+
+impl Engine {
+    /// Starts an engine for drive `name`. `pool` buffers are registered with the ring when
+    /// possible; `Engine::pool` tells whether they were.
+    pub(crate) fn new(
+        mode: IoMode,
+        name: &str,
+        pool: Option<Arc<BufPool>>,
+    ) -> Result<Engine, String> {
+        let forced_off = std::env::var_os("FABRIK_NO_URING").is_some_and(|v| v != "0");
+        match mode {
+            IoMode::Blocking => Ok(Engine::Blocking),
+            IoMode::Auto if forced_off => {
+                tracing::info!(drive = name, "FABRIK_NO_URING is set; using blocking I/O");
+                Ok(Engine::Blocking)
+            }
+            IoMode::Uring => Ring::new(name, RING_ENTRIES, pool)
+                .map(Engine::Uring)
+                .map_err(|e| format!("io_uring unavailable: {e}")),
+            IoMode::Auto => match Ring::new(name, RING_ENTRIES, pool) {
+                Ok(ring) => Ok(Engine::Uring(ring)),
+                Err(e) => {
+                    tracing::warn!(
+                        drive = name,
+                        "io_uring unavailable ({e}); using blocking I/O"
+                    );
+                    Ok(Engine::Blocking)
+                }
+            },
+        }
+    }
+
+    pub(crate) fn is_uring(&self) -> bool {
+        matches!(self, Engine::Uring(_))
+    }
+
+    /// The registered buffer pool, if io_uring accepted it.
+    pub(crate) fn pool(&self) -> Option<&Arc<BufPool>> {
+        match self {
+            Engine::Uring(ring) => ring.pool(),
+            Engine::Blocking => None,
+        }
+    }
+
+    /// Fills all of `buf` from `offset`; returns it filled.
+    pub(crate) async fn read_exact_at(
+        &self,
+        file: &Arc<File>,
+        mut buf: Buf,
+        offset: u64,
+    ) -> io::Result<Buf> {
+        let Engine::Uring(ring) = self else {
+            let file = file.clone();
+            return blocking(move || {
+                let dst = buf.as_mut_slice().ok_or(io::ErrorKind::InvalidInput)?;
+                file.read_exact_at(dst, offset).map(|()| buf)
+            })
+            .await;
+        };
+        ring.transfer(file, buf, offset, None).await
+    }
+
+    /// Writes all of `buf` at `offset`; with `dsync` (RWF_DSYNC) the data is durable on return.
+    pub(crate) async fn write_all_at(
+        &self,
+        file: &Arc<File>,
+        buf: Buf,
+        offset: u64,
+        dsync: bool,
+    ) -> io::Result<()> {
+        let Engine::Uring(ring) = self else {
+            let file = file.clone();
+            return blocking(move || pwrite_all(&file, buf.as_slice(), offset, dsync)).await;
+        };
+        ring.transfer(file, buf, offset, Some(dsync))
+            .await
+            .map(drop)
+    }
+
+    pub(crate) async fn fdatasync(&self, file: &Arc<File>) -> io::Result<()> {
+        let Engine::Uring(ring) = self else {
+            let file = file.clone();
+            return blocking(move || file.sync_data()).await;
+        };
+        ring.fdatasync(file).await
+    }
+
+    /// fallocate(2) with `mode` (FALLOC_FL_*) over `offset..offset + len`.
+    pub(crate) async fn fallocate(
+        &self,
+        file: &Arc<File>,
+        mode: i32,
+        offset: u64,
+        len: u64,
+    ) -> io::Result<()> {
+        let Engine::Uring(ring) = self else {
+            let file = file.clone();
+            return blocking(move || fallocate(&file, mode, offset, len)).await;
+        };
+        ring.fallocate(file, mode, offset, len).await
+    }
+
+    /// Deallocates a range so it reads zeros: PUNCH_HOLE frees the space (on a block device
+    /// the kernel makes it a write-zeroes with unmap, which guarantees the zeros); where that
+    /// is unsupported, zero the range instead.
+    pub(crate) async fn punch_hole(
+        &self,
+        file: &Arc<File>,
+        offset: u64,
+        len: u64,
+    ) -> io::Result<()> {
+        let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        match self.fallocate(file, mode, offset, len).await {
+            Err(e) if unsupported(&e) => self.zero_range(file, offset, len).await,
+            other => other,
+        }
+    }
+
+    /// Zeroes a range. ZERO_RANGE keeps the blocks allocated (NVMe Write Zeroes need not
+    /// deallocate; on a block device it is what BLKZEROOUT does); failing that PUNCH_HOLE;
+    /// failing that, plain writes of zeros.
+    pub(crate) async fn zero_range(
+        &self,
+        file: &Arc<File>,
+        offset: u64,
+        len: u64,
+    ) -> io::Result<()> {
+        let keep = libc::FALLOC_FL_KEEP_SIZE;
+        for mode in [
+            libc::FALLOC_FL_ZERO_RANGE | keep,
+            libc::FALLOC_FL_PUNCH_HOLE | keep,
+        ] {
+            match self.fallocate(file, mode, offset, len).await {
+                Err(e) if unsupported(&e) => continue,
+                other => return other,
+            }
+        }
+        let mut done = 0;
+        while done < len {
+            // The shared zero buffer is page-aligned, so this works under O_DIRECT too.
+            let n = (len - done).min(super::ZEROS_LEN as u64) as usize;
+            let zeros = Buf::Bytes(super::zeroed_bytes(n));
+            self.write_all_at(file, zeros, offset + done, false).await?;
+            done += n as u64;
+        }
+        Ok(())
+    }
+}
+
+/// Errors after which the same request is simply tried again.
+pub(crate) fn retryable(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock
+    )
+}
+
+fn unsupported(e: &io::Error) -> bool {
+    e.raw_os_error() == Some(libc::EOPNOTSUPP)
+}
+
+/// Runs `f` on tokio's blocking pool so the runtime's workers never wait on the disk.
+async fn blocking<T, F>(f: F) -> io::Result<T>
+where
+    T: Send + 'static,
+    F: FnOnce() -> io::Result<T> + Send + 'static,
+{
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(io::Error::other)?
+}
+
+fn pwrite_all(file: &File, mut data: &[u8], mut offset: u64, dsync: bool) -> io::Result<()> {
+    if !dsync {
+        return file.write_all_at(data, offset);
+    }
+    while !data.is_empty() {
+        let iov = libc::iovec {
+            iov_base: data.as_ptr() as *mut _,
+            iov_len: data.len(),
+        };
+        // SAFETY: `iov` describes `data`, which outlives the call.
+        let n =
+            unsafe { libc::pwritev2(file.as_raw_fd(), &iov, 1, offset as i64, libc::RWF_DSYNC) };
+        match n {
+            0 => return Err(io::ErrorKind::WriteZero.into()),
+            n if n > 0 => {
+                data = &data[n as usize..];
+                offset += n as u64;
+            }
+            _ => match io::Error::last_os_error() {
+                e if retryable(&e) => {}
+                e => return Err(e),
+            },
+        }
+    }
+    Ok(())
+}
+
+fn fallocate(file: &File, mode: i32, offset: u64, len: u64) -> io::Result<()> {
+    // SAFETY: plain syscall on a descriptor we own.
+    let rc = unsafe { libc::fallocate(file.as_raw_fd(), mode, offset as i64, len as i64) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
