@@ -57,16 +57,24 @@ pub struct DriveEntry {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{path}: {message}")]
     Parse { path: PathBuf, message: String },
 }
 
 impl ConfigFile {
     pub fn load(path: &Path) -> Result<ConfigFile, ConfigError> {
-        let text =
-            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
-        ConfigFile::parse(&text).map_err(|message| ConfigError::Parse { path: path.to_path_buf(), message })
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        ConfigFile::parse(&text).map_err(|message| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message,
+        })
     }
 
     pub fn parse(text: &str) -> Result<ConfigFile, String> {
@@ -77,17 +85,30 @@ impl ConfigFile {
 /// Parses a size such as `4096`, `512K`, `64G`, `1.5T` or `64GiB` (binary units).
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let value: f64 = num.parse().map_err(|_| format!("invalid size {s:?}: expected a number with an optional unit"))?;
-    let shift = match unit.trim().to_ascii_uppercase().trim_end_matches("IB").trim_end_matches('B') {
+    let value: f64 = num
+        .parse()
+        .map_err(|_| format!("invalid size {s:?}: expected a number with an optional unit"))?;
+    let shift = match unit
+        .trim()
+        .to_ascii_uppercase()
+        .trim_end_matches("IB")
+        .trim_end_matches('B')
+    {
         "" => 0,
         "K" => 10,
         "M" => 20,
         "G" => 30,
         "T" => 40,
         "P" => 50,
-        other => return Err(format!("invalid size {s:?}: unknown unit {other:?} (use K, M, G, T)")),
+        other => {
+            return Err(format!(
+                "invalid size {s:?}: unknown unit {other:?} (use K, M, G, T)"
+            ))
+        }
     };
     let bytes = value * (1u64 << shift) as f64;
     if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {

@@ -7,9 +7,17 @@ use thiserror::Error;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
 pub enum DecodeError {
     #[error("{what}: need {need} bytes, have {have}")]
-    Short { what: &'static str, need: usize, have: usize },
+    Short {
+        what: &'static str,
+        need: usize,
+        have: usize,
+    },
     #[error("{what}: invalid field at byte {offset}: {reason}")]
-    Field { what: &'static str, offset: usize, reason: &'static str },
+    Field {
+        what: &'static str,
+        offset: usize,
+        reason: &'static str,
+    },
 }
 
 impl DecodeError {
@@ -18,7 +26,11 @@ impl DecodeError {
     }
 
     pub(crate) fn field(what: &'static str, offset: usize, reason: &'static str) -> Self {
-        DecodeError::Field { what, offset, reason }
+        DecodeError::Field {
+            what,
+            offset,
+            reason,
+        }
     }
 
     /// Byte offset of the offending field (the length boundary for short input).

@@ -69,10 +69,17 @@ impl Config {
             self.data_dir = dir.clone();
         }
         if let Some(listen) = &file.listen {
-            self.listen = listen.iter().map(|l| parse_listen(l)).collect::<anyhow::Result<_>>()?;
+            self.listen = listen
+                .iter()
+                .map(|l| parse_listen(l))
+                .collect::<anyhow::Result<_>>()?;
         }
         if let Some(hosts) = &file.hosts {
-            self.allowed_hosts = if hosts.is_empty() { None } else { Some(hosts.clone()) };
+            self.allowed_hosts = if hosts.is_empty() {
+                None
+            } else {
+                Some(hosts.clone())
+            };
         }
         if let Some(d) = &file.drives {
             if let Some(n) = d.count {
@@ -121,7 +128,9 @@ impl Config {
                 let id = format!("{i:02}");
                 DriveSpec {
                     path: match self.backend {
-                        BackendKind::File => Some(self.data_dir.join("drives").join(format!("drive-{id}.img"))),
+                        BackendKind::File => {
+                            Some(self.data_dir.join("drives").join(format!("drive-{id}.img")))
+                        }
                         _ => None,
                     },
                     id,
@@ -143,16 +152,26 @@ impl Config {
             bail!("no listener: give at least one --listen ADDR:PORT");
         }
         if !matches!(self.block_size, 512 | 4096) {
-            bail!("block size {} is not supported (512 or 4096)", self.block_size);
+            bail!(
+                "block size {} is not supported (512 or 4096)",
+                self.block_size
+            );
         }
         for d in self.drive_list() {
-            if d.backend != BackendKind::Block && (d.size == 0 || d.size % d.block_size as u64 != 0) {
-                bail!("drive {}: size {} is not a positive multiple of the {}-byte block", d.id, d.size, d.block_size);
+            if d.backend != BackendKind::Block && (d.size == 0 || d.size % d.block_size as u64 != 0)
+            {
+                bail!(
+                    "drive {}: size {} is not a positive multiple of the {}-byte block",
+                    d.id,
+                    d.size,
+                    d.block_size
+                );
             }
         }
         if let Some(hosts) = &self.allowed_hosts {
             for h in hosts {
-                fabrik_proto::fabrics::nqn::Nqn::new(h).with_context(|| format!("allowed host {h:?}"))?;
+                fabrik_proto::fabrics::nqn::Nqn::new(h)
+                    .with_context(|| format!("allowed host {h:?}"))?;
             }
         }
         Ok(())
@@ -175,7 +194,8 @@ pub fn parse_listen(s: &str) -> anyhow::Result<SocketAddr> {
     if s.starts_with("rdma:") {
         bail!("listener {s:?}: the RDMA transport is not available in this build");
     }
-    addr.parse().with_context(|| format!("listener {s:?}: expected ADDR:PORT, e.g. 127.0.0.1:4420"))
+    addr.parse()
+        .with_context(|| format!("listener {s:?}: expected ADDR:PORT, e.g. 127.0.0.1:4420"))
 }
 
 /// The machine's host name, cut down to what an NQN and a serial number can carry.
@@ -196,7 +216,13 @@ pub fn sanitize_box_name(name: &str) -> anyhow::Result<String> {
     let clean: String = name
         .to_ascii_lowercase()
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '-' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '.' {
+                c
+            } else {
+                '-'
+            }
+        })
         .take(64)
         .collect();
     if clean.trim_matches('-').is_empty() {
@@ -230,7 +256,10 @@ mod tests {
         let drives = c.drive_list();
         assert_eq!(drives.len(), 24);
         assert_eq!(drives[7].id, "07");
-        assert_eq!(drives[7].path.as_deref(), Some(Path::new("/tmp/x/drives/drive-07.img")));
+        assert_eq!(
+            drives[7].path.as_deref(),
+            Some(Path::new("/tmp/x/drives/drive-07.img"))
+        );
         assert!(c.subsystem_nqn("07").ends_with(":drive-07"));
         fabrik_proto::fabrics::nqn::Nqn::new(&c.subsystem_nqn("07")).unwrap();
         c.validate().unwrap();

@@ -60,7 +60,12 @@ impl Target {
             state.add_port(port.port().clone());
             listeners.push(Box::new(port).serve(state.clone(), stop.clone()));
         }
-        Ok(Target { state, listen_addrs, stop, listeners })
+        Ok(Target {
+            state,
+            listen_addrs,
+            stop,
+            listeners,
+        })
     }
 
     /// The addresses actually bound (a port 0 in the configuration becomes the one chosen).
@@ -69,7 +74,11 @@ impl Target {
     }
 
     pub fn subsystem_nqns(&self) -> Vec<String> {
-        self.state.subsystems().iter().map(|s| s.nqn.to_string()).collect()
+        self.state
+            .subsystems()
+            .iter()
+            .map(|s| s.nqn.to_string())
+            .collect()
     }
 
     pub fn state(&self) -> &Arc<TargetState> {
@@ -96,11 +105,21 @@ impl Target {
 fn open_drive(spec: &DriveSpec) -> anyhow::Result<Arc<dyn Drive>> {
     Ok(match spec.backend {
         BackendKind::File => {
-            let path = spec.path.as_ref().context("the file backend needs a path")?;
-            Arc::new(backend::file::FileDrive::open(path, spec.size, spec.block_size)?)
+            let path = spec
+                .path
+                .as_ref()
+                .context("the file backend needs a path")?;
+            Arc::new(backend::file::FileDrive::open(
+                path,
+                spec.size,
+                spec.block_size,
+            )?)
         }
         BackendKind::Block => {
-            let path = spec.path.as_ref().context("the block backend needs a path")?;
+            let path = spec
+                .path
+                .as_ref()
+                .context("the block backend needs a path")?;
             Arc::new(backend::block::BlockDrive::open(path)?)
         }
         BackendKind::Ram => Arc::new(backend::ram::RamDrive::new(spec.size, spec.block_size)?),
@@ -111,7 +130,14 @@ fn open_drive(spec: &DriveSpec) -> anyhow::Result<Arc<dyn Drive>> {
 /// A 20-character serial number, stable for a box and drive.
 fn serial_number(box_name: &str, drive_id: &str) -> String {
     let h = model::stable_id(box_name, b"serial");
-    let mut s = format!("FBK{:02X}{:02X}{:02X}{:02X}-{}", h[0], h[1], h[2], h[3], drive_id.to_ascii_uppercase());
+    let mut s = format!(
+        "FBK{:02X}{:02X}{:02X}{:02X}-{}",
+        h[0],
+        h[1],
+        h[2],
+        h[3],
+        drive_id.to_ascii_uppercase()
+    );
     s.truncate(20);
     s
 }

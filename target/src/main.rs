@@ -57,7 +57,9 @@ fn main() -> anyhow::Result<()> {
         .init();
     let args = Args::parse();
     let config = build_config(&args)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     runtime.block_on(run(config))
 }
 
@@ -70,13 +72,19 @@ fn build_config(args: &Args) -> anyhow::Result<Config> {
         config.data_dir = d.clone();
     }
     if !args.listen.is_empty() {
-        config.listen = args.listen.iter().map(|l| parse_listen(l)).collect::<anyhow::Result<_>>()?;
+        config.listen = args
+            .listen
+            .iter()
+            .map(|l| parse_listen(l))
+            .collect::<anyhow::Result<_>>()?;
     }
     if let Some(n) = args.drives {
         config.drives = n;
     }
     if let Some(s) = &args.drive_size {
-        config.drive_size = parse_size(s).map_err(anyhow::Error::msg).context("--drive-size")?;
+        config.drive_size = parse_size(s)
+            .map_err(anyhow::Error::msg)
+            .context("--drive-size")?;
     }
     if let Some(b) = &args.backend {
         config.backend = parse_backend(b)?;
@@ -113,8 +121,13 @@ fn print_banner(config: &Config, target: &Target, drives: usize) {
     let addrs = target.listen_addrs();
     let first = addrs[0];
     let nqns = target.subsystem_nqns();
-    eprintln!("fabrikd {} serving {drives} drive(s) ({} backend, {} each) from {}", env!("CARGO_PKG_VERSION"),
-        config.backend.name(), human_size(config.drive_size), config.data_dir.display());
+    eprintln!(
+        "fabrikd {} serving {drives} drive(s) ({} backend, {} each) from {}",
+        env!("CARGO_PKG_VERSION"),
+        config.backend.name(),
+        human_size(config.drive_size),
+        config.data_dir.display()
+    );
     for a in &addrs {
         eprintln!("  NVMe/TCP listener {a} (discovery: nqn.2014-08.org.nvmexpress.discovery)");
     }
@@ -123,10 +136,22 @@ fn print_banner(config: &Config, target: &Target, drives: usize) {
         Some(h) => eprintln!("  hosts: only {}", h.join(", ")),
     }
     eprintln!("Connect from a Linux host (nvme-cli):");
-    eprintln!("  nvme discover -t tcp -a {} -s {}", first.ip(), first.port());
-    eprintln!("  nvme connect-all -t tcp -a {} -s {}", first.ip(), first.port());
+    eprintln!(
+        "  nvme discover -t tcp -a {} -s {}",
+        first.ip(),
+        first.port()
+    );
+    eprintln!(
+        "  nvme connect-all -t tcp -a {} -s {}",
+        first.ip(),
+        first.port()
+    );
     if let Some(nqn) = nqns.first() {
-        eprintln!("  nvme connect -t tcp -a {} -s {} -n {nqn}", first.ip(), first.port());
+        eprintln!(
+            "  nvme connect -t tcp -a {} -s {} -n {nqn}",
+            first.ip(),
+            first.port()
+        );
     }
 }
 

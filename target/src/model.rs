@@ -94,7 +94,12 @@ pub struct Subsystem {
 const MAX_CNTLID: u16 = 0xFFEF;
 
 impl Subsystem {
-    pub fn new(nqn: Nqn, serial: String, model: String, allowed_hosts: Option<Vec<String>>) -> Subsystem {
+    pub fn new(
+        nqn: Nqn,
+        serial: String,
+        model: String,
+        allowed_hosts: Option<Vec<String>>,
+    ) -> Subsystem {
         Subsystem {
             nqn,
             serial,
@@ -126,27 +131,33 @@ impl Subsystem {
     }
 
     pub fn max_nsid(&self) -> u32 {
-        self.namespaces.read().unwrap().keys().next_back().copied().unwrap_or(0)
+        self.namespaces
+            .read()
+            .unwrap()
+            .keys()
+            .next_back()
+            .copied()
+            .unwrap_or(0)
     }
 
     /// Registers a controller under a fresh CNTLID, unique among this subsystem's live controllers.
-    pub fn register_controller(&self, make: impl FnOnce(u16) -> Arc<Controller>) -> Option<Arc<Controller>> {
-        let mut ctrls = self.controllers.lock().unwrap();
-        ctrls.retain(|_, c| c.strong_count() > 0);
-        for _ in 0..MAX_CNTLID {
-            let id = self.next_cntlid.fetch_add(1, Ordering::Relaxed);
-            let id = (id % MAX_CNTLID).max(1);
-            if !ctrls.contains_key(&id) {
-                let ctrl = make(id);
-                ctrls.insert(id, Arc::downgrade(&ctrl));
-                return Some(ctrl);
-            }
-        }
-        None
+    pub fn register_controller(
+        &self,
+        make: impl FnOnce(u16) -> Arc<Controller>,
+    ) -> Option<Arc<Controller>> {
+        register(
+            &mut self.controllers.lock().unwrap(),
+            &self.next_cntlid,
+            make,
+        )
     }
 
     pub fn controller(&self, cntlid: u16) -> Option<Arc<Controller>> {
-        self.controllers.lock().unwrap().get(&cntlid).and_then(Weak::upgrade)
+        self.controllers
+            .lock()
+            .unwrap()
+            .get(&cntlid)
+            .and_then(Weak::upgrade)
     }
 
     pub fn unregister_controller(&self, cntlid: u16) {
@@ -154,7 +165,12 @@ impl Subsystem {
     }
 
     pub fn controllers(&self) -> Vec<Arc<Controller>> {
-        self.controllers.lock().unwrap().values().filter_map(Weak::upgrade).collect()
+        self.controllers
+            .lock()
+            .unwrap()
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect()
     }
 }
 
@@ -201,7 +217,10 @@ impl TargetState {
     }
 
     pub fn add_subsystem(&self, s: Arc<Subsystem>) {
-        self.subsystems.write().unwrap().insert(s.nqn.as_str().to_string(), s);
+        self.subsystems
+            .write()
+            .unwrap()
+            .insert(s.nqn.as_str().to_string(), s);
         self.discovery_changed();
     }
 
@@ -233,23 +252,27 @@ impl TargetState {
     /// Bumps the discovery log generation and tells connected discovery controllers.
     pub fn discovery_changed(&self) {
         self.discovery_genctr.fetch_add(1, Ordering::AcqRel);
-        let ctrls: Vec<_> = self.discovery_controllers.lock().unwrap().values().filter_map(Weak::upgrade).collect();
+        let ctrls: Vec<_> = self
+            .discovery_controllers
+            .lock()
+            .unwrap()
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect();
         for c in ctrls {
             c.discovery_log_changed();
         }
     }
 
-    pub fn register_discovery_controller(&self, make: impl FnOnce(u16) -> Arc<Controller>) -> Arc<Controller> {
-        let mut ctrls = self.discovery_controllers.lock().unwrap();
-        ctrls.retain(|_, c| c.strong_count() > 0);
-        loop {
-            let id = (self.next_discovery_cntlid.fetch_add(1, Ordering::Relaxed) % MAX_CNTLID).max(1);
-            if !ctrls.contains_key(&id) {
-                let ctrl = make(id);
-                ctrls.insert(id, Arc::downgrade(&ctrl));
-                return ctrl;
-            }
-        }
+    pub fn register_discovery_controller(
+        &self,
+        make: impl FnOnce(u16) -> Arc<Controller>,
+    ) -> Option<Arc<Controller>> {
+        register(
+            &mut self.discovery_controllers.lock().unwrap(),
+            &self.next_discovery_cntlid,
+            make,
+        )
     }
 
     pub fn unregister_discovery_controller(&self, cntlid: u16) {
@@ -258,10 +281,39 @@ impl TargetState {
 
     /// Every live controller, I/O and discovery.
     pub fn controllers(&self) -> Vec<Arc<Controller>> {
-        let mut all: Vec<_> = self.subsystems().iter().flat_map(|s| s.controllers()).collect();
-        all.extend(self.discovery_controllers.lock().unwrap().values().filter_map(Weak::upgrade));
+        let mut all: Vec<_> = self
+            .subsystems()
+            .iter()
+            .flat_map(|s| s.controllers())
+            .collect();
+        all.extend(
+            self.discovery_controllers
+                .lock()
+                .unwrap()
+                .values()
+                .filter_map(Weak::upgrade),
+        );
         all
     }
+}
+
+/// Registers a controller under the next free CNTLID (1..=0xFFEF, unique among live controllers
+/// of `ctrls`); None when every ID is taken.
+fn register(
+    ctrls: &mut HashMap<u16, Weak<Controller>>,
+    next: &AtomicU16,
+    make: impl FnOnce(u16) -> Arc<Controller>,
+) -> Option<Arc<Controller>> {
+    ctrls.retain(|_, c| c.strong_count() > 0);
+    for _ in 0..MAX_CNTLID {
+        let id = (next.fetch_add(1, Ordering::Relaxed) % MAX_CNTLID).max(1);
+        if let std::collections::hash_map::Entry::Vacant(slot) = ctrls.entry(id) {
+            let ctrl = make(id);
+            slot.insert(Arc::downgrade(&ctrl));
+            return Some(ctrl);
+        }
+    }
+    None
 }
 
 /// A stable 16-byte identifier derived from a name (FNV-1a, 128-bit): NGUIDs and UUIDs stay the

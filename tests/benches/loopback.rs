@@ -20,22 +20,30 @@ const BLOCK: u32 = 4096;
 const DRIVE_BLOCKS: u64 = (1 << 30) / BLOCK as u64;
 
 fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap()
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap()
 }
 
 struct Lcg(u64);
 impl Lcg {
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         self.0 >> 33
     }
 }
 
 /// Raw TCP: one direction bulk throughput in bytes/s.
-async fn raw_throughput(secs: f64) -> f64 {
+async fn raw_throughput(peer: &tokio::runtime::Handle, secs: f64) -> f64 {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let sink = tokio::spawn(async move {
+    // The receiving end runs on the target's runtime: each end has its own core, as in the NVMe runs.
+    let sink = peer.spawn(async move {
         let (mut s, _) = listener.accept().await.unwrap();
         let mut buf = vec![0u8; 1 << 20];
         let mut total = 0u64;
@@ -49,7 +57,7 @@ async fn raw_throughput(secs: f64) -> f64 {
     });
     let mut s = TcpStream::connect(addr).await.unwrap();
     s.set_nodelay(true).unwrap();
-    let chunk = vec![0x5au8; 128 * 1024];
+    let chunk = vec![0x5au8; 1 << 20];
     let start = Instant::now();
     while start.elapsed().as_secs_f64() < secs {
         s.write_all(&chunk).await.unwrap();
@@ -61,10 +69,10 @@ async fn raw_throughput(secs: f64) -> f64 {
 }
 
 /// Raw TCP round trip shaped like a 4 KiB read: a 72-byte capsule out, 4 KiB + headers back.
-async fn raw_round_trip(secs: f64) -> Duration {
+async fn raw_round_trip(peer: &tokio::runtime::Handle, secs: f64) -> Duration {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
+    peer.spawn(async move {
         let (mut s, _) = listener.accept().await.unwrap();
         s.set_nodelay(true).unwrap();
         let mut req = [0u8; 72];
@@ -91,7 +99,12 @@ async fn raw_round_trip(secs: f64) -> Duration {
 
 /// `depth` concurrent readers of `nlb` blocks at random offsets on one I/O queue for `secs`.
 /// Returns (IOPS, bytes/s, mean latency).
-async fn read_load(ctrl: Arc<Controller>, nlb: u32, depth: usize, secs: f64) -> (f64, f64, Duration) {
+async fn read_load(
+    ctrl: Arc<Controller>,
+    nlb: u32,
+    depth: usize,
+    secs: f64,
+) -> (f64, f64, Duration) {
     let start = Instant::now();
     let mut tasks = Vec::new();
     for t in 0..depth {
@@ -132,7 +145,9 @@ async fn write_load(ctrl: Arc<Controller>, nlb: u32, depth: usize, secs: f64) ->
             let mut ios = 0u64;
             while start.elapsed().as_secs_f64() < secs {
                 let slba = rng.next() % (DRIVE_BLOCKS - nlb as u64);
-                ctrl.write(1, slba, data.clone(), false).await.expect("write");
+                ctrl.write(1, slba, data.clone(), false)
+                    .await
+                    .expect("write");
                 ios += 1;
             }
             ios
@@ -147,7 +162,12 @@ async fn write_load(ctrl: Arc<Controller>, nlb: u32, depth: usize, secs: f64) ->
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let secs: f64 = args.iter().position(|a| a == "--secs").and_then(|i| args.get(i + 1)).and_then(|s| s.parse().ok()).unwrap_or(3.0);
+    let secs: f64 = args
+        .iter()
+        .position(|a| a == "--secs")
+        .and_then(|i| args.get(i + 1))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(3.0);
 
     let target_rt = runtime();
     let dir = tempfile::tempdir().unwrap();
@@ -162,8 +182,8 @@ fn main() {
 
     let host_rt = runtime();
     host_rt.block_on(async {
-        let raw_bw = raw_throughput(secs).await;
-        let raw_rtt = raw_round_trip(secs).await;
+        let raw_bw = raw_throughput(target_rt.handle(), secs).await;
+        let raw_rtt = raw_round_trip(target_rt.handle(), secs).await;
         let mut opts = ConnectOptions::new(addr, nqn);
         opts.io_queues = 1;
         let ctrl = Arc::new(Controller::connect(opts).await.expect("connect"));
@@ -176,17 +196,65 @@ fn main() {
 
         let gb = |b: f64| b / 1e9;
         println!("fabrik loopback benchmark (ram backend, 1 I/O queue, {secs} s per figure)");
-        println!("{:<40} {:>14}", "raw TCP loopback throughput", format!("{:.2} GB/s", gb(raw_bw)));
-        println!("{:<40} {:>14}", "raw TCP round trip (72 B / 4 KiB)", format!("{:.1} us", raw_rtt.as_secs_f64() * 1e6));
-        println!("{:<40} {:>14}", "4 KiB random read QD1", format!("{:.0} IOPS", qd1_iops));
-        println!("{:<40} {:>14}", "4 KiB random read QD1 latency", format!("{:.1} us", qd1_lat.as_secs_f64() * 1e6));
-        println!("{:<40} {:>14}", "  over the raw round trip", format!("+{:.1} us", (qd1_lat.as_secs_f64() - raw_rtt.as_secs_f64()) * 1e6));
-        println!("{:<40} {:>14}", "4 KiB random read QD32", format!("{:.0} IOPS", qd32_iops));
-        println!("{:<40} {:>14}", "128 KiB read QD8", format!("{:.2} GB/s", gb(read_bw)));
-        println!("{:<40} {:>14}", "  ratio to raw TCP", format!("{:.0} %", read_bw / raw_bw * 100.0));
-        println!("{:<40} {:>14}", "128 KiB write QD8", format!("{:.2} GB/s", gb(write_bw)));
-        println!("{:<40} {:>14}", "  ratio to raw TCP", format!("{:.0} %", write_bw / raw_bw * 100.0));
-        Arc::try_unwrap(ctrl).ok().expect("no other users").shutdown().await.expect("shutdown");
+        println!(
+            "{:<40} {:>14}",
+            "raw TCP loopback throughput",
+            format!("{:.2} GB/s", gb(raw_bw))
+        );
+        println!(
+            "{:<40} {:>14}",
+            "raw TCP round trip (72 B / 4 KiB)",
+            format!("{:.1} us", raw_rtt.as_secs_f64() * 1e6)
+        );
+        println!(
+            "{:<40} {:>14}",
+            "4 KiB random read QD1",
+            format!("{:.0} IOPS", qd1_iops)
+        );
+        println!(
+            "{:<40} {:>14}",
+            "4 KiB random read QD1 latency",
+            format!("{:.1} us", qd1_lat.as_secs_f64() * 1e6)
+        );
+        println!(
+            "{:<40} {:>14}",
+            "  over the raw round trip",
+            format!(
+                "+{:.1} us",
+                (qd1_lat.as_secs_f64() - raw_rtt.as_secs_f64()) * 1e6
+            )
+        );
+        println!(
+            "{:<40} {:>14}",
+            "4 KiB random read QD32",
+            format!("{:.0} IOPS", qd32_iops)
+        );
+        println!(
+            "{:<40} {:>14}",
+            "128 KiB read QD8",
+            format!("{:.2} GB/s", gb(read_bw))
+        );
+        println!(
+            "{:<40} {:>14}",
+            "  ratio to raw TCP",
+            format!("{:.0} %", read_bw / raw_bw * 100.0)
+        );
+        println!(
+            "{:<40} {:>14}",
+            "128 KiB write QD8",
+            format!("{:.2} GB/s", gb(write_bw))
+        );
+        println!(
+            "{:<40} {:>14}",
+            "  ratio to raw TCP",
+            format!("{:.0} %", write_bw / raw_bw * 100.0)
+        );
+        Arc::try_unwrap(ctrl)
+            .ok()
+            .expect("no other users")
+            .shutdown()
+            .await
+            .expect("shutdown");
     });
     target_rt.block_on(target.shutdown());
 }

@@ -19,7 +19,11 @@ pub struct Cqe {
 
 impl Cqe {
     pub fn new(cid: u16, status: Status) -> Cqe {
-        Cqe { cid, status, ..Cqe::default() }
+        Cqe {
+            cid,
+            status,
+            ..Cqe::default()
+        }
     }
 
     pub fn decode(buf: &[u8]) -> Result<Cqe, DecodeError> {

@@ -39,10 +39,14 @@ pub struct NumberOfQueues {
 impl NumberOfQueues {
     /// From CDW11 / DW0. A 0's based value of 0xFFFF is invalid (the caller answers Invalid Field).
     pub fn from_dword(dw: u32) -> NumberOfQueues {
-        NumberOfQueues { submission: (dw & 0xffff) + 1, completion: (dw >> 16) + 1 }
+        NumberOfQueues {
+            submission: (dw & 0xffff) + 1,
+            completion: (dw >> 16) + 1,
+        }
     }
     pub fn to_dword(self) -> u32 {
-        (self.submission.saturating_sub(1) & 0xffff) | (self.completion.saturating_sub(1) & 0xffff) << 16
+        (self.submission.saturating_sub(1) & 0xffff)
+            | (self.completion.saturating_sub(1) & 0xffff) << 16
     }
 }
 

@@ -29,9 +29,19 @@ pub enum SglDescriptor {
     /// Data block, offset subtype (0x01): in-capsule data at `offset` from the capsule's data start.
     DataBlockOffset { offset: u64, length: u32 },
     /// Segment (0x20/0x21) or last segment (0x30/0x31) pointing at further descriptors.
-    Segment { address: u64, length: u32, last: bool, offset: bool },
+    Segment {
+        address: u64,
+        length: u32,
+        last: bool,
+        offset: bool,
+    },
     /// Keyed data block (0x40, or 0x4F when the host asks for remote invalidation); length is 24 bits.
-    KeyedDataBlock { address: u64, length: u32, key: u32, invalidate: bool },
+    KeyedDataBlock {
+        address: u64,
+        length: u32,
+        key: u32,
+        invalidate: bool,
+    },
     /// Transport SGL data block (0x5A): the transport moves the data (NVMe/TCP R2T, C2HData).
     TransportDataBlock { length: u32 },
 }
@@ -52,28 +62,46 @@ impl SglDescriptor {
                 Ok(if st == subtype::ADDRESS {
                     SglDescriptor::DataBlock { address, length }
                 } else {
-                    SglDescriptor::DataBlockOffset { offset: address, length }
+                    SglDescriptor::DataBlockOffset {
+                        offset: address,
+                        length,
+                    }
                 })
             }
             (ty::SEGMENT | ty::LAST_SEGMENT, subtype::ADDRESS | subtype::OFFSET) => {
                 if !reserved_ok(12..15) {
                     return Err(DecodeError::field(WHAT, 12, "reserved bytes not zero"));
                 }
-                Ok(SglDescriptor::Segment { address, length, last: t == ty::LAST_SEGMENT, offset: st == subtype::OFFSET })
+                Ok(SglDescriptor::Segment {
+                    address,
+                    length,
+                    last: t == ty::LAST_SEGMENT,
+                    offset: st == subtype::OFFSET,
+                })
             }
-            (ty::KEYED_DATA_BLOCK, subtype::ADDRESS | subtype::INVALIDATE_KEY) => Ok(SglDescriptor::KeyedDataBlock {
-                address,
-                length: u32::from_le_bytes([b[8], b[9], b[10], 0]),
-                key: u32_at(b, 11),
-                invalidate: st == subtype::INVALIDATE_KEY,
-            }),
+            (ty::KEYED_DATA_BLOCK, subtype::ADDRESS | subtype::INVALIDATE_KEY) => {
+                Ok(SglDescriptor::KeyedDataBlock {
+                    address,
+                    length: u32::from_le_bytes([b[8], b[9], b[10], 0]),
+                    key: u32_at(b, 11),
+                    invalidate: st == subtype::INVALIDATE_KEY,
+                })
+            }
             (ty::TRANSPORT_DATA_BLOCK, subtype::TRANSPORT) => {
                 if address != 0 || !reserved_ok(12..15) {
-                    return Err(DecodeError::field(WHAT, if address != 0 { 0 } else { 12 }, "reserved bytes not zero"));
+                    return Err(DecodeError::field(
+                        WHAT,
+                        if address != 0 { 0 } else { 12 },
+                        "reserved bytes not zero",
+                    ));
                 }
                 Ok(SglDescriptor::TransportDataBlock { length })
             }
-            _ => Err(DecodeError::field(WHAT, 15, "unsupported SGL descriptor type")),
+            _ => Err(DecodeError::field(
+                WHAT,
+                15,
+                "unsupported SGL descriptor type",
+            )),
         }
     }
 
@@ -90,17 +118,37 @@ impl SglDescriptor {
                 put_u32(&mut b, 8, length);
                 b[15] = ty::DATA_BLOCK << 4 | subtype::OFFSET;
             }
-            SglDescriptor::Segment { address, length, last, offset } => {
+            SglDescriptor::Segment {
+                address,
+                length,
+                last,
+                offset,
+            } => {
                 put_u64(&mut b, 0, address);
                 put_u32(&mut b, 8, length);
                 let t = if last { ty::LAST_SEGMENT } else { ty::SEGMENT };
-                b[15] = t << 4 | if offset { subtype::OFFSET } else { subtype::ADDRESS };
+                b[15] = t << 4
+                    | if offset {
+                        subtype::OFFSET
+                    } else {
+                        subtype::ADDRESS
+                    };
             }
-            SglDescriptor::KeyedDataBlock { address, length, key, invalidate } => {
+            SglDescriptor::KeyedDataBlock {
+                address,
+                length,
+                key,
+                invalidate,
+            } => {
                 put_u64(&mut b, 0, address);
                 b[8..11].copy_from_slice(&length.to_le_bytes()[..3]);
                 put_u32(&mut b, 11, key);
-                b[15] = ty::KEYED_DATA_BLOCK << 4 | if invalidate { subtype::INVALIDATE_KEY } else { subtype::ADDRESS };
+                b[15] = ty::KEYED_DATA_BLOCK << 4
+                    | if invalidate {
+                        subtype::INVALIDATE_KEY
+                    } else {
+                        subtype::ADDRESS
+                    };
             }
             SglDescriptor::TransportDataBlock { length } => {
                 put_u32(&mut b, 8, length);
@@ -132,13 +180,28 @@ mod tests {
 
     fn any_sgl() -> impl Strategy<Value = SglDescriptor> {
         prop_oneof![
-            (any::<u64>(), any::<u32>()).prop_map(|(address, length)| SglDescriptor::DataBlock { address, length }),
-            (any::<u64>(), any::<u32>()).prop_map(|(offset, length)| SglDescriptor::DataBlockOffset { offset, length }),
-            (any::<u64>(), any::<u32>(), any::<bool>(), any::<bool>())
-                .prop_map(|(address, length, last, offset)| SglDescriptor::Segment { address, length, last, offset }),
-            (any::<u64>(), 0u32..1 << 24, any::<u32>(), any::<bool>()).prop_map(|(address, length, key, invalidate)| {
-                SglDescriptor::KeyedDataBlock { address, length, key, invalidate }
-            }),
+            (any::<u64>(), any::<u32>())
+                .prop_map(|(address, length)| SglDescriptor::DataBlock { address, length }),
+            (any::<u64>(), any::<u32>())
+                .prop_map(|(offset, length)| SglDescriptor::DataBlockOffset { offset, length }),
+            (any::<u64>(), any::<u32>(), any::<bool>(), any::<bool>()).prop_map(
+                |(address, length, last, offset)| SglDescriptor::Segment {
+                    address,
+                    length,
+                    last,
+                    offset
+                }
+            ),
+            (any::<u64>(), 0u32..1 << 24, any::<u32>(), any::<bool>()).prop_map(
+                |(address, length, key, invalidate)| {
+                    SglDescriptor::KeyedDataBlock {
+                        address,
+                        length,
+                        key,
+                        invalidate,
+                    }
+                }
+            ),
             any::<u32>().prop_map(|length| SglDescriptor::TransportDataBlock { length }),
         ]
     }
@@ -162,9 +225,18 @@ mod tests {
         let mut b = [0u8; 16];
         b[8..12].copy_from_slice(&4096u32.to_le_bytes());
         b[15] = 0x5A;
-        assert_eq!(SglDescriptor::decode(&b).unwrap(), SglDescriptor::TransportDataBlock { length: 4096 });
+        assert_eq!(
+            SglDescriptor::decode(&b).unwrap(),
+            SglDescriptor::TransportDataBlock { length: 4096 }
+        );
         b[15] = 0x01;
-        assert_eq!(SglDescriptor::decode(&b).unwrap(), SglDescriptor::DataBlockOffset { offset: 0, length: 4096 });
+        assert_eq!(
+            SglDescriptor::decode(&b).unwrap(),
+            SglDescriptor::DataBlockOffset {
+                offset: 0,
+                length: 4096
+            }
+        );
         b[15] = 0x77;
         assert!(SglDescriptor::decode(&b).is_err());
     }

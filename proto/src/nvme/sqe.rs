@@ -115,6 +115,9 @@ mod tests {
 
     #[test]
     fn short_input_is_an_error() {
-        assert!(matches!(Sqe::decode(&[0u8; 63]), Err(DecodeError::Short { .. })));
+        assert!(matches!(
+            Sqe::decode(&[0u8; 63]),
+            Err(DecodeError::Short { .. })
+        ));
     }
 }

@@ -167,7 +167,14 @@ impl Status {
 
 impl fmt::Debug for Status {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} (sct {:#x} sc {:#04x}{})", self.name(), self.sct(), self.sc(), if self.is_dnr() { " dnr" } else { "" })
+        write!(
+            f,
+            "{} (sct {:#x} sc {:#04x}{})",
+            self.name(),
+            self.sct(),
+            self.sc(),
+            if self.is_dnr() { " dnr" } else { "" }
+        )
     }
 }
 

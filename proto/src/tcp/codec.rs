@@ -789,6 +789,48 @@ mod tests {
 
     // ---- known-good layouts ----
 
+    /// Every digest combination explicitly (the proptests pick them at random).
+    #[test]
+    fn linux_like_pdus_in_every_digest_setting() {
+        let icresp = IcResp {
+            pfv: 0,
+            cpda: 0,
+            digests: Digests::default(),
+            maxh2cdata: 0x40_0000,
+        };
+        let c2h = C2HData {
+            cccid: 9,
+            datao: 0,
+            last: true,
+            success: true,
+            data: h2c_data(64).payload().to_vec().into(),
+        };
+        let host = [
+            Pdu::IcResp(icresp),
+            Pdu::CapsuleResp(CapsuleResp {
+                cqe: Cqe::new(0x4001, Status::SUCCESS),
+            }),
+            Pdu::R2T(R2T {
+                cccid: 0x2001,
+                ttag: 3,
+                r2to: 0,
+                r2tl: 4096,
+            }),
+            Pdu::C2HData(c2h),
+        ];
+        let ctrl = [connect_capsule(), h2c_data(0), h2c_data(100)];
+        for digests in ALL_DIGESTS {
+            for (role, pdus) in [(Role::Host, &host[..]), (Role::Controller, &ctrl[..])] {
+                let mut dec = decoder(role, digests);
+                for pdu in pdus {
+                    let mut buf = encoded(pdu, digests);
+                    assert_eq!(dec.decode(&mut buf), Ok(Some(pdu.clone())), "{digests:?}");
+                    assert!(buf.is_empty());
+                }
+            }
+        }
+    }
+
     #[test]
     fn linux_icreq_with_digests() {
         let mut b = [0u8; 128];

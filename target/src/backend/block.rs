@@ -20,24 +20,20 @@ use super::{check_geometry, check_range, BackendKind, BoxFuture, Drive, DriveErr
 const POOL_BUFS: u16 = 32;
 const POOL_BUF_SIZE: usize = 128 << 10;
 
-/// `_IOR(0x12, 114, u64)`: device size in bytes. Not in the libc crate; the encoding of
-/// the direction bits differs on a few architectures.
-#[cfg(not(any(
+/// `_IOR(0x12, 114, u64)`: the device size in bytes (not in the libc crate). The read
+/// direction bit sits higher on most architectures than on the few listed.
+const BLKGETSIZE64: libc::Ioctl = (IOC_READ | (8 << 16) | (0x12 << 8) | 114) as libc::Ioctl;
+const IOC_READ: u32 = if cfg!(any(
     target_arch = "powerpc",
     target_arch = "powerpc64",
     target_arch = "mips",
     target_arch = "mips64",
     target_arch = "sparc64"
-)))]
-const BLKGETSIZE64: libc::Ioctl = 0x8008_1272u32 as libc::Ioctl;
-#[cfg(any(
-    target_arch = "powerpc",
-    target_arch = "powerpc64",
-    target_arch = "mips",
-    target_arch = "mips64",
-    target_arch = "sparc64"
-))]
-const BLKGETSIZE64: libc::Ioctl = 0x4008_1272u32 as libc::Ioctl;
+)) {
+    2 << 29
+} else {
+    2 << 30
+};
 
 pub struct BlockDrive {
     info: DriveInfo,

@@ -25,13 +25,28 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 #[derive(Debug, thiserror::Error)]
 pub enum DriveError {
     #[error("I/O error at byte {offset} (+{len}): {source}")]
-    Io { offset: u64, len: u64, source: std::io::Error },
+    Io {
+        offset: u64,
+        len: u64,
+        source: std::io::Error,
+    },
     #[error("range {offset}+{len} is beyond the drive's {capacity} bytes")]
-    OutOfRange { offset: u64, len: u64, capacity: u64 },
+    OutOfRange {
+        offset: u64,
+        len: u64,
+        capacity: u64,
+    },
     #[error("offset {offset} or length {len} is not a multiple of the {block_size}-byte block")]
-    Unaligned { offset: u64, len: u64, block_size: u32 },
+    Unaligned {
+        offset: u64,
+        len: u64,
+        block_size: u32,
+    },
     #[error("cannot open drive {path}: {source}")]
-    Open { path: PathBuf, source: std::io::Error },
+    Open {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("drive is not usable: {0}")]
     Unusable(String),
 }
@@ -95,12 +110,20 @@ pub trait Drive: Send + Sync + 'static {
 /// Checks `offset`/`len` against the drive's geometry; shared by every implementation.
 pub fn check_range(info: &DriveInfo, offset: u64, len: u64) -> Result<(), DriveError> {
     let bs = info.block_size as u64;
-    if offset % bs != 0 || len % bs != 0 {
-        return Err(DriveError::Unaligned { offset, len, block_size: info.block_size });
+    if !offset.is_multiple_of(bs) || !len.is_multiple_of(bs) {
+        return Err(DriveError::Unaligned {
+            offset,
+            len,
+            block_size: info.block_size,
+        });
     }
     match offset.checked_add(len) {
         Some(end) if end <= info.capacity => Ok(()),
-        _ => Err(DriveError::OutOfRange { offset, len, capacity: info.capacity }),
+        _ => Err(DriveError::OutOfRange {
+            offset,
+            len,
+            capacity: info.capacity,
+        }),
     }
 }
 

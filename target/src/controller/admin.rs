@@ -5,10 +5,12 @@ use bytes::{Bytes, BytesMut};
 use fabrik_proto::nvme::admin::{cns, AdminCommand};
 use fabrik_proto::nvme::features::{aec, fid, sel, NumberOfQueues};
 use fabrik_proto::nvme::identify::{
-    encode_ns_descriptors, encode_ns_list, IdentifyController, IdentifyNamespace, LbaFormat, NsDescriptor, IDENTIFY_LEN,
+    encode_ns_descriptors, encode_ns_list, IdentifyController, IdentifyNamespace, LbaFormat,
+    NsDescriptor, IDENTIFY_LEN,
 };
 use fabrik_proto::nvme::log::{
-    encode_changed_ns_list, lid, FirmwareSlotLog, SmartLog, CHANGED_NS_LIST_LEN, ERROR_LOG_ENTRY_LEN, SMART_LOG_LEN,
+    encode_changed_ns_list, lid, FirmwareSlotLog, SmartLog, CHANGED_NS_LIST_LEN,
+    ERROR_LOG_ENTRY_LEN, SMART_LOG_LEN,
 };
 use fabrik_proto::{Sqe, Status};
 
@@ -25,13 +27,21 @@ impl Controller {
     pub(super) fn admit_admin(&self, cmd: &AdminCommand) -> Result<(), Status> {
         if self.is_discovery() {
             match cmd {
-                AdminCommand::Identify { cns: cns::CONTROLLER, .. }
-                | AdminCommand::GetLogPage { lid: lid::DISCOVERY, .. }
+                AdminCommand::Identify {
+                    cns: cns::CONTROLLER,
+                    ..
+                }
+                | AdminCommand::GetLogPage {
+                    lid: lid::DISCOVERY,
+                    ..
+                }
                 | AdminCommand::GetFeatures { .. }
                 | AdminCommand::SetFeatures { .. }
                 | AdminCommand::AsyncEventRequest
                 | AdminCommand::KeepAlive => {}
-                AdminCommand::Identify { .. } | AdminCommand::GetLogPage { .. } => return Err(Status::INVALID_FIELD),
+                AdminCommand::Identify { .. } | AdminCommand::GetLogPage { .. } => {
+                    return Err(Status::INVALID_FIELD)
+                }
                 _ => return Err(Status::INVALID_OPCODE),
             }
         }
@@ -44,20 +54,50 @@ impl Controller {
         Ok(())
     }
 
-    pub(super) async fn execute_admin(&self, sqe: &Sqe, cmd: AdminCommand, len: u32, data: Bytes) -> Response {
+    pub(super) async fn execute_admin(
+        &self,
+        sqe: &Sqe,
+        cmd: AdminCommand,
+        len: u32,
+        data: Bytes,
+    ) -> Response {
         self.keep_alive();
         let len = len as usize;
         match cmd {
-            AdminCommand::Identify { nsid, cns, cntid: _, csi } => self.identify(nsid, cns, csi, len),
-            AdminCommand::GetLogPage { nsid, lid, lsp: _, rae, numd: _, lpo, csi: _ } => {
+            AdminCommand::Identify {
+                nsid,
+                cns,
+                cntid: _,
+                csi,
+            } => self.identify(nsid, cns, csi, len),
+            AdminCommand::GetLogPage {
+                nsid,
+                lid,
+                lsp: _,
+                rae,
+                numd: _,
+                lpo,
+                csi: _,
+            } => {
                 let want = cmd.log_len();
                 if want > len {
                     return Response::status(Status::SGL_LENGTH_INVALID);
                 }
                 self.get_log_page(nsid, lid, rae, lpo, want)
             }
-            AdminCommand::GetFeatures { nsid: _, fid, sel, cdw11 } => self.get_features(fid, sel, cdw11, len),
-            AdminCommand::SetFeatures { nsid: _, fid, save, cdw11, .. } => self.set_features(fid, save, cdw11, &data),
+            AdminCommand::GetFeatures {
+                nsid: _,
+                fid,
+                sel,
+                cdw11,
+            } => self.get_features(fid, sel, cdw11, len),
+            AdminCommand::SetFeatures {
+                nsid: _,
+                fid,
+                save,
+                cdw11,
+                ..
+            } => self.set_features(fid, save, cdw11, &data),
             AdminCommand::Abort { .. } => Response::result(1), // bit 0: command not aborted
             AdminCommand::AsyncEventRequest => {
                 tokio::select! {
@@ -81,7 +121,9 @@ impl Controller {
         match cns {
             cns::CONTROLLER => self.identify_controller().encode(&mut buf),
             cns::NAMESPACE => {
-                let Some(sub) = self.subsystem() else { return Response::status(Status::INVALID_FIELD) };
+                let Some(sub) = self.subsystem() else {
+                    return Response::status(Status::INVALID_FIELD);
+                };
                 if nsid == 0 || nsid == BROADCAST_NSID {
                     return Response::status(Status::INVALID_NAMESPACE);
                 }
@@ -91,18 +133,32 @@ impl Controller {
                 }
             }
             cns::ACTIVE_NS_LIST => {
-                let Some(sub) = self.subsystem() else { return Response::status(Status::INVALID_FIELD) };
+                let Some(sub) = self.subsystem() else {
+                    return Response::status(Status::INVALID_FIELD);
+                };
                 if nsid >= 0xffff_fffe {
                     return Response::status(Status::INVALID_NAMESPACE);
                 }
-                let nsids: Vec<u32> =
-                    sub.namespaces().iter().map(|ns| ns.nsid).filter(|&id| id > nsid).take(1024).collect();
+                let nsids: Vec<u32> = sub
+                    .namespaces()
+                    .iter()
+                    .map(|ns| ns.nsid)
+                    .filter(|&id| id > nsid)
+                    .take(1024)
+                    .collect();
                 encode_ns_list(&nsids, &mut buf);
             }
             cns::NS_ID_DESCRIPTORS => {
-                let Some(sub) = self.subsystem() else { return Response::status(Status::INVALID_FIELD) };
-                let Some(ns) = sub.namespace(nsid) else { return Response::status(Status::INVALID_NAMESPACE) };
-                encode_ns_descriptors(&[NsDescriptor::Nguid(ns.nguid), NsDescriptor::Uuid(ns.uuid)], &mut buf);
+                let Some(sub) = self.subsystem() else {
+                    return Response::status(Status::INVALID_FIELD);
+                };
+                let Some(ns) = sub.namespace(nsid) else {
+                    return Response::status(Status::INVALID_NAMESPACE);
+                };
+                encode_ns_descriptors(
+                    &[NsDescriptor::Nguid(ns.nguid), NsDescriptor::Uuid(ns.uuid)],
+                    &mut buf,
+                );
             }
             _ => return Response::status(Status::INVALID_FIELD),
         }
@@ -112,13 +168,24 @@ impl Controller {
     pub fn identify_controller(&self) -> IdentifyController {
         let (serial, model, nn) = match self.subsystem() {
             Some(s) => (s.serial.clone(), s.model.clone(), limits::MAX_NAMESPACES),
-            None => (format!("{:016x}", self.target.started.elapsed().as_nanos() as u64 ^ 0x5eed), "fabrik discovery".into(), 0),
+            None => (
+                format!(
+                    "{:016x}",
+                    self.target.started.elapsed().as_nanos() as u64 ^ 0x5eed
+                ),
+                "fabrik discovery".into(),
+                0,
+            ),
         };
         let sgls = match self.port.transport {
             TransportType::Tcp => 1 << 0 | 1 << 20,
             TransportType::Rdma => 1 << 0 | 1 << 2 | 1 << 20,
         };
-        let vwc = self.subsystem().is_some_and(|s| s.namespaces().iter().any(|n| n.drive.info().volatile_write_cache));
+        let vwc = self.subsystem().is_some_and(|s| {
+            s.namespaces()
+                .iter()
+                .any(|n| n.drive.info().volatile_write_cache)
+        });
         IdentifyController {
             serial,
             model,
@@ -128,7 +195,11 @@ impl Controller {
             mdts: limits::MDTS,
             cntlid: self.cntlid,
             ver: NVME_VERSION,
-            oaes: if self.is_discovery() { aec::DISCOVERY_LOG_CHANGE_NOTICES } else { aec::NS_ATTR_NOTICES },
+            oaes: if self.is_discovery() {
+                aec::DISCOVERY_LOG_CHANGE_NOTICES
+            } else {
+                aec::NS_ATTR_NOTICES
+            },
             cntrltype: if self.is_discovery() { 2 } else { 1 },
             acl: 3,
             aerl: (limits::AER_LIMIT - 1) as u8,
@@ -142,7 +213,11 @@ impl Controller {
             cqes: 0x44,
             maxcmd: limits::MAX_QUEUE_ENTRIES as u16,
             nn,
-            oncs: if self.is_discovery() { 0 } else { 1 << 2 | 1 << 3 }, // DSM, Write Zeroes
+            oncs: if self.is_discovery() {
+                0
+            } else {
+                1 << 2 | 1 << 3
+            }, // DSM, Write Zeroes
             vwc: if vwc { 0x7 } else { 0 }, // present; Flush to all namespaces supported
             sgls,
             subnqn: self.subnqn(),
@@ -173,7 +248,10 @@ impl Controller {
                 b.to_vec()
             }
             lid::FIRMWARE_SLOT => {
-                let mut log = FirmwareSlotLog { afi: 1, ..FirmwareSlotLog::default() };
+                let mut log = FirmwareSlotLog {
+                    afi: 1,
+                    ..FirmwareSlotLog::default()
+                };
                 log.slots[0] = FIRMWARE_REVISION.into();
                 let mut b = [0u8; 512];
                 log.encode(&mut b);
@@ -235,20 +313,40 @@ impl Controller {
             // Bit 2: changeable. Nothing is saveable or namespace specific.
             let changeable = matches!(
                 feature,
-                fid::NUMBER_OF_QUEUES | fid::KEEP_ALIVE_TIMER | fid::ASYNC_EVENT_CONFIG | fid::VOLATILE_WRITE_CACHE
+                fid::NUMBER_OF_QUEUES
+                    | fid::KEEP_ALIVE_TIMER
+                    | fid::ASYNC_EVENT_CONFIG
+                    | fid::VOLATILE_WRITE_CACHE
             );
             return Response::result(if changeable { 1 << 2 } else { 0 });
         }
         let default = select == sel::DEFAULT;
         let value: u32 = match feature {
             fid::NUMBER_OF_QUEUES => {
-                let n = if default { limits::MAX_IO_QUEUES } else { st.io_queues_granted.unwrap_or(limits::MAX_IO_QUEUES) };
-                NumberOfQueues { submission: n, completion: n }.to_dword()
+                let n = if default {
+                    limits::MAX_IO_QUEUES
+                } else {
+                    st.io_queues_granted.unwrap_or(limits::MAX_IO_QUEUES)
+                };
+                NumberOfQueues {
+                    submission: n,
+                    completion: n,
+                }
+                .to_dword()
             }
             fid::KEEP_ALIVE_TIMER => st.kato_ms,
-            fid::ASYNC_EVENT_CONFIG => if default { 0 } else { st.async_event_config },
+            fid::ASYNC_EVENT_CONFIG => {
+                if default {
+                    0
+                } else {
+                    st.async_event_config
+                }
+            }
             fid::VOLATILE_WRITE_CACHE if !self.is_discovery() => st.volatile_write_cache as u32,
-            fid::ARBITRATION | fid::POWER_MANAGEMENT | fid::ERROR_RECOVERY | fid::INTERRUPT_COALESCING
+            fid::ARBITRATION
+            | fid::POWER_MANAGEMENT
+            | fid::ERROR_RECOVERY
+            | fid::INTERRUPT_COALESCING
             | fid::WRITE_ATOMICITY
                 if !self.is_discovery() =>
             {
@@ -281,9 +379,18 @@ impl Controller {
                     return Response::status(Status::COMMAND_SEQUENCE_ERROR);
                 }
                 let asked = NumberOfQueues::from_dword(cdw11);
-                let granted = asked.submission.min(asked.completion).min(limits::MAX_IO_QUEUES);
+                let granted = asked
+                    .submission
+                    .min(asked.completion)
+                    .min(limits::MAX_IO_QUEUES);
                 st.io_queues_granted = Some(granted);
-                Response::result(NumberOfQueues { submission: granted, completion: granted }.to_dword() as u64)
+                Response::result(
+                    NumberOfQueues {
+                        submission: granted,
+                        completion: granted,
+                    }
+                    .to_dword() as u64,
+                )
             }
             fid::KEEP_ALIVE_TIMER => {
                 st.kato_ms = cdw11;
@@ -291,8 +398,11 @@ impl Controller {
                 Response::ok()
             }
             fid::ASYNC_EVENT_CONFIG => {
-                let supported =
-                    if self.is_discovery() { aec::DISCOVERY_LOG_CHANGE_NOTICES } else { aec::NS_ATTR_NOTICES | aec::SMART_MASK };
+                let supported = if self.is_discovery() {
+                    aec::DISCOVERY_LOG_CHANGE_NOTICES
+                } else {
+                    aec::NS_ATTR_NOTICES | aec::SMART_MASK
+                };
                 if cdw11 & !supported != 0 {
                     return Response::status(Status::INVALID_FIELD);
                 }
@@ -300,7 +410,11 @@ impl Controller {
                 Response::ok()
             }
             fid::VOLATILE_WRITE_CACHE if !self.is_discovery() => {
-                let has_cache = self.subsystem().is_some_and(|s| s.namespaces().iter().any(|n| n.drive.info().volatile_write_cache));
+                let has_cache = self.subsystem().is_some_and(|s| {
+                    s.namespaces()
+                        .iter()
+                        .any(|n| n.drive.info().volatile_write_cache)
+                });
                 if !has_cache {
                     return Response::status(Status::FEATURE_NOT_CHANGEABLE);
                 }
@@ -309,8 +423,12 @@ impl Controller {
                 Response::ok()
             }
             fid::HOST_IDENTIFIER => Response::status(Status::COMMAND_SEQUENCE_ERROR),
-            fid::ARBITRATION | fid::POWER_MANAGEMENT | fid::TEMPERATURE_THRESHOLD | fid::ERROR_RECOVERY
-            | fid::INTERRUPT_COALESCING | fid::WRITE_ATOMICITY
+            fid::ARBITRATION
+            | fid::POWER_MANAGEMENT
+            | fid::TEMPERATURE_THRESHOLD
+            | fid::ERROR_RECOVERY
+            | fid::INTERRUPT_COALESCING
+            | fid::WRITE_ATOMICITY
                 if !self.is_discovery() =>
             {
                 Response::status(Status::FEATURE_NOT_CHANGEABLE)
@@ -333,7 +451,11 @@ pub(super) fn identify_namespace(ns: &crate::model::Namespace) -> IdentifyNamesp
         nmic: 1,
         dlfeat: 1 << 3 | 0b001, // Write Zeroes may deallocate; deallocated blocks read zeros
         nguid: ns.nguid,
-        lbaf: vec![LbaFormat { ms: 0, lbads: ns.block_size().trailing_zeros() as u8, rp: 0 }],
+        lbaf: vec![LbaFormat {
+            ms: 0,
+            lbads: ns.block_size().trailing_zeros() as u8,
+            rp: 0,
+        }],
         ..IdentifyNamespace::default()
     }
 }

@@ -3,7 +3,9 @@
 
 use std::net::SocketAddr;
 
-use fabrik_proto::fabrics::discovery::{adrfam, encode_discovery_log, subtype, trtype, DiscoveryLogEntry, Tsas};
+use fabrik_proto::fabrics::discovery::{
+    adrfam, encode_discovery_log, subtype, trtype, DiscoveryLogEntry, Tsas,
+};
 
 use super::Controller;
 use crate::model::TransportType;
@@ -28,7 +30,11 @@ impl Controller {
                         TransportType::Tcp => trtype::TCP,
                         TransportType::Rdma => trtype::RDMA,
                     },
-                    adrfam: if addr.is_ipv4() { adrfam::IPV4 } else { adrfam::IPV6 },
+                    adrfam: if addr.is_ipv4() {
+                        adrfam::IPV4
+                    } else {
+                        adrfam::IPV6
+                    },
                     subtype: subtype::NVM,
                     treq: 0,
                     portid: port.id,
@@ -40,7 +46,12 @@ impl Controller {
                     traddr: addr.ip().to_string(),
                     tsas: match port.transport {
                         TransportType::Tcp => Tsas::Tcp { sectype: 0 },
-                        TransportType::Rdma => Tsas::Rdma { qptype: 1, prtype: 1, cms: 1, pkey: 0 },
+                        TransportType::Rdma => Tsas::Rdma {
+                            qptype: 1,
+                            prtype: 1,
+                            cms: 1,
+                            pkey: 0,
+                        },
                     },
                 });
             }

@@ -32,13 +32,21 @@ impl Controller {
                 st.changed_namespaces.push(nsid);
             }
         }
-        self.queue_notice(aec::NS_ATTR_NOTICES, aen::NOTICE_NS_ATTR_CHANGED, lid::CHANGED_NS_LIST);
+        self.queue_notice(
+            aec::NS_ATTR_NOTICES,
+            aen::NOTICE_NS_ATTR_CHANGED,
+            lid::CHANGED_NS_LIST,
+        );
     }
 
     /// The discovery log changed (discovery controllers only).
     pub fn discovery_log_changed(&self) {
         if self.is_discovery() {
-            self.queue_notice(aec::DISCOVERY_LOG_CHANGE_NOTICES, aen::NOTICE_DISCOVERY_LOG_CHANGED, lid::DISCOVERY);
+            self.queue_notice(
+                aec::DISCOVERY_LOG_CHANGE_NOTICES,
+                aen::NOTICE_DISCOVERY_LOG_CHANGED,
+                lid::DISCOVERY,
+            );
         }
     }
 
@@ -86,7 +94,11 @@ impl Controller {
             {
                 let mut st = self.state.lock().unwrap();
                 let masked = st.masked_event_types;
-                if let Some(pos) = st.pending_events.iter().position(|e| masked & (1 << (e & 0x7)) == 0) {
+                if let Some(pos) = st
+                    .pending_events
+                    .iter()
+                    .position(|e| masked & (1 << (e & 0x7)) == 0)
+                {
                     let event = st.pending_events.remove(pos).unwrap();
                     st.masked_event_types |= 1 << (event & 0x7);
                     return Response::result(event as u64);

@@ -23,16 +23,29 @@ fn invalid_param(in_data: bool, offset: u16) -> Response {
 }
 
 impl Queue {
-    pub(super) async fn execute_fabrics(&self, _sqe: &Sqe, cmd: FabricsCommand, data: Bytes) -> Response {
+    pub(super) async fn execute_fabrics(
+        &self,
+        _sqe: &Sqe,
+        cmd: FabricsCommand,
+        data: Bytes,
+    ) -> Response {
         match cmd {
-            FabricsCommand::Connect { recfmt, qid, sqsize, cattr, kato } => {
-                self.connect(recfmt, qid, sqsize, cattr, kato, &data)
-            }
+            FabricsCommand::Connect {
+                recfmt,
+                qid,
+                sqsize,
+                cattr,
+                kato,
+            } => self.connect(recfmt, qid, sqsize, cattr, kato, &data),
             FabricsCommand::PropertyGet { size8, offset } => match self.controller() {
                 Some(ctrl) => ctrl.property_get(size8, offset),
                 None => Response::status(Status::COMMAND_SEQUENCE_ERROR),
             },
-            FabricsCommand::PropertySet { size8, offset, value } => match self.controller() {
+            FabricsCommand::PropertySet {
+                size8,
+                offset,
+                value,
+            } => match self.controller() {
                 Some(ctrl) => ctrl.property_set(size8, offset, value),
                 None => Response::status(Status::COMMAND_SEQUENCE_ERROR),
             },
@@ -40,14 +53,25 @@ impl Queue {
                 if recfmt != 0 {
                     return Response::status(Status::CONNECT_INCOMPATIBLE_FORMAT);
                 }
-                Response { close: true, ..Response::ok() }
+                Response {
+                    close: true,
+                    ..Response::ok()
+                }
             }
         }
     }
 
     /// Connect: qid 0 creates a controller (dynamic model); qid > 0 joins the controller named by
     /// CNTLID in the connect data. Status and IATTR/IPO as the Linux target answers.
-    fn connect(&self, recfmt: u16, qid: u16, sqsize: u16, cattr: u8, kato: u32, data: &[u8]) -> Response {
+    fn connect(
+        &self,
+        recfmt: u16,
+        qid: u16,
+        sqsize: u16,
+        cattr: u8,
+        kato: u32,
+        data: &[u8],
+    ) -> Response {
         if recfmt != 0 {
             return Response::status(Status::CONNECT_INCOMPATIBLE_FORMAT);
         }
@@ -58,12 +82,20 @@ impl Queue {
             Ok(cd) => cd,
             Err(e) => {
                 let off = e.offset() as u16;
-                let field = if off >= connect::OFFSET_HOSTNQN { connect::OFFSET_HOSTNQN } else { connect::OFFSET_SUBNQN };
+                let field = if off >= connect::OFFSET_HOSTNQN {
+                    connect::OFFSET_HOSTNQN
+                } else {
+                    connect::OFFSET_SUBNQN
+                };
                 return invalid_param(true, field);
             }
         };
         let entries = sqsize as u32 + 1;
-        let max_entries = if qid == 0 { limits::MAX_ADMIN_QUEUE_ENTRIES } else { limits::MAX_QUEUE_ENTRIES };
+        let max_entries = if qid == 0 {
+            limits::MAX_ADMIN_QUEUE_ENTRIES
+        } else {
+            limits::MAX_QUEUE_ENTRIES
+        };
         if sqsize == 0 || entries > max_entries {
             return invalid_param(false, connect::SQE_OFFSET_SQSIZE);
         }
@@ -94,7 +126,12 @@ impl Queue {
             ctrl
         };
         let cntlid = ctrl.cntlid;
-        if !self.bind(Binding { ctrl: ctrl.clone(), qid, entries, sq_flow_disabled }) {
+        if !self.bind(Binding {
+            ctrl: ctrl.clone(),
+            qid,
+            entries,
+            sq_flow_disabled,
+        }) {
             // A second Connect raced the first on this queue.
             if qid != 0 {
                 ctrl.detach_io_queue(qid);
@@ -110,9 +147,19 @@ impl Queue {
         let port = self.port_info();
         let target = self.target.clone();
         let ctrl = if cd.subnqn.is_discovery() {
-            self.target.register_discovery_controller(|id| {
-                Arc::new(Controller::new(id, ControllerKind::Discovery, hostnqn.clone(), cd.host_id, port, target, kato))
-            })
+            self.target
+                .register_discovery_controller(|id| {
+                    Arc::new(Controller::new(
+                        id,
+                        ControllerKind::Discovery,
+                        hostnqn.clone(),
+                        cd.host_id,
+                        port,
+                        target,
+                        kato,
+                    ))
+                })
+                .ok_or_else(|| Response::status(Status::CONNECT_CONTROLLER_BUSY))?
         } else {
             let Some(sub) = self.target.subsystem(cd.subnqn.as_str()) else {
                 return Err(invalid_param(true, connect::OFFSET_SUBNQN));
@@ -127,7 +174,15 @@ impl Queue {
             }
             let s = sub.clone();
             sub.register_controller(|id| {
-                Arc::new(Controller::new(id, ControllerKind::Io(s), hostnqn.clone(), cd.host_id, port, target, kato))
+                Arc::new(Controller::new(
+                    id,
+                    ControllerKind::Io(s),
+                    hostnqn.clone(),
+                    cd.host_id,
+                    port,
+                    target,
+                    kato,
+                ))
             })
             .ok_or_else(|| Response::status(Status::CONNECT_CONTROLLER_BUSY))?
         };
@@ -164,7 +219,8 @@ impl Controller {
         let old = st.cc;
         st.cc = new;
         if new.en && !old.en {
-            let valid = new.iosqes == 6 && new.iocqes == 4 && new.mps == 0 && new.ams == 0 && new.css == 0;
+            let valid =
+                new.iosqes == 6 && new.iocqes == 4 && new.mps == 0 && new.ams == 0 && new.css == 0;
             if valid {
                 st.csts.rdy = true;
             } else {

@@ -26,7 +26,10 @@ impl Controller {
     /// Everything that can be checked before data moves: namespace, range, transfer length.
     pub(super) fn admit_io(&self, cmd: &IoCommand, transfer_len: u32) -> Result<(), Status> {
         self.keep_alive();
-        if let IoCommand::Flush { nsid: BROADCAST_NSID } = cmd {
+        if let IoCommand::Flush {
+            nsid: BROADCAST_NSID,
+        } = cmd
+        {
             return Ok(());
         }
         let ns = self.namespace_for_io(cmd.nsid())?;
@@ -64,7 +67,10 @@ impl Controller {
     }
 
     async fn run_io(&self, cmd: IoCommand, data: Bytes) -> Result<Response, Status> {
-        if let IoCommand::Flush { nsid: BROADCAST_NSID } = cmd {
+        if let IoCommand::Flush {
+            nsid: BROADCAST_NSID,
+        } = cmd
+        {
             return Ok(Response::status(self.flush_all().await));
         }
         // Looked up again: the namespace may have gone away while data was in flight.
@@ -73,39 +79,68 @@ impl Controller {
         match cmd {
             IoCommand::Read { slba, nlb, .. } => {
                 let len = nlb as u64 * bs;
-                let data = ns.drive.read(slba * bs, len as usize).await.map_err(|e| media_error(&ns, e, false))?;
+                let data = ns
+                    .drive
+                    .read(slba * bs, len as usize)
+                    .await
+                    .map_err(|e| media_error(&ns, e, false))?;
                 ns.stats.add_read(len);
                 Ok(Response::data(data))
             }
             IoCommand::Write { slba, fua, .. } => {
                 let len = data.len() as u64;
                 let fua = fua || !self.volatile_write_cache();
-                ns.drive.write(slba * bs, data, fua).await.map_err(|e| media_error(&ns, e, true))?;
+                ns.drive
+                    .write(slba * bs, data, fua)
+                    .await
+                    .map_err(|e| media_error(&ns, e, true))?;
                 ns.stats.add_write(len);
                 Ok(Response::ok())
             }
             IoCommand::Flush { .. } => {
-                ns.drive.flush().await.map_err(|e| media_error(&ns, e, true))?;
+                ns.drive
+                    .flush()
+                    .await
+                    .map_err(|e| media_error(&ns, e, true))?;
                 Ok(Response::ok())
             }
-            IoCommand::WriteZeroes { slba, nlb, fua, deallocate, .. } => {
+            IoCommand::WriteZeroes {
+                slba,
+                nlb,
+                fua,
+                deallocate,
+                ..
+            } => {
                 let (off, len) = (slba * bs, nlb as u64 * bs);
-                let r = if deallocate { ns.drive.deallocate(off, len).await } else { ns.drive.write_zeroes(off, len).await };
+                let r = if deallocate {
+                    ns.drive.deallocate(off, len).await
+                } else {
+                    ns.drive.write_zeroes(off, len).await
+                };
                 r.map_err(|e| media_error(&ns, e, true))?;
                 if fua || !self.volatile_write_cache() {
-                    ns.drive.flush().await.map_err(|e| media_error(&ns, e, true))?;
+                    ns.drive
+                        .flush()
+                        .await
+                        .map_err(|e| media_error(&ns, e, true))?;
                 }
                 Ok(Response::ok())
             }
-            IoCommand::DatasetManagement { ranges, deallocate, .. } => {
-                let ranges = DsmRange::decode_list(&data, ranges as usize).map_err(|_| Status::INVALID_FIELD)?;
+            IoCommand::DatasetManagement {
+                ranges, deallocate, ..
+            } => {
+                let ranges = DsmRange::decode_list(&data, ranges as usize)
+                    .map_err(|_| Status::INVALID_FIELD)?;
                 for r in &ranges {
                     check_lba_range(&ns, r.slba, r.nlb as u64)?;
                 }
                 // Only deallocate has an effect; the attribute hints are advisory.
                 if deallocate {
                     for r in ranges.iter().filter(|r| r.nlb > 0) {
-                        ns.drive.deallocate(r.slba * bs, r.nlb as u64 * bs).await.map_err(|e| media_error(&ns, e, true))?;
+                        ns.drive
+                            .deallocate(r.slba * bs, r.nlb as u64 * bs)
+                            .await
+                            .map_err(|e| media_error(&ns, e, true))?;
                     }
                 }
                 Ok(Response::ok())
@@ -128,7 +163,9 @@ fn media_error(ns: &Namespace, e: DriveError, write: bool) -> Status {
         DriveError::OutOfRange { .. } => Status::LBA_OUT_OF_RANGE,
         DriveError::Unaligned { .. } => Status::INVALID_FIELD,
         DriveError::Io { .. } => {
-            ns.stats.media_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            ns.stats
+                .media_errors
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             if write {
                 Status::WRITE_FAULT
             } else {

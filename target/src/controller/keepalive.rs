@@ -27,7 +27,10 @@ pub(super) fn start(ctrl: &Arc<Controller>) {
             let kato = Duration::from_millis(kato as u64);
             let since = ctrl.state.lock().unwrap().last_keep_alive.elapsed();
             if since >= kato {
-                ctrl.shut_down(&format!("keep-alive timer expired ({} ms without a command)", since.as_millis()));
+                ctrl.shut_down(&format!(
+                    "keep-alive timer expired ({} ms without a command)",
+                    since.as_millis()
+                ));
                 return;
             }
             drop(ctrl);

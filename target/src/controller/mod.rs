@@ -114,7 +114,10 @@ impl Controller {
         kato_ms: u32,
     ) -> Controller {
         let vwc = match &kind {
-            ControllerKind::Io(s) => s.namespaces().iter().any(|ns| ns.drive.info().volatile_write_cache),
+            ControllerKind::Io(s) => s
+                .namespaces()
+                .iter()
+                .any(|ns| ns.drive.info().volatile_write_cache),
             ControllerKind::Discovery => false,
         };
         Controller {
@@ -209,11 +212,22 @@ impl Controller {
 
     /// The highest I/O queue ID a host may connect.
     pub fn max_io_qid(&self) -> u32 {
-        self.state.lock().unwrap().io_queues_granted.unwrap_or(limits::MAX_IO_QUEUES)
+        self.state
+            .lock()
+            .unwrap()
+            .io_queues_granted
+            .unwrap_or(limits::MAX_IO_QUEUES)
     }
 
     /// Records a failed command in the error information log.
-    pub fn record_error(&self, sqid: u16, cid: u16, status: fabrik_proto::Status, nsid: u32, lba: u64) {
+    pub fn record_error(
+        &self,
+        sqid: u16,
+        cid: u16,
+        status: fabrik_proto::Status,
+        nsid: u32,
+        lba: u64,
+    ) {
         let mut st = self.state.lock().unwrap();
         st.error_count += 1;
         let entry = ErrorLogEntry {

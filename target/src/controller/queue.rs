@@ -58,13 +58,22 @@ impl Response {
         Response::default()
     }
     pub fn status(status: Status) -> Response {
-        Response { status, ..Response::default() }
+        Response {
+            status,
+            ..Response::default()
+        }
     }
     pub fn result(result: u64) -> Response {
-        Response { result, ..Response::default() }
+        Response {
+            result,
+            ..Response::default()
+        }
     }
     pub fn data(data: impl Into<Bytes>) -> Response {
-        Response { data: data.into(), ..Response::default() }
+        Response {
+            data: data.into(),
+            ..Response::default()
+        }
     }
 }
 
@@ -83,8 +92,19 @@ pub struct Queue {
 }
 
 impl Queue {
-    pub fn new(target: Arc<TargetState>, port: Port, local_addr: SocketAddr, peer_addr: SocketAddr) -> Queue {
-        Queue { target, port, local_addr, peer_addr, binding: OnceLock::new() }
+    pub fn new(
+        target: Arc<TargetState>,
+        port: Port,
+        local_addr: SocketAddr,
+        peer_addr: SocketAddr,
+    ) -> Queue {
+        Queue {
+            target,
+            port,
+            local_addr,
+            peer_addr,
+            binding: OnceLock::new(),
+        }
     }
 
     pub fn binding(&self) -> Option<&Binding> {
@@ -128,16 +148,21 @@ impl Queue {
             let cmd = FabricsCommand::parse(sqe)?;
             match (&cmd, binding) {
                 (FabricsCommand::Connect { .. }, None) => {}
-                (FabricsCommand::Connect { .. }, Some(_)) => return Err(Status::COMMAND_SEQUENCE_ERROR),
-                (_, None) => return Err(Status::COMMAND_SEQUENCE_ERROR),
-                (FabricsCommand::PropertyGet { .. } | FabricsCommand::PropertySet { .. }, Some(b)) if b.qid != 0 => {
-                    return Err(Status::INVALID_FIELD)
+                (FabricsCommand::Connect { .. }, Some(_)) => {
+                    return Err(Status::COMMAND_SEQUENCE_ERROR)
                 }
+                (_, None) => return Err(Status::COMMAND_SEQUENCE_ERROR),
+                (
+                    FabricsCommand::PropertyGet { .. } | FabricsCommand::PropertySet { .. },
+                    Some(b),
+                ) if b.qid != 0 => return Err(Status::INVALID_FIELD),
                 _ => {}
             }
             Command::Fabrics(cmd)
         } else {
-            let Some(b) = binding else { return Err(Status::COMMAND_SEQUENCE_ERROR) };
+            let Some(b) = binding else {
+                return Err(Status::COMMAND_SEQUENCE_ERROR);
+            };
             if b.qid == 0 {
                 let cmd = AdminCommand::parse(sqe)?;
                 b.ctrl.admit_admin(&cmd)?;
@@ -157,7 +182,12 @@ impl Queue {
         if direction == DataDirection::None && transfer_len != 0 {
             return Err(Status::SGL_LENGTH_INVALID);
         }
-        Ok(Admitted { sqe: *sqe, command, transfer_len, direction })
+        Ok(Admitted {
+            sqe: *sqe,
+            command,
+            transfer_len,
+            direction,
+        })
     }
 
     /// Runs an admitted command. `data` holds the host's data for commands that carry some
@@ -167,11 +197,20 @@ impl Queue {
         let response = match cmd.command {
             Command::Fabrics(f) => self.execute_fabrics(&cmd.sqe, f, data).await,
             Command::Admin(a) => {
-                let ctrl = &self.binding.get().expect("admitted admin command on a bound queue").ctrl;
-                ctrl.execute_admin(&cmd.sqe, a, cmd.transfer_len, data).await
+                let ctrl = &self
+                    .binding
+                    .get()
+                    .expect("admitted admin command on a bound queue")
+                    .ctrl;
+                ctrl.execute_admin(&cmd.sqe, a, cmd.transfer_len, data)
+                    .await
             }
             Command::Io(io) => {
-                let ctrl = &self.binding.get().expect("admitted I/O command on a bound queue").ctrl;
+                let ctrl = &self
+                    .binding
+                    .get()
+                    .expect("admitted I/O command on a bound queue")
+                    .ctrl;
                 ctrl.execute_io(io, data).await
             }
         };

@@ -14,5 +14,9 @@ use crate::model::{Port, TargetState};
 pub trait Listener: Send + 'static {
     /// The port as the discovery log reports it (with the address actually bound).
     fn port(&self) -> &Port;
-    fn serve(self: Box<Self>, target: Arc<TargetState>, stop: CancellationToken) -> tokio::task::JoinHandle<()>;
+    fn serve(
+        self: Box<Self>,
+        target: Arc<TargetState>,
+        stop: CancellationToken,
+    ) -> tokio::task::JoinHandle<()>;
 }

@@ -16,7 +16,8 @@ use bytes::{Bytes, BytesMut};
 use fabrik_proto::nvme::DataDirection;
 use fabrik_proto::tcp::pdu::fes;
 use fabrik_proto::tcp::{
-    C2HData, CapsuleCmd, CapsuleResp, Decoder, Digests, H2CData, IcReq, IcResp, Pdu, PduError, Role, TermReq, R2T,
+    C2HData, CapsuleCmd, CapsuleResp, Decoder, Digests, H2CData, IcReq, IcResp, Pdu, PduError,
+    Role, TermReq, R2T,
 };
 use fabrik_proto::{Cqe, SglDescriptor, Status};
 use futures_util::stream::{FuturesUnordered, StreamExt};
@@ -29,8 +30,8 @@ use tokio_util::sync::CancellationToken;
 use super::Listener;
 use crate::controller::queue::Command;
 use crate::controller::{limits, Admitted, Queue, Response};
-use fabrik_proto::nvme::admin::AdminCommand;
 use crate::model::{Port, TargetState, TransportType};
+use fabrik_proto::nvme::admin::AdminCommand;
 
 /// Largest H2CData payload we accept: a whole maximum transfer in one PDU.
 const MAX_H2C_DATA: u32 = limits::MAX_TRANSFER;
@@ -46,7 +47,14 @@ impl TcpListenerPort {
     pub async fn bind(addr: SocketAddr, port_id: u16) -> std::io::Result<TcpListenerPort> {
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
-        Ok(TcpListenerPort { listener, port: Port { id: port_id, transport: TransportType::Tcp, addr } })
+        Ok(TcpListenerPort {
+            listener,
+            port: Port {
+                id: port_id,
+                transport: TransportType::Tcp,
+                addr,
+            },
+        })
     }
 }
 
@@ -55,7 +63,11 @@ impl Listener for TcpListenerPort {
         &self.port
     }
 
-    fn serve(self: Box<Self>, target: Arc<TargetState>, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
+    fn serve(
+        self: Box<Self>,
+        target: Arc<TargetState>,
+        stop: CancellationToken,
+    ) -> tokio::task::JoinHandle<()> {
         tokio::spawn(async move {
             let mut connections = tokio::task::JoinSet::new();
             loop {
@@ -170,7 +182,11 @@ impl Fatal {
 }
 
 impl Connection {
-    async fn run<'q>(&mut self, queue: &'q Queue, stop: &CancellationToken) -> Result<(), ConnError> {
+    async fn run<'q>(
+        &mut self,
+        queue: &'q Queue,
+        stop: &CancellationToken,
+    ) -> Result<(), ConnError> {
         self.initialize(stop).await?;
         let mut inflight: Inflight<'q> = FuturesUnordered::new();
         let mut stopping = false;
@@ -184,9 +200,13 @@ impl Connection {
                         }
                     }
                     Ok(None) => break,
-                    Err(PduError::DataDigest { cccid, .. }) => self.data_digest_error(cccid, &mut inflight),
+                    Err(PduError::DataDigest { cccid, .. }) => {
+                        self.data_digest_error(cccid, &mut inflight)
+                    }
                     Err(e @ PduError::Fatal { reason, .. }) => {
-                        let term = e.term_req().expect("fatal errors have a termination request");
+                        let term = e
+                            .term_req()
+                            .expect("fatal errors have a termination request");
                         return self.terminate(Fatal(term, reason)).await;
                     }
                 }
@@ -201,7 +221,10 @@ impl Connection {
             if stopping && inflight.len() <= self.parked.len() {
                 return Ok(());
             }
-            let teardown = queue.controller().map(|c| c.teardown.clone()).unwrap_or_default();
+            let teardown = queue
+                .controller()
+                .map(|c| c.teardown.clone())
+                .unwrap_or_default();
             tokio::select! {
                 _ = teardown.cancelled() => return Ok(()),
                 _ = stop.cancelled(), if !stopping => {
@@ -232,17 +255,36 @@ impl Connection {
             Ok(other) => {
                 let mut head = BytesMut::new();
                 other.encode_head(Digests::default(), &mut head);
-                return self.terminate(Fatal::new(fes::PDU_SEQUENCE_ERROR, 0, head.freeze(), "first PDU is not ICReq")).await;
+                return self
+                    .terminate(Fatal::new(
+                        fes::PDU_SEQUENCE_ERROR,
+                        0,
+                        head.freeze(),
+                        "first PDU is not ICReq",
+                    ))
+                    .await;
             }
             Err(f) => return self.terminate(f).await,
         };
         if icreq.hpda != 0 {
             let mut head = BytesMut::new();
             Pdu::IcReq(icreq).encode_head(Digests::default(), &mut head);
-            return self.terminate(Fatal::new(fes::INVALID_HEADER_FIELD, 10, head.freeze(), "HPDA other than 0")).await;
+            return self
+                .terminate(Fatal::new(
+                    fes::INVALID_HEADER_FIELD,
+                    10,
+                    head.freeze(),
+                    "HPDA other than 0",
+                ))
+                .await;
         }
         self.digests = icreq.digests;
-        let resp = Pdu::IcResp(IcResp { pfv: 0, cpda: 0, digests: icreq.digests, maxh2cdata: MAX_H2C_DATA });
+        let resp = Pdu::IcResp(IcResp {
+            pfv: 0,
+            cpda: 0,
+            digests: icreq.digests,
+            maxh2cdata: MAX_H2C_DATA,
+        });
         resp.encode(Digests::default(), &mut self.out);
         // The 6.1 host reads the ICResp with one receive: send it as one 128-byte write.
         let icresp = self.out.split().freeze();
@@ -256,9 +298,19 @@ impl Connection {
             match self.decoder.decode(&mut self.rbuf) {
                 Ok(Some(pdu)) => return Ok(Ok(pdu)),
                 Ok(None) => {}
-                Err(PduError::Fatal { fes, fei, header, reason }) => return Ok(Err(Fatal::new(fes, fei, header, reason))),
+                Err(PduError::Fatal {
+                    fes,
+                    fei,
+                    header,
+                    reason,
+                }) => return Ok(Err(Fatal::new(fes, fei, header, reason))),
                 Err(PduError::DataDigest { .. }) => {
-                    return Ok(Err(Fatal::new(fes::PDU_SEQUENCE_ERROR, 0, Bytes::new(), "first PDU is not ICReq")))
+                    return Ok(Err(Fatal::new(
+                        fes::PDU_SEQUENCE_ERROR,
+                        0,
+                        Bytes::new(),
+                        "first PDU is not ICReq",
+                    )))
                 }
             }
             if self.reader.read_buf(&mut self.rbuf).await? == 0 {
@@ -267,7 +319,12 @@ impl Connection {
         }
     }
 
-    fn on_pdu<'q>(&mut self, pdu: Pdu, queue: &'q Queue, inflight: &mut Inflight<'q>) -> Result<(), Fatal> {
+    fn on_pdu<'q>(
+        &mut self,
+        pdu: Pdu,
+        queue: &'q Queue,
+        inflight: &mut Inflight<'q>,
+    ) -> Result<(), Fatal> {
         match pdu {
             Pdu::CapsuleCmd(cmd) => self.on_capsule(cmd, queue, inflight),
             Pdu::H2CData(data) => self.on_h2c_data(data, queue, inflight),
@@ -286,30 +343,50 @@ impl Connection {
         Fatal::new(fes::PDU_SEQUENCE_ERROR, 0, head.freeze(), why)
     }
 
-    fn on_capsule<'q>(&mut self, capsule: CapsuleCmd, queue: &'q Queue, inflight: &mut Inflight<'q>) -> Result<(), Fatal> {
+    fn on_capsule<'q>(
+        &mut self,
+        capsule: CapsuleCmd,
+        queue: &'q Queue,
+        inflight: &mut Inflight<'q>,
+    ) -> Result<(), Fatal> {
         let sqe = capsule.sqe;
         let cid = sqe.cid;
         self.sq_head = self.sq_head.wrapping_add(1);
-        let entries = queue.binding().map_or(limits::MAX_ADMIN_QUEUE_ENTRIES, |b| b.entries);
+        let entries = queue
+            .binding()
+            .map_or(limits::MAX_ADMIN_QUEUE_ENTRIES, |b| b.entries);
         if self.active.len() >= entries as usize {
-            return Err(self.sequence_error(&Pdu::CapsuleCmd(capsule), "more commands outstanding than the queue holds"));
+            return Err(self.sequence_error(
+                &Pdu::CapsuleCmd(capsule),
+                "more commands outstanding than the queue holds",
+            ));
         }
         if !self.active.insert(cid) {
             // The CID is in use: answering would complete the other command in the host's eyes,
             // but the status says exactly what went wrong.
             tracing::warn!(cid, "command identifier conflict");
-            inflight.push(Box::pin(std::future::ready((cid, Response::status(Status::CID_CONFLICT)))));
+            inflight.push(Box::pin(std::future::ready((
+                cid,
+                Response::status(Status::CID_CONFLICT),
+            ))));
             return Ok(());
         }
         let (len, in_capsule) = match sqe.sgl() {
-            Ok(SglDescriptor::TransportDataBlock { length }) if capsule.data.is_empty() => (length, false),
+            Ok(SglDescriptor::TransportDataBlock { length }) if capsule.data.is_empty() => {
+                (length, false)
+            }
             Ok(SglDescriptor::DataBlockOffset { offset, length }) => {
-                if offset != 0 || length as usize != capsule.data.len() || length > queue.inline_data_limit(&sqe) {
+                if offset != 0
+                    || length as usize != capsule.data.len()
+                    || length > queue.inline_data_limit(&sqe)
+                {
                     return self.answer_now(cid, Status::SGL_OFFSET_INVALID, inflight);
                 }
                 (length, true)
             }
-            Ok(SglDescriptor::TransportDataBlock { .. }) => return self.answer_now(cid, Status::INVALID_FIELD, inflight),
+            Ok(SglDescriptor::TransportDataBlock { .. }) => {
+                return self.answer_now(cid, Status::INVALID_FIELD, inflight)
+            }
             Ok(_) | Err(_) => return self.answer_now(cid, Status::SGL_TYPE_INVALID, inflight),
         };
         let admitted = match queue.admit(&sqe, len) {
@@ -318,42 +395,90 @@ impl Connection {
         };
         match admitted.direction {
             DataDirection::ToController if in_capsule || len == 0 => {
-                inflight.push(Box::pin(async move { (cid, queue.execute(admitted, capsule.data).await) }));
+                inflight.push(Box::pin(async move {
+                    (cid, queue.execute(admitted, capsule.data).await)
+                }));
             }
             DataDirection::ToController => {
                 r2t(cid, len).encode(self.digests, &mut self.out);
-                self.pending_writes.insert(cid, PendingWrite { cmd: admitted, buf: BytesMut::new(), whole: None, received: 0 });
+                self.pending_writes.insert(
+                    cid,
+                    PendingWrite {
+                        cmd: admitted,
+                        buf: BytesMut::new(),
+                        whole: None,
+                        received: 0,
+                    },
+                );
             }
             _ if in_capsule => return self.answer_now(cid, Status::INVALID_FIELD, inflight),
             _ => {
-                if matches!(admitted.command, Command::Admin(AdminCommand::AsyncEventRequest)) {
+                if matches!(
+                    admitted.command,
+                    Command::Admin(AdminCommand::AsyncEventRequest)
+                ) {
                     self.parked.insert(cid);
                 }
-                inflight.push(Box::pin(async move { (cid, queue.execute(admitted, Bytes::new()).await) }))
+                inflight.push(Box::pin(async move {
+                    (cid, queue.execute(admitted, Bytes::new()).await)
+                }))
             }
         }
         Ok(())
     }
 
-    fn answer_now<'q>(&mut self, cid: u16, status: Status, inflight: &mut Inflight<'q>) -> Result<(), Fatal> {
-        inflight.push(Box::pin(std::future::ready((cid, Response::status(status)))));
+    fn answer_now<'q>(
+        &mut self,
+        cid: u16,
+        status: Status,
+        inflight: &mut Inflight<'q>,
+    ) -> Result<(), Fatal> {
+        inflight.push(Box::pin(std::future::ready((
+            cid,
+            Response::status(status),
+        ))));
         Ok(())
     }
 
-    fn on_h2c_data<'q>(&mut self, data: H2CData, queue: &'q Queue, inflight: &mut Inflight<'q>) -> Result<(), Fatal> {
+    fn on_h2c_data<'q>(
+        &mut self,
+        data: H2CData,
+        queue: &'q Queue,
+        inflight: &mut Inflight<'q>,
+    ) -> Result<(), Fatal> {
         let Some(pending) = self.pending_writes.get_mut(&data.ttag) else {
-            return Err(self.header_error(&Pdu::H2CData(data), fes::INVALID_HEADER_FIELD, 10, "H2CData for an unknown transfer tag"));
+            return Err(self.header_error(
+                &Pdu::H2CData(data),
+                fes::INVALID_HEADER_FIELD,
+                10,
+                "H2CData for an unknown transfer tag",
+            ));
         };
         let total = pending.cmd.transfer_len;
         if data.cccid != data.ttag {
-            return Err(self.header_error(&Pdu::H2CData(data), fes::INVALID_HEADER_FIELD, 8, "H2CData CCCID does not match its transfer tag"));
+            return Err(self.header_error(
+                &Pdu::H2CData(data),
+                fes::INVALID_HEADER_FIELD,
+                8,
+                "H2CData CCCID does not match its transfer tag",
+            ));
         }
         if data.datao != pending.received {
-            return Err(self.header_error(&Pdu::H2CData(data), fes::DATA_OUT_OF_RANGE, 12, "H2CData offset is not where the data stopped"));
+            return Err(self.header_error(
+                &Pdu::H2CData(data),
+                fes::DATA_OUT_OF_RANGE,
+                12,
+                "H2CData offset is not where the data stopped",
+            ));
         }
         let len = data.data.len() as u32;
         if pending.received + len > total {
-            return Err(self.header_error(&Pdu::H2CData(data), fes::DATA_OUT_OF_RANGE, 16, "H2CData beyond the requested length"));
+            return Err(self.header_error(
+                &Pdu::H2CData(data),
+                fes::DATA_OUT_OF_RANGE,
+                16,
+                "H2CData beyond the requested length",
+            ));
         }
         if pending.received == 0 && len == total {
             pending.whole = Some(data.data);
@@ -366,9 +491,14 @@ impl Connection {
         pending.received += len;
         if pending.received == total {
             let cid = data.cccid;
-            let done = self.pending_writes.remove(&cid).expect("pending write present");
+            let done = self
+                .pending_writes
+                .remove(&cid)
+                .expect("pending write present");
             let payload = done.whole.unwrap_or_else(|| done.buf.freeze());
-            inflight.push(Box::pin(async move { (cid, queue.execute(done.cmd, payload).await) }));
+            inflight.push(Box::pin(async move {
+                (cid, queue.execute(done.cmd, payload).await)
+            }));
         }
         Ok(())
     }
@@ -384,7 +514,10 @@ impl Connection {
         tracing::warn!(cid, "data digest error");
         self.pending_writes.remove(&cid);
         self.active.insert(cid);
-        inflight.push(Box::pin(std::future::ready((cid, Response::status(Status::TRANSIENT_TRANSPORT_ERROR)))));
+        inflight.push(Box::pin(std::future::ready((
+            cid,
+            Response::status(Status::TRANSIENT_TRANSPORT_ERROR),
+        ))));
     }
 
     /// Queues the answer to a command: its data (C2HData) and its completion.
@@ -401,7 +534,13 @@ impl Connection {
             // SUCCESS in the last C2HData replaces the response capsule, which the spec allows
             // only when SQ flow control is disabled.
             let success = sq_flow_disabled;
-            let pdu = Pdu::C2HData(C2HData { cccid: cid, datao: 0, last: true, success, data: resp.data });
+            let pdu = Pdu::C2HData(C2HData {
+                cccid: cid,
+                datao: 0,
+                last: true,
+                success,
+                data: resp.data,
+            });
             self.push_pdu(pdu);
             if success {
                 return;
@@ -409,7 +548,11 @@ impl Connection {
         }
         let cqe = Cqe {
             result: resp.result,
-            sqhd: if sq_flow_disabled { 0xffff } else { (self.sq_head % entries) as u16 },
+            sqhd: if sq_flow_disabled {
+                0xffff
+            } else {
+                (self.sq_head % entries) as u16
+            },
             sqid: binding.map_or(0, |b| b.qid),
             cid,
             status: resp.status,
@@ -436,13 +579,21 @@ impl Connection {
             self.segments.push_back(self.out.split().freeze());
         }
         while !self.segments.is_empty() {
-            let slices: Vec<IoSlice<'_>> = self.segments.iter().take(64).map(|b| IoSlice::new(b)).collect();
+            let slices: Vec<IoSlice<'_>> = self
+                .segments
+                .iter()
+                .take(64)
+                .map(|b| IoSlice::new(b))
+                .collect();
             let mut n = self.writer.write_vectored(&slices).await?;
             if n == 0 {
                 return Err(ConnError::Io(std::io::ErrorKind::WriteZero.into()));
             }
             while n > 0 {
-                let front = self.segments.front_mut().expect("written bytes come from segments");
+                let front = self
+                    .segments
+                    .front_mut()
+                    .expect("written bytes come from segments");
                 if n >= front.len() {
                     n -= front.len();
                     self.segments.pop_front();
@@ -469,5 +620,10 @@ impl Connection {
 
 /// One R2T for the whole transfer, as the Linux target does; TTAG = CID.
 fn r2t(cid: u16, len: u32) -> Pdu {
-    Pdu::R2T(R2T { cccid: cid, ttag: cid, r2to: 0, r2tl: len })
+    Pdu::R2T(R2T {
+        cccid: cid,
+        ttag: cid,
+        r2to: 0,
+        r2tl: len,
+    })
 }
