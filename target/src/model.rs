@@ -118,8 +118,27 @@ impl Subsystem {
         }
     }
 
+    /// Adds (or replaces) a namespace; connected controllers get a Namespace Attribute Changed
+    /// event and find the NSID in their Changed Namespace List.
     pub fn add_namespace(&self, ns: Arc<Namespace>) {
-        self.namespaces.write().unwrap().insert(ns.nsid, ns);
+        let nsid = ns.nsid;
+        self.namespaces.write().unwrap().insert(nsid, ns);
+        self.namespace_changed(nsid);
+    }
+
+    /// Removes a namespace, telling connected controllers as `add_namespace` does.
+    pub fn remove_namespace(&self, nsid: u32) -> Option<Arc<Namespace>> {
+        let removed = self.namespaces.write().unwrap().remove(&nsid);
+        if removed.is_some() {
+            self.namespace_changed(nsid);
+        }
+        removed
+    }
+
+    fn namespace_changed(&self, nsid: u32) {
+        for ctrl in self.controllers() {
+            ctrl.namespace_changed(nsid);
+        }
     }
 
     pub fn namespace(&self, nsid: u32) -> Option<Arc<Namespace>> {
