@@ -1,0 +1,89 @@
+#!/bin/bash
+# fabrikd-tcp.sh - guest script: the Linux kernel NVMe/TCP host (nvme-tcp, nvme-cli, fio)
+# against fabrikd listening on 127.0.0.1:4420 inside the guest (nvmf-suite-lib.sh).
+#   FABRIKD=build/release/fabrikd tests/interop/vm.sh ... (see tests/run); in the guest
+#   fabrikd comes from $FABRIKD, /share/bin or /extra/bin (PATH).
+# Args (VAR=value): NDRIVES=24 DRIVE_SIZE=1G BACKEND=file FIO_DEVS=4 FIO_MIB=32
+#   DATA_FS=ext4|tmpfs SKIP="fio acl ..." RUST_LOG=info FABRIKD=/path NQN_PREFIX=...
+#   FABRIKD_ARGS="extra args"
+# Artifacts: when /share is mounted, /share/out/ gets fabrikd.log, dmesg.txt.
+set -u
+. /vmh/lib.sh
+args_to_env "$@"
+. /vmh/nvmf-suite-lib.sh
+T_SUITE="kernel nvme-tcp host vs fabrikd"
+DRIVE_SIZE=${DRIVE_SIZE:-1G}
+DRIVE_BYTES=$(to_bytes "$DRIVE_SIZE")
+BACKEND=${BACKEND:-file}
+DATA=/data/fabrik
+LOGF=/tmp/fabrikd.log
+NQN_PREFIX=${NQN_PREFIX:-nqn.2024-01.io.fabrik:$(hostname):drive-}
+export RUST_LOG=${RUST_LOG:-info} RUST_BACKTRACE=1 NO_COLOR=1
+FABRIKD=${FABRIKD:-$(command -v fabrikd)}
+[ -n "$FABRIKD" ] && [ -x "$FABRIKD" ] || { echo "FAIL: no fabrikd binary in the guest (PATH=$PATH)"; echo "0 passed, 1 failed"; exit 1; }
+OUT=; if grep -q ' /share 9p ' /proc/mounts; then OUT=/share/out; mkdir -p $OUT; fi
+
+data_dir_setup /data || { echo "FAIL: data dir setup"; exit 1; }
+mkdir -p $DATA
+FPID=
+START_N=0
+target_start() {  # [allowed hostnqn]
+  local hostargs=() i
+  [ -n "${1:-}" ] && hostargs=(--host "$1")
+  START_N=$((START_N + 1))
+  echo "===== fabrikd start #$START_N $(date +%T) =====" >> $LOGF
+  local cmd=("$FABRIKD" --data-dir $DATA --listen "$TRADDR:$TRSVCID" --drives "$NDRIVES" --drive-size "$DRIVE_SIZE"
+             --backend "$BACKEND" "${hostargs[@]}")
+  # shellcheck disable=SC2206
+  cmd+=(${FABRIKD_ARGS:-})
+  echo "+ ${cmd[*]} >> $LOGF 2>&1 &"
+  "${cmd[@]}" >> $LOGF 2>&1 &
+  FPID=$!
+  for i in $(seq 1 600); do   # 60 s: first start creates the drive files
+    (exec 3<>"/dev/tcp/$TRADDR/$TRSVCID") 2>/dev/null && break
+    kill -0 $FPID 2>/dev/null || break
+    sleep 0.1
+  done
+  if ! kill -0 $FPID 2>/dev/null; then
+    wait $FPID; echo "  fabrikd (pid $FPID) exited with status $? before listening"; FPID=; return 1
+  fi
+  (exec 3<>"/dev/tcp/$TRADDR/$TRSVCID") 2>/dev/null || { echo "  fabrikd pid $FPID not listening on $TRADDR:$TRSVCID after 60 s"; return 1; }
+  echo "  fabrikd pid $FPID listening on $TRADDR:$TRSVCID after ${i}00 ms"
+}
+target_stop() {  # SIGTERM, must exit 0 within 30 s
+  local i rc
+  [ -n "$FPID" ] || { echo "  fabrikd not running"; return 1; }
+  kill -TERM $FPID
+  for i in $(seq 1 300); do kill -0 $FPID 2>/dev/null || break; sleep 0.1; done
+  if kill -0 $FPID 2>/dev/null; then
+    echo "  fabrikd pid $FPID still running 30 s after SIGTERM: SIGKILL"
+    kill -KILL $FPID; wait $FPID 2>/dev/null; FPID=; return 1
+  fi
+  wait $FPID; rc=$?; FPID=
+  echo "  fabrikd exited with status $rc after SIGTERM (${i}00 ms)"
+  [ $rc = 0 ]
+}
+target_log() {
+  echo "---- fabrikd log (last 60 lines of $LOGF)"; tail -n 60 $LOGF | sed 's/^/  fabrikd: /'; echo "----"
+  [ -n "$FPID" ] && ! kill -0 $FPID 2>/dev/null && echo "  NOTE: fabrikd (pid $FPID) is no longer running"
+  return 0
+}
+
+s_log() {
+  local n_err n_warn
+  n_err=$(grep -cE '\bERROR\b' $LOGF); n_warn=$(grep -cE '\bWARN\b' $LOGF)
+  echo "  fabrikd log: $(wc -l < $LOGF) lines, $n_err ERROR, $n_warn WARN (over $START_N starts)"
+  grep -E '\b(ERROR|WARN)\b' $LOGF | head -10 | sed 's/^/  fabrikd: /'
+  assert "fabrikd never panicked" [ "$(grep -c 'panicked' $LOGF)" = 0 ] || { grep -A5 panicked $LOGF; return 1; }
+}
+suite_extra_steps() { step "fabrikd log has no panic" s_log; }
+
+echo "fabrikd: $FABRIKD ($(stat -c %s "$FABRIKD") bytes), backend $BACKEND, $NDRIVES x $DRIVE_SIZE, data dir $DATA"
+"$FABRIKD" --version 2>&1 | head -1
+nvmf_suite_run; rc=$?
+[ -n "$FPID" ] && { kill -KILL $FPID 2>/dev/null; wait $FPID 2>/dev/null; }
+if [ $rc != 0 ]; then
+  echo; echo "fabrikd log (last 40 lines):"; tail -n 40 $LOGF | sed 's/^/  fabrikd: /'
+fi
+if [ -n "$OUT" ]; then cp $LOGF $OUT/; dmesg > $OUT/dmesg.txt; fi
+exit $rc
