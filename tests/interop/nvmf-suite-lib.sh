@@ -164,7 +164,7 @@ s_disconnect() {
 s_digest() {
   local nqn rc z
   nqn=$(drive_nqn "$DIGEST_DRIVE")
-  nvme_connect_find "$nqn" "${FAB[@]}" "${CONN_OPTS[@]}" --hdr_digest --data_digest; rc=$?
+  nvme_connect_find "$nqn" "${FAB[@]}" "${CONN_OPTS[@]}" --hdr-digest --data-digest; rc=$?
   assert "connect $nqn with header and data digests" [ $rc = 0 ] || return 1
   echo "  $(basename "$CTRL"): $(cat /sys/class/nvme/"$(basename "$CTRL")"/address 2>/dev/null)"
   fio_verify digest-4k 4k 2 16 8 "$DEV" || return 1
