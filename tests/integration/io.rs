@@ -325,3 +325,33 @@ async fn sq_flow_control_disabled() {
     }
     target.shutdown().await;
 }
+
+/// More write data in flight on one queue than the target's per-connection R2T budget (16 MiB):
+/// the writes beyond it wait for their R2T, and every one still lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_beyond_the_r2t_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = start(config(dir.path(), BackendKind::Ram, 1, 1 << 30)).await;
+    let mut opts = options(addr(&target), &nqns(&target)[0]);
+    opts.queue_size = 64;
+    let ctrl = Arc::new(Controller::connect(opts).await.unwrap());
+    let mut writers = JoinSet::new();
+    for i in 0..48u64 {
+        let ctrl = ctrl.clone();
+        writers.spawn(async move {
+            let data = random_data(1 << 20, 1000 + i);
+            ctrl.write(1, i * 256, data.clone(), false).await.unwrap();
+            (i, data)
+        });
+    }
+    let mut written = Vec::new();
+    while let Some(result) = writers.join_next().await {
+        written.push(result.unwrap());
+    }
+    for (i, data) in written {
+        let read = ctrl.read(1, i * 256, 256).await.unwrap();
+        assert_same_data(&read, &data, &format!("1 MiB write {i}"));
+    }
+    Arc::into_inner(ctrl).unwrap().shutdown().await.unwrap();
+    target.shutdown().await;
+}

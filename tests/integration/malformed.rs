@@ -560,3 +560,87 @@ async fn io_queue_connect_with_a_wrong_cntlid() {
     ctrl.shutdown().await.unwrap();
     s.finish().await;
 }
+
+/// A host asking to write more than the per-connection R2T budget (16 MiB) at once gets R2Ts
+/// only up to the budget; the rest follow as data comes in. Keeps one host from making the
+/// target hold unbounded write buffers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r2ts_are_bounded_by_the_budget() {
+    let s = setup().await;
+    let mut conn = RawConn::connect(s.addr, Digests::default()).await;
+    conn.admin_connect(&s.nqn).await;
+    let mut enable = FabricsCommand::PropertySet {
+        size8: false,
+        offset: 0x14,
+        value: 0x0046_0001,
+    }
+    .to_sqe(2);
+    enable.set_sgl(&SglDescriptor::NONE_TCP);
+    conn.send(Pdu::CapsuleCmd(CapsuleCmd {
+        sqe: enable,
+        data: Bytes::new(),
+    }))
+    .await;
+    assert!(matches!(conn.next().await, Some(Pdu::CapsuleResp(r)) if r.cqe.status.is_success()));
+
+    // 20 commands each asking to send 1 MiB (Set Features with data; the feature is refused
+    // once the data is in, which does not matter here).
+    for cid in 10..30u16 {
+        let mut sqe = AdminCommand::SetFeatures {
+            nsid: 0,
+            fid: 0x0E,
+            save: false,
+            cdw11: 0,
+            cdw12: 0,
+            cdw13: 0,
+            cdw14: 0,
+        }
+        .to_sqe(cid);
+        sqe.set_sgl(&SglDescriptor::TransportDataBlock { length: 1 << 20 });
+        conn.send(Pdu::CapsuleCmd(CapsuleCmd {
+            sqe,
+            data: Bytes::new(),
+        }))
+        .await;
+    }
+    let mut r2ts = Vec::new();
+    while let Ok(Some(pdu)) = tokio::time::timeout(Duration::from_millis(500), conn.next()).await {
+        match pdu {
+            Pdu::R2T(r) => r2ts.push(r),
+            other => panic!("expected only R2Ts, got {other:?}"),
+        }
+    }
+    assert_eq!(r2ts.len(), 16, "R2Ts for 16 MiB, the budget");
+    assert!(r2ts.iter().all(|r| r.r2tl == 1 << 20 && r.r2to == 0));
+
+    // Data for the first: its command completes and one more R2T goes out.
+    let first = r2ts[0];
+    conn.send(Pdu::H2CData(H2CData {
+        cccid: first.cccid,
+        ttag: first.ttag,
+        datao: 0,
+        last: true,
+        data: Bytes::from(vec![0u8; 1 << 20]),
+    }))
+    .await;
+    let (mut responses, mut more_r2ts) = (0, 0);
+    while let Ok(Some(pdu)) = tokio::time::timeout(Duration::from_millis(500), conn.next()).await {
+        match pdu {
+            Pdu::CapsuleResp(r) => {
+                assert_eq!(r.cqe.cid, first.cccid);
+                responses += 1;
+            }
+            Pdu::R2T(r) => {
+                assert!(
+                    !r2ts.iter().any(|old| old.cccid == r.cccid),
+                    "a new command's R2T"
+                );
+                more_r2ts += 1;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!((responses, more_r2ts), (1, 1));
+    drop(conn);
+    s.finish().await;
+}

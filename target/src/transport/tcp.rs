@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use fabrik_proto::nvme::DataDirection;
-use fabrik_proto::tcp::pdu::fes;
+use fabrik_proto::tcp::pdu::{fes, pdu_type};
 use fabrik_proto::tcp::{
     C2HData, CapsuleCmd, CapsuleResp, Decoder, Digests, H2CData, IcReq, IcResp, Pdu, PduError,
     Role, TermReq, R2T,
@@ -35,6 +35,9 @@ use fabrik_proto::nvme::admin::AdminCommand;
 
 /// Largest H2CData payload we accept: a whole maximum transfer in one PDU.
 const MAX_H2C_DATA: u32 = limits::MAX_TRANSFER;
+/// Write data a connection may have been asked for (R2T) and not yet received. Bounds the memory
+/// one host can make us hold: further writes wait for their R2T until data has come in.
+const R2T_BUDGET: u64 = 16 << 20;
 /// The Linux host gives up on ICResp after 10 s; so do we on ICReq.
 const IC_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -128,6 +131,8 @@ async fn serve_connection(
         out: BytesMut::with_capacity(64 * 1024),
         segments: VecDeque::new(),
         pending_writes: HashMap::new(),
+        r2t_waiting: VecDeque::new(),
+        r2t_outstanding: 0,
         active: HashSet::new(),
         sq_head: 0,
         parked: HashSet::new(),
@@ -150,6 +155,8 @@ struct PendingWrite {
     /// The single payload when one H2CData PDU carried all the data (no copy).
     whole: Option<Bytes>,
     received: u32,
+    /// The R2T went out (else the write waits in `r2t_waiting` for budget).
+    r2t_sent: bool,
 }
 
 struct Connection {
@@ -163,6 +170,10 @@ struct Connection {
     /// What the next write sends, in order (headers from `out` and data payloads, zero-copy).
     segments: VecDeque<Bytes>,
     pending_writes: HashMap<u16, PendingWrite>,
+    /// Writes waiting for R2T budget, oldest first.
+    r2t_waiting: VecDeque<u16>,
+    /// Bytes asked for by R2Ts and not yet received.
+    r2t_outstanding: u64,
     /// CIDs of commands in flight (waiting for data, executing, or answered but not yet sent).
     active: HashSet<u16>,
     /// Submission queue head as reported in completions (SQ flow control).
@@ -200,8 +211,10 @@ impl Connection {
                         }
                     }
                     Ok(None) => break,
-                    Err(PduError::DataDigest { cccid, .. }) => {
-                        self.data_digest_error(cccid, &mut inflight)
+                    Err(PduError::DataDigest { pdu_type, cccid }) => {
+                        if let Err(f) = self.data_digest_error(pdu_type, cccid, &mut inflight) {
+                            return self.terminate(f).await;
+                        }
                     }
                     Err(e @ PduError::Fatal { reason, .. }) => {
                         let term = e
@@ -400,7 +413,6 @@ impl Connection {
                 }));
             }
             DataDirection::ToController => {
-                r2t(cid, len).encode(self.digests, &mut self.out);
                 self.pending_writes.insert(
                     cid,
                     PendingWrite {
@@ -408,8 +420,11 @@ impl Connection {
                         buf: BytesMut::new(),
                         whole: None,
                         received: 0,
+                        r2t_sent: false,
                     },
                 );
+                self.r2t_waiting.push_back(cid);
+                self.send_r2ts();
             }
             _ if in_capsule => return self.answer_now(cid, Status::INVALID_FIELD, inflight),
             _ => {
@@ -446,7 +461,11 @@ impl Connection {
         queue: &'q Queue,
         inflight: &mut Inflight<'q>,
     ) -> Result<(), Fatal> {
-        let Some(pending) = self.pending_writes.get_mut(&data.ttag) else {
+        let Some(pending) = self
+            .pending_writes
+            .get_mut(&data.ttag)
+            .filter(|p| p.r2t_sent)
+        else {
             return Err(self.header_error(
                 &Pdu::H2CData(data),
                 fes::INVALID_HEADER_FIELD,
@@ -495,12 +514,33 @@ impl Connection {
                 .pending_writes
                 .remove(&cid)
                 .expect("pending write present");
+            self.r2t_outstanding -= total as u64;
+            self.send_r2ts();
             let payload = done.whole.unwrap_or_else(|| done.buf.freeze());
             inflight.push(Box::pin(async move {
                 (cid, queue.execute(done.cmd, payload).await)
             }));
         }
         Ok(())
+    }
+
+    /// Sends R2Ts for waiting writes, oldest first, while the budget allows (always at least
+    /// one, so a single write larger than the budget still proceeds).
+    fn send_r2ts(&mut self) {
+        while let Some(&cid) = self.r2t_waiting.front() {
+            let Some(pending) = self.pending_writes.get_mut(&cid) else {
+                self.r2t_waiting.pop_front();
+                continue;
+            };
+            let len = pending.cmd.transfer_len as u64;
+            if self.r2t_outstanding > 0 && self.r2t_outstanding + len > R2T_BUDGET {
+                return;
+            }
+            self.r2t_waiting.pop_front();
+            pending.r2t_sent = true;
+            self.r2t_outstanding += len;
+            r2t(cid, len as u32).encode(self.digests, &mut self.out);
+        }
     }
 
     fn header_error(&self, pdu: &Pdu, fes: u16, fei: u32, why: &'static str) -> Fatal {
@@ -510,14 +550,45 @@ impl Connection {
     }
 
     /// A data digest mismatch fails only that command, with a status the host retries.
-    fn data_digest_error<'q>(&mut self, cid: u16, inflight: &mut Inflight<'q>) {
-        tracing::warn!(cid, "data digest error");
-        self.pending_writes.remove(&cid);
-        self.active.insert(cid);
+    /// Data for a transfer we never asked for is a protocol error instead.
+    fn data_digest_error<'q>(
+        &mut self,
+        pdu_type: u8,
+        cid: u16,
+        inflight: &mut Inflight<'q>,
+    ) -> Result<(), Fatal> {
+        tracing::warn!(cid, pdu_type, "data digest error");
+        if pdu_type == pdu_type::CAPSULE_CMD {
+            self.sq_head = self.sq_head.wrapping_add(1);
+            if !self.active.insert(cid) {
+                return Err(Fatal::new(
+                    fes::PDU_SEQUENCE_ERROR,
+                    0,
+                    Bytes::new(),
+                    "data digest error on a command whose CID is in use",
+                ));
+            }
+        } else {
+            match self.pending_writes.remove(&cid) {
+                Some(p) if p.r2t_sent => {
+                    self.r2t_outstanding -= p.cmd.transfer_len as u64;
+                    self.send_r2ts();
+                }
+                _ => {
+                    return Err(Fatal::new(
+                        fes::INVALID_HEADER_FIELD,
+                        8,
+                        Bytes::new(),
+                        "H2CData (with a bad data digest) for an unknown transfer",
+                    ))
+                }
+            }
+        }
         inflight.push(Box::pin(std::future::ready((
             cid,
             Response::status(Status::TRANSIENT_TRANSPORT_ERROR),
         ))));
+        Ok(())
     }
 
     /// Queues the answer to a command: its data (C2HData) and its completion.
