@@ -13,8 +13,6 @@ use fabrik_initiator::{ConnectOptions, Controller};
 use fabrik_target::backend::BackendKind;
 use fabrik_target::config::Config;
 use fabrik_target::Target;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
 
 const BLOCK: u32 = 4096;
 const DRIVE_BLOCKS: u64 = (1 << 30) / BLOCK as u64;
@@ -38,60 +36,60 @@ impl Lcg {
     }
 }
 
-/// Raw TCP: one direction bulk throughput in bytes/s.
-async fn raw_throughput(peer: &tokio::runtime::Handle, secs: f64) -> f64 {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+/// Raw TCP: one direction bulk throughput in bytes/s, with plain blocking sockets on two
+/// threads (no runtime in the way): the kernel's loopback limit on this machine.
+fn raw_throughput(secs: f64) -> f64 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
-    // The receiving end runs on the target's runtime: each end has its own core, as in the NVMe runs.
-    let sink = peer.spawn(async move {
-        let (mut s, _) = listener.accept().await.unwrap();
+    let sink = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
         let mut buf = vec![0u8; 1 << 20];
         let mut total = 0u64;
         loop {
-            let n = s.read(&mut buf).await.unwrap();
+            let n = std::io::Read::read(&mut s, &mut buf).unwrap();
             if n == 0 {
                 return total;
             }
             total += n as u64;
         }
     });
-    let mut s = TcpStream::connect(addr).await.unwrap();
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
     s.set_nodelay(true).unwrap();
     let chunk = vec![0x5au8; 1 << 20];
     let start = Instant::now();
     while start.elapsed().as_secs_f64() < secs {
-        s.write_all(&chunk).await.unwrap();
+        std::io::Write::write_all(&mut s, &chunk).unwrap();
     }
-    s.shutdown().await.unwrap();
     drop(s);
-    let total = sink.await.unwrap();
+    let total = sink.join().unwrap();
     total as f64 / start.elapsed().as_secs_f64()
 }
 
-/// Raw TCP round trip shaped like a 4 KiB read: a 72-byte capsule out, 4 KiB + headers back.
-async fn raw_round_trip(peer: &tokio::runtime::Handle, secs: f64) -> Duration {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+/// Raw TCP round trip shaped like a 4 KiB read (a 72-byte capsule out, 4 KiB and headers back),
+/// blocking sockets on two threads.
+fn raw_round_trip(secs: f64) -> Duration {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
-    peer.spawn(async move {
-        let (mut s, _) = listener.accept().await.unwrap();
+    std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
         s.set_nodelay(true).unwrap();
         let mut req = [0u8; 72];
-        let resp = vec![0u8; 4096 + 24 + 24];
-        while s.read_exact(&mut req).await.is_ok() {
-            if s.write_all(&resp).await.is_err() {
+        let resp = vec![0u8; 4096 + 48];
+        while s.read_exact(&mut req).is_ok() {
+            if s.write_all(&resp).is_err() {
                 break;
             }
         }
     });
-    let mut s = TcpStream::connect(addr).await.unwrap();
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
     s.set_nodelay(true).unwrap();
-    let req = [1u8; 72];
     let mut resp = vec![0u8; 4096 + 48];
     let mut n = 0u32;
     let start = Instant::now();
     while start.elapsed().as_secs_f64() < secs {
-        s.write_all(&req).await.unwrap();
-        s.read_exact(&mut resp).await.unwrap();
+        s.write_all(&[1u8; 72]).unwrap();
+        s.read_exact(&mut resp).unwrap();
         n += 1;
     }
     start.elapsed() / n
@@ -182,8 +180,8 @@ fn main() {
 
     let host_rt = runtime();
     host_rt.block_on(async {
-        let raw_bw = raw_throughput(target_rt.handle(), secs).await;
-        let raw_rtt = raw_round_trip(target_rt.handle(), secs).await;
+        let raw_bw = raw_throughput(secs);
+        let raw_rtt = raw_round_trip(secs);
         let mut opts = ConnectOptions::new(addr, nqn);
         opts.io_queues = 1;
         let ctrl = Arc::new(Controller::connect(opts).await.expect("connect"));

@@ -251,10 +251,26 @@ impl Connection {
                     if read? == 0 {
                         return Err(ConnError::Eof);
                     }
-                    self.rbuf.reserve(64 * 1024);
+                    self.reserve_for_next_pdu();
                 }
             }
         }
+    }
+
+    /// Room for the rest of the PDU being received (its length is in the common header), so a
+    /// large H2CData arrives in few reads and is never moved while it grows.
+    fn reserve_for_next_pdu(&mut self) {
+        const MIN_READ: usize = 64 * 1024;
+        let pending = match self.rbuf.get(4..8) {
+            Some(plen) => {
+                let plen = u32::from_le_bytes(plen.try_into().expect("4 bytes")) as usize;
+                // Bounded by what the decoder accepts; it rejects larger PDUs by their header.
+                plen.min(MAX_H2C_DATA as usize + 1024)
+                    .saturating_sub(self.rbuf.len())
+            }
+            None => 0,
+        };
+        self.rbuf.reserve(pending.max(MIN_READ));
     }
 
     /// ICReq / ICResp: the first PDU must be an ICReq; digests are echoed as the host asked.
