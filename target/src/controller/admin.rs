@@ -169,10 +169,11 @@ impl Controller {
         let (serial, model, nn) = match self.subsystem() {
             Some(s) => (s.serial.clone(), s.model.clone(), limits::MAX_NAMESPACES),
             None => (
-                format!(
-                    "{:016x}",
-                    self.target.started.elapsed().as_nanos() as u64 ^ 0x5eed
-                ),
+                // Stable for the box, like the drives' serial numbers.
+                crate::model::stable_id(&self.target.box_name, b"discovery")[..10]
+                    .iter()
+                    .map(|b| format!("{b:02X}"))
+                    .collect(),
                 "fabrik discovery".into(),
                 0,
             ),
