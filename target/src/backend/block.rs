@@ -11,7 +11,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::aligned::{AlignedBuf, BufPool, ALIGN};
-use super::engine::{Buf, Engine, IoMode};
+use super::engine::{Buf, Engine, EngineFile, IoMode};
 use super::{check_geometry, check_range, BackendKind, BoxFuture, Drive, DriveError, DriveInfo};
 
 /// Registered buffers per drive. The kernel pins them and, for unprivileged users, charges
@@ -36,9 +36,7 @@ const IOC_READ: u32 = if cfg!(any(
 };
 
 pub struct BlockDrive {
-    info: DriveInfo,
-    file: Arc<File>,
-    engine: Engine,
+    io: EngineFile,
     /// Memory alignment O_DIRECT needs (a power of two); writes whose data is already this
     /// aligned skip the copy.
     mem_align: usize,
@@ -90,21 +88,23 @@ impl BlockDrive {
             path: Some(path.to_path_buf()),
         };
         Ok(BlockDrive {
-            info,
-            file: Arc::new(file),
-            engine,
+            io: EngineFile {
+                info,
+                file: Arc::new(file),
+                engine,
+            },
             mem_align: geo.mem_align,
         })
     }
 
     /// Whether I/O goes through io_uring (rather than the blocking pool).
     pub fn uses_io_uring(&self) -> bool {
-        self.engine.is_uring()
+        self.io.engine.is_uring()
     }
 
     /// Whether small I/Os use buffers registered with io_uring.
     pub fn uses_registered_buffers(&self) -> bool {
-        self.engine.pool().is_some()
+        self.io.engine.pool().is_some()
     }
 }
 
@@ -199,15 +199,16 @@ fn file_geometry(file: &File) -> io::Result<Geometry> {
 
 impl BlockDrive {
     async fn do_read(&self, offset: u64, len: usize) -> Result<Bytes, DriveError> {
-        check_range(&self.info, offset, len as u64)?;
+        check_range(&self.io.info, offset, len as u64)?;
         if len == 0 {
             return Ok(Bytes::new());
         }
         let io_err = |e| DriveError::io(offset, len as u64, e);
-        let buf = AlignedBuf::alloc(self.engine.pool(), len).map_err(io_err)?;
+        let buf = AlignedBuf::alloc(self.io.engine.pool(), len).map_err(io_err)?;
         match self
+            .io
             .engine
-            .read_exact_at(&self.file, Buf::Aligned(buf), offset)
+            .read_exact_at(&self.io.file, Buf::Aligned(buf), offset)
             .await
         {
             // Zero-copy: the Bytes owns the aligned buffer (a pool slot returns on drop).
@@ -221,58 +222,31 @@ impl BlockDrive {
 
     async fn do_write(&self, offset: u64, data: Bytes, fua: bool) -> Result<(), DriveError> {
         let len = data.len() as u64;
-        check_range(&self.info, offset, len)?;
+        check_range(&self.io.info, offset, len)?;
         if len == 0 {
-            return if fua { self.do_flush().await } else { Ok(()) };
+            return if fua { self.io.flush().await } else { Ok(()) };
         }
         let io_err = |e| DriveError::io(offset, len, e);
         // O_DIRECT DMAs from our memory, which must be aligned; most incoming data is not.
         let buf = if data.as_ptr() as usize & (self.mem_align - 1) == 0 {
             Buf::Bytes(data)
         } else {
-            let mut buf = AlignedBuf::alloc(self.engine.pool(), data.len()).map_err(io_err)?;
+            let mut buf = AlignedBuf::alloc(self.io.engine.pool(), data.len()).map_err(io_err)?;
             buf.as_mut_slice().copy_from_slice(&data);
             Buf::Aligned(buf)
         };
         // FUA is RWF_DSYNC, which O_DIRECT turns into a FUA write on the device.
-        self.engine
-            .write_all_at(&self.file, buf, offset, fua)
+        self.io
+            .engine
+            .write_all_at(&self.io.file, buf, offset, fua)
             .await
             .map_err(io_err)
-    }
-
-    async fn do_flush(&self) -> Result<(), DriveError> {
-        let res = self.engine.fdatasync(&self.file).await;
-        res.map_err(|e| DriveError::io(0, self.info.capacity, e))
-    }
-
-    /// On a device, fallocate(ZERO_RANGE) is what BLKZEROOUT does (write-zeroes, with the
-    /// kernel writing zeros itself if the device cannot), but asynchronous through io_uring.
-    async fn do_write_zeroes(&self, offset: u64, len: u64) -> Result<(), DriveError> {
-        check_range(&self.info, offset, len)?;
-        if len == 0 {
-            return Ok(());
-        }
-        let res = self.engine.zero_range(&self.file, offset, len).await;
-        res.map_err(|e| DriveError::io(offset, len, e))
-    }
-
-    /// Not BLKDISCARD: a discarded range may read back as old data or garbage, and the trait
-    /// promises zeros. On a device, fallocate(PUNCH_HOLE) is a discard that guarantees zeros
-    /// (write-zeroes with unmap), failing where the device cannot; then we zero instead.
-    async fn do_deallocate(&self, offset: u64, len: u64) -> Result<(), DriveError> {
-        check_range(&self.info, offset, len)?;
-        if len == 0 {
-            return Ok(());
-        }
-        let res = self.engine.punch_hole(&self.file, offset, len).await;
-        res.map_err(|e| DriveError::io(offset, len, e))
     }
 }
 
 impl Drive for BlockDrive {
     fn info(&self) -> &DriveInfo {
-        &self.info
+        &self.io.info
     }
 
     fn read(&self, offset: u64, len: usize) -> BoxFuture<'_, Result<Bytes, DriveError>> {
@@ -284,15 +258,15 @@ impl Drive for BlockDrive {
     }
 
     fn flush(&self) -> BoxFuture<'_, Result<(), DriveError>> {
-        Box::pin(self.do_flush())
+        Box::pin(self.io.flush())
     }
 
     fn write_zeroes(&self, offset: u64, len: u64) -> BoxFuture<'_, Result<(), DriveError>> {
-        Box::pin(self.do_write_zeroes(offset, len))
+        Box::pin(self.io.write_zeroes(offset, len))
     }
 
     fn deallocate(&self, offset: u64, len: u64) -> BoxFuture<'_, Result<(), DriveError>> {
-        Box::pin(self.do_deallocate(offset, len))
+        Box::pin(self.io.deallocate(offset, len))
     }
 }
 
@@ -404,7 +378,7 @@ mod tests {
             );
         }
         // Reads from the pool return their buffers once the Bytes are gone.
-        if let Some(pool) = drive.engine.pool() {
+        if let Some(pool) = drive.io.engine.pool() {
             let held: Vec<Bytes> =
                 futures_util::future::try_join_all((0..40).map(|i| drive.read(i * 4096, 4096)))
                     .await

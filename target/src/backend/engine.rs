@@ -12,6 +12,7 @@ use bytes::Bytes;
 
 use super::aligned::{AlignedBuf, BufPool};
 use super::uring::Ring;
+use super::{check_range, DriveError, DriveInfo};
 
 /// How a file or block drive performs I/O.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -205,6 +206,41 @@ impl Engine {
             done += n as u64;
         }
         Ok(())
+    }
+}
+
+/// The operations the file and block backends share: both are a file descriptor driven by an
+/// `Engine`, with the geometry checks of `check_range` in front.
+pub(crate) struct EngineFile {
+    pub(crate) info: DriveInfo,
+    pub(crate) file: Arc<File>,
+    pub(crate) engine: Engine,
+}
+
+impl EngineFile {
+    pub(crate) async fn flush(&self) -> Result<(), DriveError> {
+        let res = self.engine.fdatasync(&self.file).await;
+        res.map_err(|e| DriveError::io(0, self.info.capacity, e))
+    }
+
+    pub(crate) async fn write_zeroes(&self, offset: u64, len: u64) -> Result<(), DriveError> {
+        check_range(&self.info, offset, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        let res = self.engine.zero_range(&self.file, offset, len).await;
+        res.map_err(|e| DriveError::io(offset, len, e))
+    }
+
+    /// Not BLKDISCARD on devices: a discarded range may read back as old data, and the trait
+    /// promises zeros; `punch_hole` guarantees them.
+    pub(crate) async fn deallocate(&self, offset: u64, len: u64) -> Result<(), DriveError> {
+        check_range(&self.info, offset, len)?;
+        if len == 0 {
+            return Ok(());
+        }
+        let res = self.engine.punch_hole(&self.file, offset, len).await;
+        res.map_err(|e| DriveError::io(offset, len, e))
     }
 }
 

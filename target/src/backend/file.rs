@@ -9,13 +9,11 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::engine::{Buf, Engine, IoMode};
+use super::engine::{Buf, Engine, EngineFile, IoMode};
 use super::{check_geometry, check_range, BackendKind, BoxFuture, Drive, DriveError, DriveInfo};
 
 pub struct FileDrive {
-    info: DriveInfo,
-    file: Arc<File>,
-    engine: Engine,
+    io: EngineFile,
 }
 
 impl FileDrive {
@@ -47,15 +45,17 @@ impl FileDrive {
             path: Some(path.to_path_buf()),
         };
         Ok(FileDrive {
-            info,
-            file: Arc::new(file),
-            engine,
+            io: EngineFile {
+                info,
+                file: Arc::new(file),
+                engine,
+            },
         })
     }
 
     /// Whether I/O goes through io_uring (rather than the blocking pool).
     pub fn uses_io_uring(&self) -> bool {
-        self.engine.is_uring()
+        self.io.engine.is_uring()
     }
 }
 
@@ -118,13 +118,18 @@ fn size_file(path: &Path, file: &File, capacity: u64) -> Result<(), DriveError> 
 
 impl FileDrive {
     async fn do_read(&self, offset: u64, len: usize) -> Result<Bytes, DriveError> {
-        check_range(&self.info, offset, len as u64)?;
+        check_range(&self.io.info, offset, len as u64)?;
         if len == 0 {
             return Ok(Bytes::new());
         }
         // vec![0; n] comes from calloc: large ones are fresh zero pages, not a memset.
         let buf = Buf::Vec(vec![0u8; len]);
-        match self.engine.read_exact_at(&self.file, buf, offset).await {
+        match self
+            .io
+            .engine
+            .read_exact_at(&self.io.file, buf, offset)
+            .await
+        {
             Ok(Buf::Vec(v)) => Ok(Bytes::from(v)),
             Ok(_) => Err(DriveError::Unusable(
                 "engine returned a foreign buffer".into(),
@@ -135,46 +140,24 @@ impl FileDrive {
 
     async fn do_write(&self, offset: u64, data: Bytes, fua: bool) -> Result<(), DriveError> {
         let len = data.len() as u64;
-        check_range(&self.info, offset, len)?;
+        check_range(&self.io.info, offset, len)?;
         if len == 0 {
-            return if fua { self.do_flush().await } else { Ok(()) };
+            return if fua { self.io.flush().await } else { Ok(()) };
         }
         // `Bytes` memory does not move, so the kernel can read it in place. FUA is RWF_DSYNC:
         // durable on completion, syncing only this write's range rather than the whole file.
         let res = self
+            .io
             .engine
-            .write_all_at(&self.file, Buf::Bytes(data), offset, fua)
+            .write_all_at(&self.io.file, Buf::Bytes(data), offset, fua)
             .await;
-        res.map_err(|e| DriveError::io(offset, len, e))
-    }
-
-    async fn do_flush(&self) -> Result<(), DriveError> {
-        let res = self.engine.fdatasync(&self.file).await;
-        res.map_err(|e| DriveError::io(0, self.info.capacity, e))
-    }
-
-    async fn do_write_zeroes(&self, offset: u64, len: u64) -> Result<(), DriveError> {
-        check_range(&self.info, offset, len)?;
-        if len == 0 {
-            return Ok(());
-        }
-        let res = self.engine.zero_range(&self.file, offset, len).await;
-        res.map_err(|e| DriveError::io(offset, len, e))
-    }
-
-    async fn do_deallocate(&self, offset: u64, len: u64) -> Result<(), DriveError> {
-        check_range(&self.info, offset, len)?;
-        if len == 0 {
-            return Ok(());
-        }
-        let res = self.engine.punch_hole(&self.file, offset, len).await;
         res.map_err(|e| DriveError::io(offset, len, e))
     }
 }
 
 impl Drive for FileDrive {
     fn info(&self) -> &DriveInfo {
-        &self.info
+        &self.io.info
     }
 
     fn read(&self, offset: u64, len: usize) -> BoxFuture<'_, Result<Bytes, DriveError>> {
@@ -186,15 +169,15 @@ impl Drive for FileDrive {
     }
 
     fn flush(&self) -> BoxFuture<'_, Result<(), DriveError>> {
-        Box::pin(self.do_flush())
+        Box::pin(self.io.flush())
     }
 
     fn write_zeroes(&self, offset: u64, len: u64) -> BoxFuture<'_, Result<(), DriveError>> {
-        Box::pin(self.do_write_zeroes(offset, len))
+        Box::pin(self.io.write_zeroes(offset, len))
     }
 
     fn deallocate(&self, offset: u64, len: u64) -> BoxFuture<'_, Result<(), DriveError>> {
-        Box::pin(self.do_deallocate(offset, len))
+        Box::pin(self.io.deallocate(offset, len))
     }
 }
 
