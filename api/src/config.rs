@@ -17,6 +17,11 @@
 //! id = "nvme0"
 //! backend = "block"
 //! path = "/dev/nvme0n1"
+//!
+//! [[subsystem]]                       # explicit subsystems replace one-per-drive
+//! name = "scratch"                    # NQN nqn.2024-01.io.fabrik:<box_name>:scratch
+//! drives = ["nvme0", "nvme1"]         # namespaces 1, 2, ... in this order
+//! hosts = ["nqn.2014-08.org.nvmexpress:uuid:..."]   # absent: the top-level `hosts`
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -33,6 +38,8 @@ pub struct ConfigFile {
     pub drives: Option<GeneratedDrives>,
     #[serde(default, rename = "drive")]
     pub drive: Vec<DriveEntry>,
+    #[serde(default, rename = "subsystem")]
+    pub subsystem: Vec<SubsystemEntry>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize, PartialEq)]
@@ -52,6 +59,17 @@ pub struct DriveEntry {
     pub path: Option<PathBuf>,
     pub size: Option<String>,
     pub block_size: Option<u32>,
+}
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SubsystemEntry {
+    /// Last part of the NQN; or give the whole `nqn`.
+    pub name: Option<String>,
+    pub nqn: Option<String>,
+    pub drives: Vec<String>,
+    pub hosts: Option<Vec<String>>,
+    pub model: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -146,12 +164,16 @@ mod tests {
             id = "nvme0"
             backend = "block"
             path = "/dev/nvme0n1"
+            [[subsystem]]
+            name = "scratch"
+            drives = ["nvme0"]
             "#,
         )
         .unwrap();
         assert_eq!(c.box_name.as_deref(), Some("jbof-a"));
         assert_eq!(c.drives.unwrap().count, Some(4));
         assert_eq!(c.drive[0].path.as_deref(), Some(Path::new("/dev/nvme0n1")));
+        assert_eq!(c.subsystem[0].drives, vec!["nvme0".to_string()]);
         let err = ConfigFile::parse("bogus = 1").unwrap_err();
         assert!(err.contains("bogus"), "{err}");
     }

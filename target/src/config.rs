@@ -27,6 +27,16 @@ pub struct DriveSpec {
     pub block_size: u32,
 }
 
+/// One subsystem and the drives it exports, namespace 1 first.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SubsystemSpec {
+    pub nqn: String,
+    pub drives: Vec<String>,
+    /// None: any host. Some: only these host NQNs.
+    pub allowed_hosts: Option<Vec<String>>,
+    pub model: Option<String>,
+}
+
 #[derive(Clone, Debug)]
 pub struct Config {
     /// Names the box in NQNs and serial numbers.
@@ -42,6 +52,9 @@ pub struct Config {
     pub drive_specs: Vec<DriveSpec>,
     /// None: any host. Some: only these host NQNs.
     pub allowed_hosts: Option<Vec<String>>,
+    /// Explicit subsystems (from the config file); without them every drive is exported as
+    /// its own subsystem.
+    pub subsystem_specs: Vec<SubsystemSpec>,
 }
 
 impl Config {
@@ -57,6 +70,7 @@ impl Config {
             backend: BackendKind::File,
             drive_specs: Vec::new(),
             allowed_hosts: None,
+            subsystem_specs: Vec::new(),
         }
     }
 
@@ -115,7 +129,40 @@ impl Config {
                 block_size: d.block_size.unwrap_or(self.block_size),
             });
         }
+        for sub in &file.subsystem {
+            let nqn = match (&sub.nqn, &sub.name) {
+                (Some(nqn), None) => nqn.clone(),
+                (None, Some(name)) => format!("{NQN_PREFIX}:{}:{name}", self.box_name),
+                _ => bail!("a [[subsystem]] needs exactly one of `name` or `nqn`"),
+            };
+            self.subsystem_specs.push(SubsystemSpec {
+                nqn,
+                drives: sub.drives.clone(),
+                allowed_hosts: sub
+                    .hosts
+                    .clone()
+                    .map(Some)
+                    .unwrap_or_else(|| self.allowed_hosts.clone()),
+                model: sub.model.clone(),
+            });
+        }
         Ok(())
+    }
+
+    /// The subsystems to export: the explicit ones, or one per drive named after it.
+    pub fn subsystem_list(&self) -> Vec<SubsystemSpec> {
+        if !self.subsystem_specs.is_empty() {
+            return self.subsystem_specs.clone();
+        }
+        self.drive_list()
+            .into_iter()
+            .map(|d| SubsystemSpec {
+                nqn: self.subsystem_nqn(&d.id),
+                drives: vec![d.id],
+                allowed_hosts: self.allowed_hosts.clone(),
+                model: None,
+            })
+            .collect()
     }
 
     /// The drives to open: the explicit ones, or `drives` generated ones named 00, 01, ...
@@ -168,8 +215,30 @@ impl Config {
                 );
             }
         }
-        if let Some(hosts) = &self.allowed_hosts {
-            for h in hosts {
+        let drives = self.drive_list();
+        let mut exported = std::collections::HashSet::new();
+        let mut nqns = std::collections::HashSet::new();
+        for sub in self.subsystem_list() {
+            fabrik_proto::fabrics::nqn::Nqn::new(&sub.nqn)
+                .with_context(|| format!("subsystem NQN {:?}", sub.nqn))?;
+            if !nqns.insert(sub.nqn.clone()) {
+                bail!("subsystem {} is configured twice", sub.nqn);
+            }
+            if sub.drives.is_empty() {
+                bail!("subsystem {} has no drives", sub.nqn);
+            }
+            for id in &sub.drives {
+                if !drives.iter().any(|d| &d.id == id) {
+                    bail!(
+                        "subsystem {} names drive {id:?}, which is not configured",
+                        sub.nqn
+                    );
+                }
+                if !exported.insert(id.clone()) {
+                    bail!("drive {id:?} is exported by two subsystems; a namespace belongs to one");
+                }
+            }
+            for h in sub.allowed_hosts.iter().flatten() {
                 fabrik_proto::fabrics::nqn::Nqn::new(h)
                     .with_context(|| format!("allowed host {h:?}"))?;
             }
@@ -275,6 +344,34 @@ mod tests {
         assert_eq!(c.drive_list().len(), 3);
         assert_eq!(c.backend, BackendKind::Ram);
         assert!(c.drive_list()[0].path.is_none());
+    }
+
+    #[test]
+    fn explicit_subsystems_group_drives() {
+        let mut c = Config::default_jbof("/tmp/x".into());
+        let f = ConfigFile::parse(
+            "box_name = \"b\"\n[drives]\ncount = 4\n[[subsystem]]\nname = \"pair\"\ndrives = [\"01\", \"00\"]\n[[subsystem]]\nnqn = \"nqn.2024-01.com.example:solo\"\ndrives = [\"03\"]\nhosts = [\"nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000001\"]",
+        )
+        .unwrap();
+        c.apply_file(&f).unwrap();
+        c.validate().unwrap();
+        let subs = c.subsystem_list();
+        assert_eq!(subs.len(), 2);
+        assert_eq!(subs[0].nqn, "nqn.2024-01.io.fabrik:b:pair");
+        assert_eq!(subs[0].drives, vec!["01", "00"]);
+        assert_eq!(subs[0].allowed_hosts, None);
+        assert_eq!(subs[1].allowed_hosts.as_ref().unwrap().len(), 1);
+
+        for bad in [
+            "[[subsystem]]\nname = \"x\"\ndrives = [\"99\"]",
+            "[[subsystem]]\nname = \"x\"\ndrives = [\"00\"]\n[[subsystem]]\nname = \"y\"\ndrives = [\"00\"]",
+            "[[subsystem]]\nname = \"x\"\ndrives = []",
+            "[[subsystem]]\nnqn = \"bogus\"\ndrives = [\"00\"]",
+        ] {
+            let mut c = Config::default_jbof("/tmp/x".into());
+            let f = ConfigFile::parse(bad).unwrap();
+            assert!(c.apply_file(&f).is_err() || c.validate().is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -35,18 +35,38 @@ impl Target {
     pub async fn start(config: Config) -> anyhow::Result<Target> {
         config.validate()?;
         let state = Arc::new(TargetState::new(config.box_name.clone()));
+        let mut drives = std::collections::HashMap::new();
         for spec in config.drive_list() {
             let drive = open_drive(&spec).with_context(|| format!("drive {}", spec.id))?;
-            let nqn = config.subsystem_nqn(&spec.id);
-            let nqn = Nqn::new(&nqn).with_context(|| format!("subsystem NQN {nqn:?}"))?;
+            drives.insert(spec.id.clone(), (spec, drive));
+        }
+        for sub in config.subsystem_list() {
+            let nqn = Nqn::new(&sub.nqn).with_context(|| format!("subsystem NQN {:?}", sub.nqn))?;
+            let first = &drives[&sub.drives[0]].0;
+            let serial_key = if sub.drives.len() == 1 {
+                first.id.clone()
+            } else {
+                let h = model::stable_id(&sub.nqn, b"serial");
+                format!("S{:02X}{:02X}{:02X}", h[0], h[1], h[2])
+            };
             let subsystem = Subsystem::new(
                 nqn,
-                serial_number(&config.box_name, &spec.id),
-                format!("fabrik {} drive", spec.backend.name()),
-                config.allowed_hosts.clone(),
+                serial_number(&config.box_name, &serial_key),
+                sub.model
+                    .clone()
+                    .unwrap_or_else(|| format!("fabrik {} drive", first.backend.name())),
+                sub.allowed_hosts.clone(),
             );
-            let identity = format!("{}:{}", config.box_name, spec.id);
-            subsystem.add_namespace(Arc::new(Namespace::new(1, &spec.id, drive, &identity)));
+            for (i, id) in sub.drives.iter().enumerate() {
+                let (spec, drive) = &drives[id];
+                let identity = format!("{}:{}", config.box_name, spec.id);
+                subsystem.add_namespace(Arc::new(Namespace::new(
+                    i as u32 + 1,
+                    &spec.id,
+                    drive.clone(),
+                    &identity,
+                )));
+            }
             state.add_subsystem(Arc::new(subsystem));
         }
         let stop = CancellationToken::new();

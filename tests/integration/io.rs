@@ -355,3 +355,42 @@ async fn writes_beyond_the_r2t_budget() {
     Arc::into_inner(ctrl).unwrap().shutdown().await.unwrap();
     target.shutdown().await;
 }
+
+/// A subsystem configured with two drives shows them as namespaces 1 and 2, each with its data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subsystem_with_two_namespaces() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path(), BackendKind::Ram, 3, 64 << 20);
+    cfg.subsystem_specs = vec![fabrik_target::config::SubsystemSpec {
+        nqn: "nqn.2024-01.io.fabrik:testbox:pair".into(),
+        drives: vec!["02".into(), "00".into()],
+        allowed_hosts: None,
+        model: Some("fabrik pair".into()),
+    }];
+    let target = start(cfg).await;
+    assert_eq!(
+        target.subsystem_nqns(),
+        vec!["nqn.2024-01.io.fabrik:testbox:pair".to_string()]
+    );
+    let ctrl = Controller::connect(options(addr(&target), "nqn.2024-01.io.fabrik:testbox:pair"))
+        .await
+        .unwrap();
+    assert_eq!(ctrl.identity().model, "fabrik pair");
+    assert_eq!(ctrl.active_namespaces().await.unwrap(), vec![1, 2]);
+    let (a, b) = (random_data(4096, 1), random_data(4096, 2));
+    ctrl.write(1, 5, a.clone(), false).await.unwrap();
+    ctrl.write(2, 5, b.clone(), false).await.unwrap();
+    assert_same_data(&ctrl.read(1, 5, 1).await.unwrap(), &a, "namespace 1");
+    assert_same_data(&ctrl.read(2, 5, 1).await.unwrap(), &b, "namespace 2");
+    let state = target
+        .state()
+        .subsystem("nqn.2024-01.io.fabrik:testbox:pair")
+        .unwrap();
+    assert_eq!(
+        state.namespace(1).unwrap().drive_id,
+        "02",
+        "namespaces follow the configured order"
+    );
+    ctrl.shutdown().await.unwrap();
+    target.shutdown().await;
+}
