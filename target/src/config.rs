@@ -375,6 +375,16 @@ mod tests {
     }
 
     #[test]
+    fn the_example_config_is_valid() {
+        let file = ConfigFile::parse(include_str!("../../deploy/fabrikd.toml")).unwrap();
+        let mut c = Config::default_jbof("/tmp/x".into());
+        c.apply_file(&file).unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.box_name, "jbof-a");
+        assert_eq!(c.drive_list().len(), 24);
+    }
+
+    #[test]
     fn bad_values_are_refused() {
         assert!(parse_listen("nonsense").is_err());
         assert!(parse_backend("tape").is_err());
