@@ -11,9 +11,10 @@
 #   FIO_DEVS=4 FIO_MIB=32   fio: namespaces used at once, MiB written+verified per device per run
 #   PERSIST_DRIVE=5 drive index used for the persistence test
 #   DIGEST_DRIVE=7  drive index connected with header and data digests
+#   RESTART_DRIVE=9 drive index under fio while the target restarts
 #   CTRL_LOSS_TMO=15 bounds how long a dead target can block I/O (kernel default is 600 s)
 #   SKIP="fio persist ..."  step keys to skip (start discover connect identify fio persist
-#                   disconnect digest acl stop)
+#                   disconnect digest restart acl stop)
 # Hooks (driver defines):
 #   target_start [ALLOWED_HOSTNQN]   start serving (no arg: any host); return non-zero on failure
 #   target_stop                      stop; non-zero if it did not shut down cleanly
@@ -27,6 +28,7 @@ FIO_DEVS=${FIO_DEVS:-4}
 FIO_MIB=${FIO_MIB:-32}
 PERSIST_DRIVE=${PERSIST_DRIVE:-5}
 DIGEST_DRIVE=${DIGEST_DRIVE:-7}
+RESTART_DRIVE=${RESTART_DRIVE:-9}
 CTRL_LOSS_TMO=${CTRL_LOSS_TMO:-15}
 SKIP=${SKIP:-}
 FAB=(-t "$TRTYPE" -a "$TRADDR" -s "$TRSVCID")
@@ -186,6 +188,35 @@ s_digest() {
   x timeout 60 nvme disconnect-all
   assert "disconnected" wait_no_ctrls 30
 }
+# fio verify keeps running while the target restarts: the kernel host reconnects and retries
+# what was not acknowledged; nothing acknowledged may be lost.
+s_restart() {
+  local nqn rc fpid out=/tmp/fio-restart.out
+  nqn=$(drive_nqn "$RESTART_DRIVE")
+  nvme_connect_find "$nqn" "${FAB[@]}" --ctrl-loss-tmo=60 --reconnect-delay=1; rc=$?
+  assert "connect $nqn" [ $rc = 0 ] || return 1
+  fio --name=restart --filename="$DEV" --ioengine=libaio --direct=1 --rw=randwrite --bs=4k \
+      --iodepth=16 --size=48m --verify=crc32c --do_verify=1 --verify_fatal=1 --randrepeat=0 \
+      > "$out" 2>&1 &
+  fpid=$!
+  sleep 3
+  assert "target stops under I/O" target_stop || { kill $fpid; return 1; }
+  sleep 1
+  assert "target restarts" target_start || { kill $fpid; return 1; }
+  local i
+  for i in $(seq 1 3000); do kill -0 $fpid 2>/dev/null || break; sleep 0.1; done
+  kill -0 $fpid 2>/dev/null && { echo "  fio still running after 300 s"; kill -9 $fpid; }
+  wait $fpid; rc=$?
+  grep -E '^ +(write|read):' "$out" | sed 's/^ */  [restart] /'
+  dmesg | grep -E 'nvme.*(reconnect|Reconnect|Successfully)' | tail -3 | sed 's/^/  dmesg: /'
+  if [ $rc != 0 ] || grep -qiE 'verify:|bad magic|err= *[1-9]' "$out"; then
+    echo "  fio exit $rc:"; grep -iE 'verify|err=|error' "$out" | head -8
+    assert "fio verify across a target restart" false; return 1
+  fi
+  grep -qE '^ +read:' "$out" || { assert "fio verify phase ran" false; return 1; }
+  x timeout 60 nvme disconnect-all
+  assert "disconnected" wait_no_ctrls 30
+}
 s_acl() {
   local u allowed me n rc
   me=$(host_nqn)
@@ -226,6 +257,7 @@ nvmf_suite_run() {
   skipped persist    || step "data persists across disconnect + target restart" s_persist
   skipped disconnect || step "nvme disconnect-all is clean" s_disconnect
   skipped digest     || step "digests, write-zeroes, dsm deallocate, flush" s_digest
+  skipped restart    || step "fio verify across a target restart (host reconnects)" s_restart
   skipped acl        || step "access control (--host)" s_acl
   skipped stop       || step "stop target" s_stop
   if declare -F suite_extra_steps >/dev/null; then suite_extra_steps; fi
