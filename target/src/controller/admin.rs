@@ -24,7 +24,7 @@ const BROADCAST_NSID: u32 = 0xffff_ffff;
 
 impl Controller {
     /// Checks that need no data: readiness, the discovery controller's command subset, AER limit.
-    pub(super) fn admit_admin(&self, cmd: &AdminCommand) -> Result<(), Status> {
+    pub(super) fn admit_admin(&self, cmd: &AdminCommand, transfer_len: u32) -> Result<(), Status> {
         if self.is_discovery() {
             match cmd {
                 AdminCommand::Identify {
@@ -47,6 +47,20 @@ impl Controller {
         }
         if !self.is_ready() && !matches!(cmd, AdminCommand::KeepAlive) {
             return Err(Status::COMMAND_SEQUENCE_ERROR);
+        }
+        // The SGL must describe exactly the data the command moves, as Linux nvmet checks
+        // (a short buffer would be left partly stale, a long one partly unwritten).
+        let expected = match *cmd {
+            AdminCommand::Identify { .. } => Some(IDENTIFY_LEN as u32),
+            AdminCommand::GetLogPage { .. } => Some(cmd.log_len() as u32),
+            AdminCommand::GetFeatures {
+                fid: fid::HOST_IDENTIFIER,
+                ..
+            } => Some(16),
+            _ => None,
+        };
+        if expected.is_some_and(|len| len != transfer_len) {
+            return Err(Status::SGL_LENGTH_INVALID);
         }
         if matches!(cmd, AdminCommand::AsyncEventRequest) {
             self.admit_aer()?;

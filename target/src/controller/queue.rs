@@ -165,7 +165,7 @@ impl Queue {
             };
             if b.qid == 0 {
                 let cmd = AdminCommand::parse(sqe)?;
-                b.ctrl.admit_admin(&cmd)?;
+                b.ctrl.admit_admin(&cmd, transfer_len)?;
                 Command::Admin(cmd)
             } else {
                 if !b.ctrl.is_ready() {
