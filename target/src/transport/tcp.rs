@@ -90,12 +90,24 @@ impl Listener for TcpListenerPort {
                             tokio::time::sleep(Duration::from_millis(50)).await;
                         }
                     },
-                    Some(_) = connections.join_next(), if !connections.is_empty() => {}
+                    Some(done) = connections.join_next(), if !connections.is_empty() => report_panic(done),
                 }
             }
             // Let every connection finish its in-flight commands.
-            while connections.join_next().await.is_some() {}
+            while let Some(done) = connections.join_next().await {
+                report_panic(done);
+            }
         })
+    }
+}
+
+/// A connection task that panicked took only its own connection down (tokio contains it);
+/// it is still a bug, so say so loudly.
+fn report_panic(done: Result<(), tokio::task::JoinError>) {
+    if let Err(e) = done {
+        if e.is_panic() {
+            tracing::error!("BUG: a connection task panicked: {e}");
+        }
     }
 }
 
