@@ -76,7 +76,47 @@ s_log() {
   grep -E '\b(ERROR|WARN)\b' $LOGF | head -10 | sed 's/^/  fabrikd: /'
   assert "fabrikd never panicked" [ "$(grep -c 'panicked' $LOGF)" = 0 ] || { grep -A5 panicked $LOGF; return 1; }
 }
-suite_extra_steps() { step "fabrikd log has no panic" s_log; }
+# The block backend on real kernel block devices (null_blk, memory backed): two drives in one
+# subsystem from a config file, fio verify on both namespaces.
+s_block() {
+  local conf=/tmp/fabrikd-block.toml nqn=nqn.2024-01.io.fabrik:blockbox:nullb s devs=() d i
+  [ "$(ctrl_count)" = 0 ] || { timeout 60 nvme disconnect-all; wait_no_ctrls 30; }
+  [ -z "$FPID" ] || target_stop || return 1
+  modprobe null_blk nr_devices=2 memory_backed=1 gb=1 bs=4096 || { echo "  cannot load null_blk"; return 1; }
+  for i in $(seq 1 50); do [ -b /dev/nullb1 ] && break; sleep 0.1; done
+  printf '%s\n' 'box_name = "blockbox"' "listen = [\"$TRADDR:$TRSVCID\"]" \
+    '[[drive]]' 'id = "nb0"' 'backend = "block"' 'path = "/dev/nullb0"' \
+    '[[drive]]' 'id = "nb1"' 'backend = "block"' 'path = "/dev/nullb1"' \
+    '[[subsystem]]' 'name = "nullb"' 'drives = ["nb0", "nb1"]' > $conf
+  echo "+ $FABRIKD --config $conf --data-dir $DATA/block"
+  echo "===== fabrikd block-backend start $(date +%T) =====" >> $LOGF
+  "$FABRIKD" --config $conf --data-dir $DATA/block >> $LOGF 2>&1 &
+  FPID=$!
+  for i in $(seq 1 100); do (exec 3<>"/dev/tcp/$TRADDR/$TRSVCID") 2>/dev/null && break; sleep 0.1; done
+  nvme_connect_find "$nqn" "${FAB[@]}" "${CONN_OPTS[@]}"
+  assert "connect $nqn" [ -n "$DEV" ] || return 1
+  for i in $(seq 1 50); do
+    for s in /sys/class/nvme-subsystem/nvme-subsys*; do
+      [ "$(cat "$s/subsysnqn" 2>/dev/null)" = "$nqn" ] || continue
+      mapfile -t devs < <(ls "$s" | grep -E '^nvme[0-9]+n[0-9]+$' | sort -V)
+    done
+    [ ${#devs[@]} -ge 2 ] && [ -b "/dev/${devs[1]}" ] && break
+    sleep 0.1
+  done
+  assert "two namespaces, one per null_blk device: ${devs[*]}" [ ${#devs[@]} = 2 ] || return 1
+  for d in "${devs[@]}"; do
+    assert "/dev/$d is 1 GiB" [ "$(blk_bytes /dev/$d)" = $((1 << 30)) ] || return 1
+  done
+  fio_verify block-4k 4k 2 16 16 "/dev/${devs[0]}" "/dev/${devs[1]}" || return 1
+  fio_verify block-128k 128k 1 8 16 "/dev/${devs[0]}" "/dev/${devs[1]}" || return 1
+  x timeout 60 nvme disconnect-all
+  assert "disconnected" wait_no_ctrls 30 || return 1
+  assert "fabrikd stops cleanly" target_stop
+}
+suite_extra_steps() {
+  skipped block || step "block backend on kernel block devices (null_blk)" s_block
+  step "fabrikd log has no panic" s_log
+}
 
 echo "fabrikd: $FABRIKD ($(stat -c %s "$FABRIKD") bytes), backend $BACKEND, $NDRIVES x $DRIVE_SIZE, data dir $DATA"
 "$FABRIKD" --version 2>&1 | head -1

@@ -37,15 +37,11 @@ const IOC_READ: u32 = if cfg!(any(
 
 pub struct BlockDrive {
     io: EngineFile,
-    /// Memory alignment O_DIRECT needs (a power of two); writes whose data is already this
-    /// aligned skip the copy.
-    mem_align: usize,
 }
 
 struct Geometry {
     capacity: u64,
     block_size: u32,
-    mem_align: usize,
 }
 
 impl BlockDrive {
@@ -93,7 +89,6 @@ impl BlockDrive {
                 file: Arc::new(file),
                 engine,
             },
-            mem_align: geo.mem_align,
         })
     }
 
@@ -164,16 +159,10 @@ fn device_geometry(file: &File) -> io::Result<Geometry> {
     let block_size: libc::c_int = ioctl_get(file, libc::BLKSSZGET)?;
     let block_size =
         u32::try_from(block_size).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))?;
-    // Devices report their DMA alignment through statx on 6.11+; else assume the page.
-    let mem_align = dio_alignment(file)
-        .ok()
-        .flatten()
-        .map_or(ALIGN, |(_, m)| m as usize);
     let capacity = size / block_size.max(1) as u64 * block_size as u64;
     Ok(Geometry {
         capacity,
         block_size,
-        mem_align: mem_align.max(1).next_power_of_two(),
     })
 }
 
@@ -181,19 +170,18 @@ fn device_geometry(file: &File) -> io::Result<Geometry> {
 /// filesystem accepts for O_DIRECT (4096 when the kernel cannot tell us).
 fn file_geometry(file: &File) -> io::Result<Geometry> {
     let len = file.metadata()?.len();
-    let (block_size, mem_align) = match dio_alignment(file) {
+    let block_size = match dio_alignment(file) {
         Ok(Some((0, _))) => {
             let msg = "the filesystem does not support O_DIRECT for this file";
             return Err(io::Error::new(io::ErrorKind::Unsupported, msg));
         }
-        Ok(Some((offset_align, mem_align))) => (offset_align.max(512), mem_align as usize),
-        _ => (ALIGN as u32, ALIGN),
+        Ok(Some((offset_align, _))) => offset_align.max(512),
+        _ => ALIGN as u32,
     };
     let capacity = len / block_size as u64 * block_size as u64;
     Ok(Geometry {
         capacity,
         block_size,
-        mem_align: mem_align.max(1).next_power_of_two(),
     })
 }
 
@@ -227,14 +215,15 @@ impl BlockDrive {
             return if fua { self.io.flush().await } else { Ok(()) };
         }
         let io_err = |e| DriveError::io(offset, len, e);
-        // O_DIRECT DMAs from our memory, which must be aligned; most incoming data is not.
-        let buf = if data.as_ptr() as usize & (self.mem_align - 1) == 0 {
-            Buf::Bytes(data)
-        } else {
-            let mut buf = AlignedBuf::alloc(self.io.engine.pool(), data.len()).map_err(io_err)?;
-            buf.as_mut_slice().copy_from_slice(&data);
-            Buf::Aligned(buf)
-        };
+        // O_DIRECT needs aligned memory, so the data is copied into an aligned (registered,
+        // when the pool has a slot) buffer. Writing straight from network buffers that happened
+        // to be aligned was tried: under concurrent writes to two null_blk devices in the
+        // Linux 6.1 guest, some blocks landed with wrong contents although our buffer was
+        // unchanged before and after the write (tests/interop block step). The copy is the
+        // one copy the target makes on this path.
+        let mut buf = AlignedBuf::alloc(self.io.engine.pool(), data.len()).map_err(io_err)?;
+        buf.as_mut_slice().copy_from_slice(&data);
+        let buf = Buf::Aligned(buf);
         // FUA is RWF_DSYNC, which O_DIRECT turns into a FUA write on the device.
         self.io
             .engine
