@@ -215,12 +215,11 @@ impl BlockDrive {
             return if fua { self.io.flush().await } else { Ok(()) };
         }
         let io_err = |e| DriveError::io(offset, len, e);
-        // O_DIRECT needs aligned memory, so the data is copied into an aligned (registered,
-        // when the pool has a slot) buffer. Writing straight from network buffers that happened
-        // to be aligned was tried: under concurrent writes to two null_blk devices in the
-        // Linux 6.1 guest, some blocks landed with wrong contents although our buffer was
-        // unchanged before and after the write (tests/interop block step). The copy is the
-        // one copy the target makes on this path.
+        // O_DIRECT needs aligned memory, so the data is copied into a page-aligned (registered,
+        // when the pool has a slot) buffer: the one copy the target makes on this path.
+        // Writing straight from network buffers that were only DMA-aligned (512 bytes, as statx
+        // reports for null_blk) corrupted 128 KiB writes that the 6.1 block layer had to split
+        // (tests/interop block step); page-aligned buffers never did.
         let mut buf = AlignedBuf::alloc(self.io.engine.pool(), data.len()).map_err(io_err)?;
         buf.as_mut_slice().copy_from_slice(&data);
         let buf = Buf::Aligned(buf);
