@@ -149,14 +149,11 @@ impl Subsystem {
         self.namespaces.read().unwrap().values().cloned().collect()
     }
 
-    pub fn max_nsid(&self) -> u32 {
-        self.namespaces
-            .read()
-            .unwrap()
-            .keys()
-            .next_back()
-            .copied()
-            .unwrap_or(0)
+    /// Whether any namespace's drive acknowledges writes before they are durable.
+    pub fn has_volatile_cache(&self) -> bool {
+        self.namespaces()
+            .iter()
+            .any(|ns| ns.drive.info().volatile_write_cache)
     }
 
     /// Registers a controller under a fresh CNTLID, unique among this subsystem's live controllers.

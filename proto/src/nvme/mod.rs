@@ -10,6 +10,9 @@ pub mod sgl;
 pub mod sqe;
 pub mod status;
 
+/// NSID that names every namespace of the controller (Flush, SMART, Changed NS List).
+pub const NSID_BROADCAST: u32 = 0xffff_ffff;
+
 /// Admin command opcodes.
 pub mod admin_opcode {
     pub const DELETE_IO_SQ: u8 = 0x00;

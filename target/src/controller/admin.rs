@@ -12,7 +12,8 @@ use fabrik_proto::nvme::log::{
     encode_changed_ns_list, lid, FirmwareSlotLog, SmartLog, CHANGED_NS_LIST_LEN,
     ERROR_LOG_ENTRY_LEN, SMART_LOG_LEN,
 };
-use fabrik_proto::{Sqe, Status};
+use fabrik_proto::nvme::NSID_BROADCAST;
+use fabrik_proto::Status;
 
 use super::fabrics::NVME_VERSION;
 use super::queue::Response;
@@ -20,7 +21,6 @@ use super::{limits, Controller};
 use crate::model::TransportType;
 
 const FIRMWARE_REVISION: &str = env!("CARGO_PKG_VERSION");
-const BROADCAST_NSID: u32 = 0xffff_ffff;
 
 impl Controller {
     /// Checks that need no data: readiness, the discovery controller's command subset, AER limit.
@@ -68,22 +68,12 @@ impl Controller {
         Ok(())
     }
 
-    pub(super) async fn execute_admin(
-        &self,
-        sqe: &Sqe,
-        cmd: AdminCommand,
-        len: u32,
-        data: Bytes,
-    ) -> Response {
+    pub(super) async fn execute_admin(&self, cmd: AdminCommand, len: u32, data: Bytes) -> Response {
         self.keep_alive();
         let len = len as usize;
         match cmd {
-            AdminCommand::Identify {
-                nsid,
-                cns,
-                cntid: _,
-                csi,
-            } => self.identify(nsid, cns, csi, len),
+            // Transfer lengths were checked exactly in `admit_admin`.
+            AdminCommand::Identify { nsid, cns, .. } => self.identify(nsid, cns),
             AdminCommand::GetLogPage {
                 nsid,
                 lid,
@@ -92,13 +82,7 @@ impl Controller {
                 numd: _,
                 lpo,
                 csi: _,
-            } => {
-                let want = cmd.log_len();
-                if want > len {
-                    return Response::status(Status::SGL_LENGTH_INVALID);
-                }
-                self.get_log_page(nsid, lid, rae, lpo, want)
-            }
+            } => self.get_log_page(nsid, lid, rae, lpo, len),
             AdminCommand::GetFeatures {
                 nsid: _,
                 fid,
@@ -120,17 +104,11 @@ impl Controller {
                     _ = self.teardown.cancelled() => std::future::pending().await,
                 }
             }
-            AdminCommand::KeepAlive => {
-                let _ = sqe;
-                Response::ok()
-            }
+            AdminCommand::KeepAlive => Response::ok(),
         }
     }
 
-    fn identify(&self, nsid: u32, cns: u8, _csi: u8, len: usize) -> Response {
-        if len < IDENTIFY_LEN {
-            return Response::status(Status::SGL_LENGTH_INVALID);
-        }
+    fn identify(&self, nsid: u32, cns: u8) -> Response {
         let mut buf = Box::new([0u8; IDENTIFY_LEN]);
         match cns {
             cns::CONTROLLER => self.identify_controller().encode(&mut buf),
@@ -138,7 +116,7 @@ impl Controller {
                 let Some(sub) = self.subsystem() else {
                     return Response::status(Status::INVALID_FIELD);
                 };
-                if nsid == 0 || nsid == BROADCAST_NSID {
+                if nsid == 0 || nsid == NSID_BROADCAST {
                     return Response::status(Status::INVALID_NAMESPACE);
                 }
                 // Inactive NSIDs answer an all-zero structure, as the spec asks.
@@ -196,11 +174,7 @@ impl Controller {
             TransportType::Tcp => 1 << 0 | 1 << 20,
             TransportType::Rdma => 1 << 0 | 1 << 2 | 1 << 20,
         };
-        let vwc = self.subsystem().is_some_and(|s| {
-            s.namespaces()
-                .iter()
-                .any(|n| n.drive.info().volatile_write_cache)
-        });
+        let vwc = self.has_volatile_cache();
         IdentifyController {
             serial,
             model,
@@ -297,7 +271,7 @@ impl Controller {
     fn smart_log(&self, nsid: u32) -> Result<SmartLog, Status> {
         use std::sync::atomic::Ordering::Relaxed;
         let sub = self.subsystem().ok_or(Status::INVALID_FIELD)?;
-        let namespaces = if nsid == BROADCAST_NSID || nsid == 0 {
+        let namespaces = if nsid == NSID_BROADCAST || nsid == 0 {
             sub.namespaces()
         } else {
             vec![sub.namespace(nsid).ok_or(Status::INVALID_NAMESPACE)?]
@@ -425,12 +399,7 @@ impl Controller {
                 Response::ok()
             }
             fid::VOLATILE_WRITE_CACHE if !self.is_discovery() => {
-                let has_cache = self.subsystem().is_some_and(|s| {
-                    s.namespaces()
-                        .iter()
-                        .any(|n| n.drive.info().volatile_write_cache)
-                });
-                if !has_cache {
+                if !self.has_volatile_cache() {
                     return Response::status(Status::FEATURE_NOT_CHANGEABLE);
                 }
                 // With the cache off every write is made durable before it completes.

@@ -6,7 +6,7 @@ use bytes::Bytes;
 use fabrik_proto::fabrics::connect::{self, invalid_parameter_result};
 use fabrik_proto::fabrics::property::{offset, version, Cc, SHST_COMPLETE, SHST_OCCURRING};
 use fabrik_proto::fabrics::{ConnectData, FabricsCommand, CATTR_DISABLE_SQ_FLOW, CONNECT_DATA_LEN};
-use fabrik_proto::{Sqe, Status};
+use fabrik_proto::Status;
 
 use super::queue::{Binding, Queue, Response};
 use super::{keepalive, limits, Controller, ControllerKind};
@@ -23,12 +23,7 @@ fn invalid_param(in_data: bool, offset: u16) -> Response {
 }
 
 impl Queue {
-    pub(super) async fn execute_fabrics(
-        &self,
-        _sqe: &Sqe,
-        cmd: FabricsCommand,
-        data: Bytes,
-    ) -> Response {
+    pub(super) async fn execute_fabrics(&self, cmd: FabricsCommand, data: Bytes) -> Response {
         match cmd {
             FabricsCommand::Connect {
                 recfmt,

@@ -4,14 +4,13 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use fabrik_proto::nvme::io::{DsmRange, IoCommand, DSM_RANGE_LEN};
+use fabrik_proto::nvme::NSID_BROADCAST;
 use fabrik_proto::Status;
 
 use super::queue::Response;
 use super::{limits, Controller};
 use crate::backend::DriveError;
 use crate::model::Namespace;
-
-const BROADCAST_NSID: u32 = 0xffff_ffff;
 
 impl Controller {
     fn namespace_for_io(&self, nsid: u32) -> Result<Arc<Namespace>, Status> {
@@ -27,7 +26,7 @@ impl Controller {
     pub(super) fn admit_io(&self, cmd: &IoCommand, transfer_len: u32) -> Result<(), Status> {
         self.keep_alive();
         if let IoCommand::Flush {
-            nsid: BROADCAST_NSID,
+            nsid: NSID_BROADCAST,
         } = cmd
         {
             return Ok(());
@@ -68,7 +67,7 @@ impl Controller {
 
     async fn run_io(&self, cmd: IoCommand, data: Bytes) -> Result<Response, Status> {
         if let IoCommand::Flush {
-            nsid: BROADCAST_NSID,
+            nsid: NSID_BROADCAST,
         } = cmd
         {
             return Ok(Response::status(self.flush_all().await));

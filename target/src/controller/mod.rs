@@ -114,10 +114,7 @@ impl Controller {
         kato_ms: u32,
     ) -> Controller {
         let vwc = match &kind {
-            ControllerKind::Io(s) => s
-                .namespaces()
-                .iter()
-                .any(|ns| ns.drive.info().volatile_write_cache),
+            ControllerKind::Io(s) => s.has_volatile_cache(),
             ControllerKind::Discovery => false,
         };
         Controller {
@@ -154,6 +151,11 @@ impl Controller {
             ControllerKind::Io(s) => Some(s),
             ControllerKind::Discovery => None,
         }
+    }
+
+    /// Whether a drive behind this controller caches writes (Identify VWC).
+    pub fn has_volatile_cache(&self) -> bool {
+        self.subsystem().is_some_and(|s| s.has_volatile_cache())
     }
 
     pub fn is_discovery(&self) -> bool {
@@ -220,14 +222,7 @@ impl Controller {
     }
 
     /// Records a failed command in the error information log.
-    pub fn record_error(
-        &self,
-        sqid: u16,
-        cid: u16,
-        status: fabrik_proto::Status,
-        nsid: u32,
-        lba: u64,
-    ) {
+    pub fn record_error(&self, sqid: u16, cid: u16, status: fabrik_proto::Status, nsid: u32) {
         let mut st = self.state.lock().unwrap();
         st.error_count += 1;
         let entry = ErrorLogEntry {
@@ -235,8 +230,8 @@ impl Controller {
             sqid,
             cid,
             status_field: status.to_wire(false),
+            // Which parameter and LBA are not tracked: 0xFFFF / 0 say "not applicable".
             param_error_location: 0xffff,
-            lba,
             nsid,
             trtype: match self.port.transport {
                 TransportType::Tcp => fabrik_proto::fabrics::discovery::trtype::TCP,

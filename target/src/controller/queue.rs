@@ -195,15 +195,14 @@ impl Queue {
     pub async fn execute(&self, cmd: Admitted, data: Bytes) -> Response {
         let sqid = self.binding.get().map_or(0, |b| b.qid);
         let response = match cmd.command {
-            Command::Fabrics(f) => self.execute_fabrics(&cmd.sqe, f, data).await,
+            Command::Fabrics(f) => self.execute_fabrics(f, data).await,
             Command::Admin(a) => {
                 let ctrl = &self
                     .binding
                     .get()
                     .expect("admitted admin command on a bound queue")
                     .ctrl;
-                ctrl.execute_admin(&cmd.sqe, a, cmd.transfer_len, data)
-                    .await
+                ctrl.execute_admin(a, cmd.transfer_len, data).await
             }
             Command::Io(io) => {
                 let ctrl = &self
@@ -216,7 +215,7 @@ impl Queue {
         };
         if !response.status.is_success() {
             if let Some(ctrl) = self.controller() {
-                ctrl.record_error(sqid, cmd.sqe.cid, response.status, cmd.sqe.nsid, 0);
+                ctrl.record_error(sqid, cmd.sqe.cid, response.status, cmd.sqe.nsid);
             }
         }
         response

@@ -224,7 +224,7 @@ impl Connection {
                     }
                     Ok(None) => break,
                     Err(PduError::DataDigest { pdu_type, cccid }) => {
-                        if let Err(f) = self.data_digest_error(pdu_type, cccid, &mut inflight) {
+                        if let Err(f) = self.data_digest_error(queue, pdu_type, cccid) {
                             return self.terminate(f).await;
                         }
                     }
@@ -374,14 +374,13 @@ impl Connection {
                 self.close_after_flush = true;
                 Ok(())
             }
-            other => Err(self.sequence_error(&other, "unexpected PDU after initialization")),
+            other => Err(self.header_error(
+                &other,
+                fes::PDU_SEQUENCE_ERROR,
+                0,
+                "unexpected PDU after initialization",
+            )),
         }
-    }
-
-    fn sequence_error(&self, pdu: &Pdu, why: &'static str) -> Fatal {
-        let mut head = BytesMut::new();
-        pdu.encode_head(self.digests, &mut head);
-        Fatal::new(fes::PDU_SEQUENCE_ERROR, 0, head.freeze(), why)
     }
 
     fn on_capsule<'q>(
@@ -397,19 +396,18 @@ impl Connection {
             .binding()
             .map_or(limits::MAX_ADMIN_QUEUE_ENTRIES, |b| b.entries);
         if self.active.len() >= entries as usize {
-            return Err(self.sequence_error(
+            return Err(self.header_error(
                 &Pdu::CapsuleCmd(capsule),
+                fes::PDU_SEQUENCE_ERROR,
+                0,
                 "more commands outstanding than the queue holds",
             ));
         }
         if !self.active.insert(cid) {
             // The CID is in use: answering would complete the other command in the host's eyes,
-            // but the status says exactly what went wrong.
+            // but the status says exactly what went wrong. The other command stays in flight.
             tracing::warn!(cid, "command identifier conflict");
-            inflight.push(Box::pin(std::future::ready((
-                cid,
-                Response::status(Status::CID_CONFLICT),
-            ))));
+            self.send_completion(queue, cid, Response::status(Status::CID_CONFLICT));
             return Ok(());
         }
         let (len, in_capsule) = match sqe.sgl() {
@@ -421,18 +419,18 @@ impl Connection {
                     || length as usize != capsule.data.len()
                     || length > queue.inline_data_limit(&sqe)
                 {
-                    return self.answer_now(cid, Status::SGL_OFFSET_INVALID, inflight);
+                    return self.fail(queue, cid, Status::SGL_OFFSET_INVALID);
                 }
                 (length, true)
             }
             Ok(SglDescriptor::TransportDataBlock { .. }) => {
-                return self.answer_now(cid, Status::INVALID_FIELD, inflight)
+                return self.fail(queue, cid, Status::INVALID_FIELD)
             }
-            Ok(_) | Err(_) => return self.answer_now(cid, Status::SGL_TYPE_INVALID, inflight),
+            Ok(_) | Err(_) => return self.fail(queue, cid, Status::SGL_TYPE_INVALID),
         };
         let admitted = match queue.admit(&sqe, len) {
             Ok(a) => a,
-            Err(status) => return self.answer_now(cid, status, inflight),
+            Err(status) => return self.fail(queue, cid, status),
         };
         match admitted.direction {
             DataDirection::ToController if in_capsule || len == 0 => {
@@ -454,7 +452,7 @@ impl Connection {
                 self.r2t_waiting.push_back(cid);
                 self.send_r2ts();
             }
-            _ if in_capsule => return self.answer_now(cid, Status::INVALID_FIELD, inflight),
+            _ if in_capsule => return self.fail(queue, cid, Status::INVALID_FIELD),
             _ => {
                 if matches!(
                     admitted.command,
@@ -470,16 +468,9 @@ impl Connection {
         Ok(())
     }
 
-    fn answer_now<'q>(
-        &mut self,
-        cid: u16,
-        status: Status,
-        inflight: &mut Inflight<'q>,
-    ) -> Result<(), Fatal> {
-        inflight.push(Box::pin(std::future::ready((
-            cid,
-            Response::status(status),
-        ))));
+    /// Completes a command with an error before it ran.
+    fn fail(&mut self, queue: &Queue, cid: u16, status: Status) -> Result<(), Fatal> {
+        self.respond(queue, cid, Response::status(status));
         Ok(())
     }
 
@@ -579,12 +570,7 @@ impl Connection {
 
     /// A data digest mismatch fails only that command, with a status the host retries.
     /// Data for a transfer we never asked for is a protocol error instead.
-    fn data_digest_error<'q>(
-        &mut self,
-        pdu_type: u8,
-        cid: u16,
-        inflight: &mut Inflight<'q>,
-    ) -> Result<(), Fatal> {
+    fn data_digest_error(&mut self, queue: &Queue, pdu_type: u8, cid: u16) -> Result<(), Fatal> {
         tracing::warn!(cid, pdu_type, "data digest error");
         if pdu_type == pdu_type::CAPSULE_CMD {
             self.sq_head = self.sq_head.wrapping_add(1);
@@ -612,17 +598,18 @@ impl Connection {
                 }
             }
         }
-        inflight.push(Box::pin(std::future::ready((
-            cid,
-            Response::status(Status::TRANSIENT_TRANSPORT_ERROR),
-        ))));
-        Ok(())
+        self.fail(queue, cid, Status::TRANSIENT_TRANSPORT_ERROR)
     }
 
-    /// Queues the answer to a command: its data (C2HData) and its completion.
+    /// A command is done: it leaves the in-flight books and its answer is queued.
     fn respond(&mut self, queue: &Queue, cid: u16, resp: Response) {
         self.active.remove(&cid);
         self.parked.remove(&cid);
+        self.send_completion(queue, cid, resp);
+    }
+
+    /// Queues the answer to a command: its data (C2HData) and its completion.
+    fn send_completion(&mut self, queue: &Queue, cid: u16, resp: Response) {
         let binding = queue.binding();
         let sq_flow_disabled = binding.is_some_and(|b| b.sq_flow_disabled);
         let entries = binding.map_or(limits::MAX_ADMIN_QUEUE_ENTRIES, |b| b.entries);
@@ -633,14 +620,13 @@ impl Connection {
             // SUCCESS in the last C2HData replaces the response capsule, which the spec allows
             // only when SQ flow control is disabled.
             let success = sq_flow_disabled;
-            let pdu = Pdu::C2HData(C2HData {
+            self.push_c2h_data(C2HData {
                 cccid: cid,
                 datao: 0,
                 last: true,
                 success,
                 data: resp.data,
             });
-            self.push_pdu(pdu);
             if success {
                 return;
             }
@@ -659,14 +645,11 @@ impl Connection {
         Pdu::CapsuleResp(CapsuleResp { cqe }).encode(self.digests, &mut self.out);
     }
 
-    /// Appends a PDU with a payload without copying the payload.
-    fn push_pdu(&mut self, pdu: Pdu) {
-        let ddgst = pdu.encode_head(self.digests, &mut self.out);
+    /// Appends a C2HData PDU without copying its data.
+    fn push_c2h_data(&mut self, data: C2HData) {
+        let payload = data.data.clone();
+        let ddgst = Pdu::C2HData(data).encode_head(self.digests, &mut self.out);
         self.segments.push_back(self.out.split().freeze());
-        let payload = match pdu {
-            Pdu::C2HData(d) => d.data,
-            _ => unreachable!("only data PDUs are sent by reference"),
-        };
         self.segments.push_back(payload);
         if let Some(d) = ddgst {
             self.out.extend_from_slice(&d.to_le_bytes());
