@@ -21,7 +21,7 @@
 //! [[subsystem]]                       # explicit subsystems replace one-per-drive
 //! name = "scratch"                    # NQN nqn.2024-01.io.fabrik:<box_name>:scratch
 //! drives = ["nvme0", "nvme1"]         # namespaces 1, 2, ... in this order
-//! hosts = ["nqn.2014-08.org.nvmexpress:uuid:..."]   # absent: the top-level `hosts`
+//! hosts = ["nqn.2014-08.org.nvmexpress:uuid:..."]   # absent: the top-level list; []: any
 //! ```
 
 use std::path::{Path, PathBuf};

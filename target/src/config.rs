@@ -32,8 +32,9 @@ pub struct DriveSpec {
 pub struct SubsystemSpec {
     pub nqn: String,
     pub drives: Vec<String>,
-    /// None: any host. Some: only these host NQNs.
-    pub allowed_hosts: Option<Vec<String>>,
+    /// This subsystem's own host list: None follows `Config::allowed_hosts` (so `--host`
+    /// applies), an empty list allows any host. See `Config::allowed_hosts_for`.
+    pub hosts: Option<Vec<String>>,
     pub model: Option<String>,
 }
 
@@ -138,11 +139,7 @@ impl Config {
             self.subsystem_specs.push(SubsystemSpec {
                 nqn,
                 drives: sub.drives.clone(),
-                allowed_hosts: sub
-                    .hosts
-                    .clone()
-                    .map(Some)
-                    .unwrap_or_else(|| self.allowed_hosts.clone()),
+                hosts: sub.hosts.clone(),
                 model: sub.model.clone(),
             });
         }
@@ -159,10 +156,19 @@ impl Config {
             .map(|d| SubsystemSpec {
                 nqn: self.subsystem_nqn(&d.id),
                 drives: vec![d.id],
-                allowed_hosts: self.allowed_hosts.clone(),
+                hosts: None,
                 model: None,
             })
             .collect()
+    }
+
+    /// The hosts that may connect to `sub`: None means any host.
+    pub fn allowed_hosts_for(&self, sub: &SubsystemSpec) -> Option<Vec<String>> {
+        match &sub.hosts {
+            None => self.allowed_hosts.clone(),
+            Some(list) if list.is_empty() => None,
+            Some(list) => Some(list.clone()),
+        }
     }
 
     /// The drives to open: the explicit ones, or `drives` generated ones named 00, 01, ...
@@ -238,7 +244,7 @@ impl Config {
                     bail!("drive {id:?} is exported by two subsystems; a namespace belongs to one");
                 }
             }
-            for h in sub.allowed_hosts.iter().flatten() {
+            for h in self.allowed_hosts_for(&sub).iter().flatten() {
                 fabrik_proto::fabrics::nqn::Nqn::new(h)
                     .with_context(|| format!("allowed host {h:?}"))?;
             }
@@ -359,8 +365,13 @@ mod tests {
         assert_eq!(subs.len(), 2);
         assert_eq!(subs[0].nqn, "nqn.2024-01.io.fabrik:b:pair");
         assert_eq!(subs[0].drives, vec!["01", "00"]);
-        assert_eq!(subs[0].allowed_hosts, None);
-        assert_eq!(subs[1].allowed_hosts.as_ref().unwrap().len(), 1);
+        assert_eq!(c.allowed_hosts_for(&subs[0]), None);
+        assert_eq!(c.allowed_hosts_for(&subs[1]).unwrap().len(), 1);
+        // A later --host applies to subsystems without their own list, not to the others.
+        let only = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000002";
+        c.allowed_hosts = Some(vec![only.to_string()]);
+        assert_eq!(c.allowed_hosts_for(&subs[0]), Some(vec![only.to_string()]));
+        assert_ne!(c.allowed_hosts_for(&subs[1]), Some(vec![only.to_string()]));
 
         for bad in [
             "[[subsystem]]\nname = \"x\"\ndrives = [\"99\"]",

@@ -55,7 +55,7 @@ impl Target {
                 sub.model
                     .clone()
                     .unwrap_or_else(|| format!("fabrik {} drive", first.backend.name())),
-                sub.allowed_hosts.clone(),
+                config.allowed_hosts_for(&sub),
             );
             for (i, id) in sub.drives.iter().enumerate() {
                 let (spec, drive) = &drives[id];

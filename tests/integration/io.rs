@@ -364,7 +364,7 @@ async fn a_subsystem_with_two_namespaces() {
     cfg.subsystem_specs = vec![fabrik_target::config::SubsystemSpec {
         nqn: "nqn.2024-01.io.fabrik:testbox:pair".into(),
         drives: vec!["02".into(), "00".into()],
-        allowed_hosts: None,
+        hosts: None,
         model: Some("fabrik pair".into()),
     }];
     let target = start(cfg).await;
