@@ -23,8 +23,13 @@ use fabrik_target::model::Namespace;
 
 const MIB: u64 = 1 << 20;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn namespace_changes_reach_the_host_as_events() {
+/// A one-drive RAM target, its subsystem, and a host connected to it.
+async fn connected() -> (
+    tempfile::TempDir,
+    fabrik_target::Target,
+    Arc<fabrik_target::model::Subsystem>,
+    fabrik_initiator::Controller,
+) {
     let dir = tempfile::tempdir().unwrap();
     let target = common::start(common::config(dir.path(), BackendKind::Ram, 1, 64 * MIB)).await;
     let nqn = common::nqns(&target)[0].clone();
@@ -32,6 +37,12 @@ async fn namespace_changes_reach_the_host_as_events() {
     let ctrl = fabrik_initiator::Controller::connect(common::options(common::addr(&target), &nqn))
         .await
         .unwrap();
+    (dir, target, subsystem, ctrl)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespace_changes_reach_the_host_as_events() {
+    let (_dir, target, subsystem, ctrl) = connected().await;
     ctrl.set_features(fid::ASYNC_EVENT_CONFIG, 0, aec::NS_ATTR_NOTICES)
         .await
         .unwrap();
@@ -103,13 +114,7 @@ async fn namespace_changes_reach_the_host_as_events() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_are_not_sent_unless_enabled() {
-    let dir = tempfile::tempdir().unwrap();
-    let target = common::start(common::config(dir.path(), BackendKind::Ram, 1, 64 * MIB)).await;
-    let nqn = common::nqns(&target)[0].clone();
-    let subsystem = target.state().subsystem(&nqn).unwrap();
-    let ctrl = fabrik_initiator::Controller::connect(common::options(common::addr(&target), &nqn))
-        .await
-        .unwrap();
+    let (_dir, target, subsystem, ctrl) = connected().await;
     // No Set Features Asynchronous Event Configuration: the AER stays pending.
     let aer = ctrl.submit_admin(AdminCommand::AsyncEventRequest.to_sqe(0), None, 0);
     let drive = Arc::new(RamDrive::new(32 * MIB, 4096).unwrap());

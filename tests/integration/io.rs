@@ -327,7 +327,8 @@ async fn sq_flow_control_disabled() {
 }
 
 /// More write data in flight on one queue than the target's per-connection R2T budget (16 MiB):
-/// the writes beyond it wait for their R2T, and every one still lands.
+/// every write still lands. (That the budget holds R2Ts back is asserted on the wire in
+/// malformed.rs, `r2ts_are_bounded_by_the_budget`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_beyond_the_r2t_budget() {
     let dir = tempfile::tempdir().unwrap();
