@@ -644,3 +644,75 @@ async fn r2ts_are_bounded_by_the_budget() {
     drop(conn);
     s.finish().await;
 }
+
+/// A command whose CID is already in flight is answered Command ID Conflict, every time, and
+/// the command that holds the CID carries on to its own completion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cid_conflicts_leave_the_first_command_in_flight() {
+    let s = setup().await;
+    let mut conn = RawConn::connect(s.addr, Digests::default()).await;
+    conn.admin_connect(&s.nqn).await;
+    let mut enable = FabricsCommand::PropertySet {
+        size8: false,
+        offset: 0x14,
+        value: 0x0046_0001,
+    }
+    .to_sqe(2);
+    enable.set_sgl(&SglDescriptor::NONE_TCP);
+    conn.send(Pdu::CapsuleCmd(CapsuleCmd {
+        sqe: enable,
+        data: Bytes::new(),
+    }))
+    .await;
+    assert!(matches!(conn.next().await, Some(Pdu::CapsuleResp(r)) if r.cqe.status.is_success()));
+
+    // CID 5 waits for its data (R2T), so it stays in flight.
+    let with_data = |cid| {
+        let mut sqe = AdminCommand::SetFeatures {
+            nsid: 0,
+            fid: 0x0E,
+            save: false,
+            cdw11: 0,
+            cdw12: 0,
+            cdw13: 0,
+            cdw14: 0,
+        }
+        .to_sqe(cid);
+        sqe.set_sgl(&SglDescriptor::TransportDataBlock { length: 4096 });
+        Pdu::CapsuleCmd(CapsuleCmd {
+            sqe,
+            data: Bytes::new(),
+        })
+    };
+    conn.send(with_data(5)).await;
+    let Some(Pdu::R2T(r2t)) = conn.next().await else {
+        panic!("expected an R2T for CID 5")
+    };
+    for _ in 0..2 {
+        conn.send(with_data(5)).await;
+        match conn.next().await {
+            Some(Pdu::CapsuleResp(r)) => {
+                assert_eq!(r.cqe.cid, 5);
+                assert_eq!(r.cqe.status, Status::CID_CONFLICT);
+            }
+            other => panic!("expected Command ID Conflict, got {other:?}"),
+        }
+    }
+    conn.send(Pdu::H2CData(H2CData {
+        cccid: 5,
+        ttag: r2t.ttag,
+        datao: 0,
+        last: true,
+        data: Bytes::from(vec![0u8; 4096]),
+    }))
+    .await;
+    match conn.next().await {
+        Some(Pdu::CapsuleResp(r)) => {
+            assert_eq!(r.cqe.cid, 5);
+            assert_ne!(r.cqe.status, Status::CID_CONFLICT, "CID 5's own completion");
+        }
+        other => panic!("expected CID 5's completion, got {other:?}"),
+    }
+    drop(conn);
+    s.finish().await;
+}
