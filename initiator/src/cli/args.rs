@@ -1,0 +1,69 @@
+//! Arguments shared by subcommands, named as nvme-cli names them.
+
+use std::net::SocketAddr;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use fabrik_initiator::proto::tcp::Digests;
+use fabrik_initiator::{ConnectOptions, Controller, HostIdentity};
+
+/// Default ports of `nvme discover` and `nvme connect` (NVMEOF-FACTS 1.11).
+pub const DISCOVERY_PORT: u16 = 8009;
+pub const IO_PORT: u16 = 4420;
+
+#[derive(Args)]
+pub struct TargetArgs {
+    /// Target address (IP or host name).
+    #[arg(short = 'a', long)]
+    pub traddr: String,
+    /// Port (default 8009 for discovery, 4420 otherwise).
+    #[arg(short = 's', long)]
+    pub trsvcid: Option<u16>,
+}
+
+#[derive(Args)]
+pub struct ConnectArgs {
+    #[command(flatten)]
+    pub target: TargetArgs,
+    /// Subsystem NQN.
+    #[arg(short = 'n', long)]
+    pub nqn: String,
+    /// Host NQN (default: a random UUID-based NQN).
+    #[arg(short = 'q', long)]
+    pub hostnqn: Option<String>,
+    /// I/O queues to ask for.
+    #[arg(short = 'i', long, default_value_t = 1)]
+    pub nr_io_queues: u16,
+    /// Header digest.
+    #[arg(short = 'g', long)]
+    pub hdr_digest: bool,
+    /// Data digest.
+    #[arg(short = 'G', long)]
+    pub data_digest: bool,
+}
+
+pub async fn resolve(target: &TargetArgs, default_port: u16) -> Result<SocketAddr> {
+    let port = target.trsvcid.unwrap_or(default_port);
+    let host = target.traddr.trim_start_matches('[').trim_end_matches(']');
+    tokio::net::lookup_host((host, port))
+        .await
+        .with_context(|| format!("resolving {host}"))?
+        .next()
+        .with_context(|| format!("{host} has no address"))
+}
+
+pub async fn connect_controller(args: &ConnectArgs) -> Result<Controller> {
+    let addr = resolve(&args.target, IO_PORT).await?;
+    let mut opts = ConnectOptions::new(addr, &args.nqn);
+    if let Some(nqn) = &args.hostnqn {
+        opts = opts.with_host(&HostIdentity::with_nqn(nqn));
+    }
+    opts.io_queues = args.nr_io_queues;
+    opts.digests = Digests {
+        header: args.hdr_digest,
+        data: args.data_digest,
+    };
+    Controller::connect(opts)
+        .await
+        .with_context(|| format!("connecting to {} at {addr}", args.nqn))
+}
