@@ -2,3 +2,4 @@
 //! file schema today, the REST resources next.
 
 pub mod config;
+pub mod metrics;

@@ -6,6 +6,7 @@
 pub mod backend;
 pub mod config;
 pub mod controller;
+pub mod metrics;
 pub mod model;
 pub mod transport;
 

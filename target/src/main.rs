@@ -8,6 +8,7 @@ use anyhow::Context;
 use clap::Parser;
 use fabrik_api::config::{parse_size, ConfigFile};
 use fabrik_target::config::{default_data_dir, parse_backend, parse_listen, Config};
+use fabrik_target::metrics::MetricsEndpoint;
 use fabrik_target::Target;
 
 #[derive(Parser, Debug)]
@@ -25,6 +26,9 @@ struct Args {
     /// REST API address (the management API is not part of this build yet).
     #[arg(long, value_name = "ADDR:PORT")]
     api: Option<SocketAddr>,
+    /// Prometheus metrics at http://ADDR:PORT/metrics, or "off" [default: 127.0.0.1:9420].
+    #[arg(long, value_name = "ADDR:PORT|off")]
+    metrics: Option<String>,
     /// Number of drives to create, exported as one subsystem each [default: 24].
     #[arg(long, value_name = "N")]
     drives: Option<u32>,
@@ -57,10 +61,32 @@ fn main() -> anyhow::Result<()> {
         .init();
     let args = Args::parse();
     let config = build_config(&args)?;
+    let metrics = metrics_addr(args.metrics.as_deref())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(run(config))
+    runtime.block_on(run(config, metrics))
+}
+
+/// Where metrics are served when --metrics is not given.
+const DEFAULT_METRICS_ADDR: &str = "127.0.0.1:9420";
+
+/// Where to serve metrics: None for "off"; the flag says whether the address was asked for
+/// (then failing to bind it is fatal) or is the default (then a warning).
+fn metrics_addr(arg: Option<&str>) -> anyhow::Result<Option<(SocketAddr, bool)>> {
+    match arg {
+        Some("off") => Ok(None),
+        Some(a) => {
+            let addr = a
+                .parse()
+                .with_context(|| format!("--metrics {a:?}: expected ADDR:PORT or off"))?;
+            Ok(Some((addr, true)))
+        }
+        None => Ok(Some((
+            DEFAULT_METRICS_ADDR.parse().expect("valid default"),
+            false,
+        ))),
+    }
 }
 
 fn build_config(args: &Args) -> anyhow::Result<Config> {
@@ -106,12 +132,31 @@ fn build_config(args: &Args) -> anyhow::Result<Config> {
     Ok(config)
 }
 
-async fn run(config: Config) -> anyhow::Result<()> {
+async fn run(config: Config, metrics: Option<(SocketAddr, bool)>) -> anyhow::Result<()> {
     let drives = config.drive_list();
     let target = Target::start(config.clone()).await?;
+    let metrics = match metrics {
+        None => None,
+        Some((addr, asked)) => match MetricsEndpoint::start(target.state().clone(), addr).await {
+            Ok(m) => Some(m),
+            Err(e) if asked => {
+                return Err(e).with_context(|| format!("cannot serve metrics on {addr}"))
+            }
+            Err(e) => {
+                tracing::warn!("metrics not served: cannot listen on {addr}: {e}");
+                None
+            }
+        },
+    };
     print_banner(&config, &target, drives.len());
+    if let Some(m) = &metrics {
+        eprintln!("  Prometheus metrics: http://{}/metrics", m.addr());
+    }
     wait_for_signal().await?;
     tracing::info!("shutting down: finishing in-flight I/O");
+    if let Some(m) = metrics {
+        m.shutdown().await;
+    }
     target.shutdown().await;
     tracing::info!("stopped");
     Ok(())

@@ -33,6 +33,12 @@ pub struct NamespaceStats {
     pub bytes_read: AtomicU64,
     pub bytes_written: AtomicU64,
     pub media_errors: AtomicU64,
+    /// Flush, Write Zeroes and Dataset Management commands completed.
+    pub other_commands: AtomicU64,
+    /// I/O commands that failed once admitted (drive errors, ranges found invalid with the data).
+    pub errors: AtomicU64,
+    pub read_latency: crate::metrics::LatencyHistogram,
+    pub write_latency: crate::metrics::LatencyHistogram,
 }
 
 impl NamespaceStats {
@@ -43,6 +49,12 @@ impl NamespaceStats {
     pub fn add_write(&self, bytes: u64) {
         self.write_commands.fetch_add(1, Ordering::Relaxed);
         self.bytes_written.fetch_add(bytes, Ordering::Relaxed);
+    }
+    pub fn add_other(&self) {
+        self.other_commands.fetch_add(1, Ordering::Relaxed);
+    }
+    pub fn add_error(&self) {
+        self.errors.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -216,6 +228,7 @@ pub struct TargetState {
     pub started: Instant,
     /// Set when fabrikd is shutting down: queues stop taking new commands.
     pub shutting_down: AtomicBool,
+    pub metrics: crate::metrics::TargetMetrics,
 }
 
 impl TargetState {
@@ -229,6 +242,7 @@ impl TargetState {
             next_discovery_cntlid: AtomicU16::new(1),
             started: Instant::now(),
             shutting_down: AtomicBool::new(false),
+            metrics: crate::metrics::TargetMetrics::default(),
         }
     }
 

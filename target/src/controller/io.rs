@@ -1,6 +1,7 @@
 //! NVM I/O commands: Read, Write, Flush, Write Zeroes, Dataset Management.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use fabrik_proto::nvme::io::{DsmRange, IoCommand, DSM_RANGE_LEN};
@@ -59,9 +60,16 @@ impl Controller {
     }
 
     pub(super) async fn execute_io(&self, cmd: IoCommand, data: Bytes) -> Response {
+        let nsid = cmd.nsid();
         match self.run_io(cmd, data).await {
             Ok(r) => r,
-            Err(status) => Response::status(status),
+            Err(status) => {
+                // Counted against the drive (a failure path: the lookup costs nothing on success).
+                if let Some(ns) = self.subsystem().and_then(|s| s.namespace(nsid)) {
+                    ns.stats.add_error();
+                }
+                Response::status(status)
+            }
         }
     }
 
@@ -78,22 +86,28 @@ impl Controller {
         match cmd {
             IoCommand::Read { slba, nlb, .. } => {
                 let len = nlb as u64 * bs;
+                let started = Instant::now();
                 let data = ns
                     .drive
                     .read(slba * bs, len as usize)
                     .await
                     .map_err(|e| media_error(&ns, e, false))?;
+                ns.stats.read_latency.observe(started.elapsed());
                 ns.stats.add_read(len);
+                self.io_counters.add_read(len);
                 Ok(Response::data(data))
             }
             IoCommand::Write { slba, fua, .. } => {
                 let len = data.len() as u64;
                 let fua = fua || !self.volatile_write_cache();
+                let started = Instant::now();
                 ns.drive
                     .write(slba * bs, data, fua)
                     .await
                     .map_err(|e| media_error(&ns, e, true))?;
+                ns.stats.write_latency.observe(started.elapsed());
                 ns.stats.add_write(len);
+                self.io_counters.add_write(len);
                 Ok(Response::ok())
             }
             IoCommand::Flush { .. } => {
@@ -101,6 +115,7 @@ impl Controller {
                     .flush()
                     .await
                     .map_err(|e| media_error(&ns, e, true))?;
+                ns.stats.add_other();
                 Ok(Response::ok())
             }
             IoCommand::WriteZeroes {
@@ -123,6 +138,7 @@ impl Controller {
                         .await
                         .map_err(|e| media_error(&ns, e, true))?;
                 }
+                ns.stats.add_other();
                 Ok(Response::ok())
             }
             IoCommand::DatasetManagement {
@@ -142,6 +158,7 @@ impl Controller {
                             .map_err(|e| media_error(&ns, e, true))?;
                     }
                 }
+                ns.stats.add_other();
                 Ok(Response::ok())
             }
         }

@@ -82,6 +82,8 @@ pub struct Controller {
     /// Cancelled when the controller is torn down (admin queue closed, keep-alive expired,
     /// shutdown): every queue bound to it closes.
     pub teardown: CancellationToken,
+    /// What this host read and wrote through this controller (metrics).
+    pub io_counters: crate::metrics::ControllerCounters,
 }
 
 struct ControllerState {
@@ -143,6 +145,7 @@ impl Controller {
             }),
             events: Notify::new(),
             teardown: CancellationToken::new(),
+            io_counters: Default::default(),
         }
     }
 

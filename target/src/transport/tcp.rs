@@ -30,6 +30,7 @@ use tokio_util::sync::CancellationToken;
 use super::Listener;
 use crate::controller::queue::Command;
 use crate::controller::{limits, Admitted, Queue, Response};
+use crate::metrics::ConnectionGuard;
 use crate::model::{Port, TargetState, TransportType};
 use fabrik_proto::nvme::admin::AdminCommand;
 
@@ -133,8 +134,10 @@ async fn serve_connection(
     stream.set_nodelay(true)?;
     let local = stream.local_addr()?;
     let (reader, writer) = stream.into_split();
+    let counters = target.metrics.port(port.id).connection();
     let queue = Queue::new(target, port, local, peer);
     let mut conn = Connection {
+        counters,
         reader,
         writer,
         rbuf: BytesMut::with_capacity(256 * 1024),
@@ -172,6 +175,8 @@ struct PendingWrite {
 }
 
 struct Connection {
+    /// Bytes in and out, for the port's metrics.
+    counters: ConnectionGuard,
     reader: OwnedReadHalf,
     writer: OwnedWriteHalf,
     rbuf: BytesMut,
@@ -260,9 +265,11 @@ impl Connection {
                 }
                 Some((cid, resp)) = inflight.next(), if !inflight.is_empty() => self.respond(queue, cid, resp),
                 read = self.reader.read_buf(&mut self.rbuf), if !stopping => {
-                    if read? == 0 {
+                    let n = read?;
+                    if n == 0 {
                         return Err(ConnError::Eof);
                     }
+                    self.counters.add_received(n);
                     self.reserve_for_next_pdu();
                 }
             }
@@ -330,6 +337,7 @@ impl Connection {
         // The 6.1 host reads the ICResp with one receive: send it as one 128-byte write.
         let icresp = self.out.split().freeze();
         self.writer.write_all(&icresp).await?;
+        self.counters.add_sent(icresp.len());
         self.decoder.set_digests(icreq.digests);
         Ok(())
     }
@@ -354,9 +362,11 @@ impl Connection {
                     )))
                 }
             }
-            if self.reader.read_buf(&mut self.rbuf).await? == 0 {
+            let n = self.reader.read_buf(&mut self.rbuf).await?;
+            if n == 0 {
                 return Err(ConnError::Eof);
             }
+            self.counters.add_received(n);
         }
     }
 
@@ -671,6 +681,7 @@ impl Connection {
             if n == 0 {
                 return Err(ConnError::Io(std::io::ErrorKind::WriteZero.into()));
             }
+            self.counters.add_sent(n);
             while n > 0 {
                 let front = self
                     .segments

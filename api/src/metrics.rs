@@ -1,0 +1,621 @@
+//! Prometheus metrics: what fabrikd reports (a [`Snapshot`] of plain numbers, taken on each
+//! scrape), how it is encoded (OpenMetrics text, or the classic Prometheus text format for
+//! clients that do not ask for OpenMetrics, such as `promtool` and `curl`), and the `GET /metrics`
+//! route that serves it.
+//!
+//! Every name starts with `fabrik_`; counters end in `_total`, sizes in `_bytes`, times in
+//! `_seconds`. Labels: `drive`, `subsystem`, `host`, `controller`, `port`.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use axum::http::{header, HeaderMap, HeaderValue};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeGaugeValue, EncodeMetric, NoLabelSet};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::{Registry, Unit};
+
+/// Content type of the OpenMetrics text format.
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Upper bounds (seconds) of the latency histograms' buckets, +Inf excluded: 5 µs (a RAM drive)
+/// to 1 s (a struggling disk).
+pub const LATENCY_BUCKETS: [f64; 16] = [
+    5e-6, 10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3,
+    100e-3, 250e-3, 1.0,
+];
+
+/// Everything fabrikd reports on one scrape.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    /// fabrikd's version.
+    pub version: String,
+    pub box_name: String,
+    pub uptime_seconds: f64,
+    pub drives: Vec<DriveMetrics>,
+    pub ports: Vec<PortMetrics>,
+    pub controllers: Vec<ControllerMetrics>,
+}
+
+/// One drive (all namespaces backed by it together).
+#[derive(Clone, Debug, Default)]
+pub struct DriveMetrics {
+    pub drive: String,
+    pub backend: String,
+    /// Subsystem NQN it is exported in (the first one, should there be several).
+    pub subsystem: String,
+    pub capacity_bytes: u64,
+    /// The drive serves I/O (else commands get Namespace Not Ready).
+    pub ready: bool,
+    pub read_ops: u64,
+    pub write_ops: u64,
+    /// Flush, Write Zeroes, Dataset Management.
+    pub other_ops: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+    /// I/O commands that failed once admitted: backend errors (media errors included), ranges
+    /// found invalid once the data arrived, the drive gone not ready.
+    pub errors: u64,
+    /// Backend I/O errors (reported to hosts as media errors, and in SMART).
+    pub media_errors: u64,
+    pub read_latency: Histogram,
+    pub write_latency: Histogram,
+    /// SMART critical warning bits (0 when the backend has no SMART and fabrikd saw nothing wrong).
+    pub critical_warning: u8,
+    /// From the backend's sensor; None when it has none (files, RAM).
+    pub temperature_celsius: Option<f64>,
+    /// SMART Percentage Used (may exceed 100); None when the backend does not report it.
+    pub percentage_used: Option<u8>,
+}
+
+/// A latency histogram: count per bucket (not cumulative), one per bound of
+/// [`LATENCY_BUCKETS`] and a last one for +Inf; the sum of all observations in seconds.
+#[derive(Clone, Debug, Default)]
+pub struct Histogram {
+    pub buckets: Vec<u64>,
+    pub sum_seconds: f64,
+}
+
+impl Histogram {
+    pub fn count(&self) -> u64 {
+        self.buckets.iter().sum()
+    }
+
+    fn bounded_buckets(&self) -> Vec<(f64, u64)> {
+        LATENCY_BUCKETS
+            .iter()
+            .copied()
+            .chain(std::iter::once(f64::INFINITY))
+            .zip(self.buckets.iter().copied().chain(std::iter::repeat(0)))
+            .collect()
+    }
+}
+
+/// One transport listener.
+#[derive(Clone, Debug, Default)]
+pub struct PortMetrics {
+    /// Port ID as the discovery log reports it.
+    pub port: u16,
+    pub transport: String,
+    pub address: String,
+    pub connections_accepted: u64,
+    pub connections_open: u64,
+    pub received_bytes: u64,
+    pub sent_bytes: u64,
+}
+
+/// One live I/O controller: a host's association with a subsystem.
+#[derive(Clone, Debug, Default)]
+pub struct ControllerMetrics {
+    pub subsystem: String,
+    pub host: String,
+    pub controller: u16,
+    pub port: u16,
+    pub io_queues: u64,
+    pub read_ops: u64,
+    pub write_ops: u64,
+    pub read_bytes: u64,
+    pub write_bytes: u64,
+}
+
+/// Which text format a scrape gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    OpenMetrics,
+    /// Prometheus text format 0.0.4.
+    PrometheusText,
+}
+
+impl Format {
+    /// OpenMetrics when the client asks for it (Prometheus does), else the classic text format.
+    pub fn negotiate(accept: Option<&str>) -> Format {
+        match accept {
+            Some(a) if a.contains("application/openmetrics-text") => Format::OpenMetrics,
+            _ => Format::PrometheusText,
+        }
+    }
+
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::OpenMetrics => OPENMETRICS_CONTENT_TYPE,
+            Format::PrometheusText => prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
+        }
+    }
+}
+
+/// Encodes a snapshot in the given format.
+pub fn encode(snapshot: &Snapshot, format: Format) -> String {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(SnapshotCollector(snapshot.clone())));
+    let mut out = String::with_capacity(16 * 1024);
+    let result = match format {
+        Format::OpenMetrics => prometheus_client::encoding::text::encode(&mut out, &registry),
+        Format::PrometheusText => {
+            prometheus_client::encoding::prometheus_text::encode(&mut out, &registry)
+        }
+    };
+    // Writing to a String cannot fail.
+    result.expect("metrics encode into a String");
+    out
+}
+
+/// `GET /metrics`, serving what `source` reports at the moment of each scrape. A Router of its
+/// own so that the REST API's router can `.merge()` it.
+pub fn router<F>(source: F) -> Router
+where
+    F: Fn() -> Snapshot + Send + Sync + 'static,
+{
+    let source = Arc::new(source);
+    Router::new().route(
+        "/metrics",
+        get(move |headers: HeaderMap| {
+            let source = source.clone();
+            async move {
+                let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+                let format = Format::negotiate(accept);
+                let body = encode(&source(), format);
+                (
+                    [(
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static(format.content_type()),
+                    )],
+                    body,
+                )
+                    .into_response()
+            }
+        }),
+    )
+}
+
+/// Serves `router` on `listener` until `stop` completes.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router)
+        .with_graceful_shutdown(stop)
+        .await
+}
+
+#[derive(Debug)]
+struct SnapshotCollector(Snapshot);
+
+type Labels<'a> = Vec<(&'static str, &'a str)>;
+
+fn by_drive(d: &DriveMetrics) -> Labels<'_> {
+    vec![("drive", d.drive.as_str())]
+}
+
+impl Collector for SnapshotCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let s = &self.0;
+        let mut out = Out(&mut enc);
+        let version: Labels = vec![("version", &s.version), ("box", &s.box_name)];
+        out.gauges(
+            "fabrik_build_info",
+            "fabrikd's version and box name (always 1).",
+            None,
+            [(version, 1u64)],
+        )?;
+        out.gauges(
+            "fabrik_uptime",
+            "Time since fabrikd started.",
+            Some(Unit::Seconds),
+            [(vec![], s.uptime_seconds)],
+        )?;
+        self.encode_drives(&mut out)?;
+        self.encode_ports(&mut out)?;
+        self.encode_controllers(&mut out)
+    }
+}
+
+impl SnapshotCollector {
+    fn encode_drives(&self, out: &mut Out<'_, '_>) -> Result<(), std::fmt::Error> {
+        let drives = &self.0.drives;
+        let per = |f: fn(&DriveMetrics) -> u64| drives.iter().map(move |d| (by_drive(d), f(d)));
+        let info = drives.iter().map(|d| {
+            let labels = vec![
+                ("drive", d.drive.as_str()),
+                ("backend", d.backend.as_str()),
+                ("subsystem", d.subsystem.as_str()),
+            ];
+            (labels, 1u64)
+        });
+        out.gauges(
+            "fabrik_drive_info",
+            "Drive backend and the subsystem exporting it (always 1).",
+            None,
+            info,
+        )?;
+        out.gauges(
+            "fabrik_drive_capacity",
+            "Drive capacity.",
+            Some(Unit::Bytes),
+            drives.iter().map(|d| (by_drive(d), d.capacity_bytes)),
+        )?;
+        out.gauges(
+            "fabrik_drive_ready",
+            "1 when the drive serves I/O, 0 when commands get Namespace Not Ready.",
+            None,
+            drives.iter().map(|d| (by_drive(d), d.ready as u64)),
+        )?;
+        out.gauges(
+            "fabrik_drive_critical_warning",
+            "SMART critical warning bits (0: no warning).",
+            None,
+            drives
+                .iter()
+                .map(|d| (by_drive(d), d.critical_warning as u64)),
+        )?;
+        let temps: Vec<_> = drives
+            .iter()
+            .filter_map(|d| Some((by_drive(d), d.temperature_celsius?)))
+            .collect();
+        if !temps.is_empty() {
+            out.gauges(
+                "fabrik_drive_temperature",
+                "Composite temperature from the drive's SMART log.",
+                Some(Unit::Celsius),
+                temps,
+            )?;
+        }
+        let used: Vec<_> = drives
+            .iter()
+            .filter_map(|d| Some((by_drive(d), d.percentage_used? as f64 / 100.0)))
+            .collect();
+        if !used.is_empty() {
+            out.gauges(
+                "fabrik_drive_endurance_used",
+                "SMART Percentage Used as a ratio (1: rated endurance reached; may exceed 1).",
+                Some(Unit::Other("ratio".into())),
+                used,
+            )?;
+        }
+        out.counters(
+            "fabrik_drive_read_ops",
+            "Read commands completed successfully.",
+            None,
+            per(|d| d.read_ops),
+        )?;
+        out.counters(
+            "fabrik_drive_write_ops",
+            "Write commands completed successfully.",
+            None,
+            per(|d| d.write_ops),
+        )?;
+        out.counters(
+            "fabrik_drive_other_ops",
+            "Flush, Write Zeroes and Dataset Management commands completed successfully.",
+            None,
+            per(|d| d.other_ops),
+        )?;
+        out.counters(
+            "fabrik_drive_read",
+            "Bytes read by hosts.",
+            Some(Unit::Bytes),
+            per(|d| d.read_bytes),
+        )?;
+        out.counters(
+            "fabrik_drive_write",
+            "Bytes written by hosts.",
+            Some(Unit::Bytes),
+            per(|d| d.write_bytes),
+        )?;
+        out.counters(
+            "fabrik_drive_errors",
+            "I/O commands that failed at the drive (after admission).",
+            None,
+            per(|d| d.errors),
+        )?;
+        out.counters(
+            "fabrik_drive_media_errors",
+            "Backend I/O errors, reported to hosts as media errors.",
+            None,
+            per(|d| d.media_errors),
+        )?;
+        out.histograms(
+            "fabrik_drive_read_latency",
+            "Time the drive took to serve a read.",
+            drives.iter().map(|d| (by_drive(d), &d.read_latency)),
+        )?;
+        out.histograms(
+            "fabrik_drive_write_latency",
+            "Time the drive took to serve a write.",
+            drives.iter().map(|d| (by_drive(d), &d.write_latency)),
+        )
+    }
+
+    fn encode_ports(&self, out: &mut Out<'_, '_>) -> Result<(), std::fmt::Error> {
+        // Port IDs as strings, kept alive for the labels that borrow them.
+        let ids: Vec<String> = self.0.ports.iter().map(|p| p.port.to_string()).collect();
+        let ports: Vec<(Labels<'_>, &PortMetrics)> = self
+            .0
+            .ports
+            .iter()
+            .zip(&ids)
+            .map(|(p, id)| {
+                let labels = vec![
+                    ("port", id.as_str()),
+                    ("transport", p.transport.as_str()),
+                    ("address", p.address.as_str()),
+                ];
+                (labels, p)
+            })
+            .collect();
+        let per = |f: fn(&PortMetrics) -> u64| ports.iter().map(move |(l, p)| (l.clone(), f(p)));
+        out.counters(
+            "fabrik_port_connections_accepted",
+            "Connections accepted on the port.",
+            None,
+            per(|p| p.connections_accepted),
+        )?;
+        out.gauges(
+            "fabrik_port_connections_open",
+            "Connections open on the port.",
+            None,
+            per(|p| p.connections_open),
+        )?;
+        out.counters(
+            "fabrik_port_received",
+            "Bytes received from hosts on the port.",
+            Some(Unit::Bytes),
+            per(|p| p.received_bytes),
+        )?;
+        out.counters(
+            "fabrik_port_sent",
+            "Bytes sent to hosts on the port.",
+            Some(Unit::Bytes),
+            per(|p| p.sent_bytes),
+        )
+    }
+
+    fn encode_controllers(&self, out: &mut Out<'_, '_>) -> Result<(), std::fmt::Error> {
+        let ctrls = &self.0.controllers;
+        let mut hosts: Vec<&str> = ctrls.iter().map(|c| c.host.as_str()).collect();
+        hosts.sort_unstable();
+        hosts.dedup();
+        out.gauges(
+            "fabrik_connected_hosts",
+            "Distinct host NQNs with at least one live I/O controller.",
+            None,
+            [(vec![], hosts.len() as u64)],
+        )?;
+        let ids: Vec<(String, String)> = ctrls
+            .iter()
+            .map(|c| (c.controller.to_string(), c.port.to_string()))
+            .collect();
+        let labelled: Vec<(Labels<'_>, &ControllerMetrics)> = ctrls
+            .iter()
+            .zip(&ids)
+            .map(|(c, (id, port))| {
+                let labels = vec![
+                    ("subsystem", c.subsystem.as_str()),
+                    ("host", c.host.as_str()),
+                    ("controller", id.as_str()),
+                    ("port", port.as_str()),
+                ];
+                (labels, c)
+            })
+            .collect();
+        let per =
+            |f: fn(&ControllerMetrics) -> u64| labelled.iter().map(move |(l, c)| (l.clone(), f(c)));
+        out.gauges(
+            "fabrik_controller_io_queues",
+            "I/O queues connected to the controller.",
+            None,
+            per(|c| c.io_queues),
+        )?;
+        out.counters(
+            "fabrik_controller_read_ops",
+            "Read commands the host completed through this controller.",
+            None,
+            per(|c| c.read_ops),
+        )?;
+        out.counters(
+            "fabrik_controller_write_ops",
+            "Write commands the host completed through this controller.",
+            None,
+            per(|c| c.write_ops),
+        )?;
+        out.counters(
+            "fabrik_controller_read",
+            "Bytes the host read through this controller.",
+            Some(Unit::Bytes),
+            per(|c| c.read_bytes),
+        )?;
+        out.counters(
+            "fabrik_controller_write",
+            "Bytes the host wrote through this controller.",
+            Some(Unit::Bytes),
+            per(|c| c.write_bytes),
+        )
+    }
+}
+
+/// Writes metric families: one descriptor, then one sample (set) per label set.
+struct Out<'a, 'b>(&'a mut DescriptorEncoder<'b>);
+
+impl Out<'_, '_> {
+    fn counters<'l>(
+        &mut self,
+        name: &str,
+        help: &str,
+        unit: Option<Unit>,
+        samples: impl IntoIterator<Item = (Labels<'l>, u64)>,
+    ) -> Result<(), std::fmt::Error> {
+        let mut family =
+            self.0
+                .encode_descriptor(name, help, unit.as_ref(), MetricType::Counter)?;
+        for (labels, value) in samples {
+            ConstCounter::new(value).encode(family.encode_family(&labels)?)?;
+        }
+        Ok(())
+    }
+
+    fn gauges<'l, V: EncodeGaugeValue>(
+        &mut self,
+        name: &str,
+        help: &str,
+        unit: Option<Unit>,
+        samples: impl IntoIterator<Item = (Labels<'l>, V)>,
+    ) -> Result<(), std::fmt::Error> {
+        let mut family = self
+            .0
+            .encode_descriptor(name, help, unit.as_ref(), MetricType::Gauge)?;
+        for (labels, value) in samples {
+            ConstGauge::new(value).encode(family.encode_family(&labels)?)?;
+        }
+        Ok(())
+    }
+
+    fn histograms<'l, 'h>(
+        &mut self,
+        name: &str,
+        help: &str,
+        samples: impl IntoIterator<Item = (Labels<'l>, &'h Histogram)>,
+    ) -> Result<(), std::fmt::Error> {
+        let mut family =
+            self.0
+                .encode_descriptor(name, help, Some(&Unit::Seconds), MetricType::Histogram)?;
+        for (labels, h) in samples {
+            family
+                .encode_family(&labels)?
+                .encode_histogram::<NoLabelSet>(
+                    h.sum_seconds,
+                    h.count(),
+                    &h.bounded_buckets(),
+                    None,
+                )?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Snapshot {
+        let mut read_latency = Histogram {
+            buckets: vec![0; LATENCY_BUCKETS.len() + 1],
+            sum_seconds: 0.000_012,
+        };
+        read_latency.buckets[1] = 1; // 10 µs bucket
+        Snapshot {
+            version: "0.1.0".into(),
+            box_name: "jbof-a".into(),
+            uptime_seconds: 12.5,
+            drives: vec![DriveMetrics {
+                drive: "03".into(),
+                backend: "ram".into(),
+                subsystem: "nqn.2024-01.io.fabrik:jbof-a:drive-03".into(),
+                capacity_bytes: 1 << 30,
+                ready: true,
+                read_ops: 1,
+                write_ops: 10,
+                read_bytes: 4096,
+                write_bytes: 40960,
+                read_latency,
+                temperature_celsius: Some(41.0),
+                percentage_used: Some(3),
+                ..DriveMetrics::default()
+            }],
+            ports: vec![PortMetrics {
+                port: 1,
+                transport: "tcp".into(),
+                address: "127.0.0.1:4420".into(),
+                connections_accepted: 2,
+                connections_open: 2,
+                received_bytes: 100,
+                sent_bytes: 200,
+            }],
+            controllers: vec![ControllerMetrics {
+                subsystem: "nqn.2024-01.io.fabrik:jbof-a:drive-03".into(),
+                host: "nqn.2014-08.org.nvmexpress:uuid:\"quoted\"".into(),
+                controller: 1,
+                port: 1,
+                io_queues: 1,
+                write_ops: 10,
+                write_bytes: 40960,
+                ..ControllerMetrics::default()
+            }],
+        }
+    }
+
+    #[test]
+    fn openmetrics_has_units_totals_buckets_and_eof() {
+        let text = encode(&sample(), Format::OpenMetrics);
+        for line in [
+            "fabrik_drive_write_ops_total{drive=\"03\"} 10",
+            "fabrik_drive_write_bytes_total{drive=\"03\"} 40960",
+            "# UNIT fabrik_drive_read_latency_seconds seconds",
+            "fabrik_drive_read_latency_seconds_bucket{le=\"0.000005\",drive=\"03\"} 0",
+            "fabrik_drive_read_latency_seconds_bucket{le=\"0.00001\",drive=\"03\"} 1",
+            "fabrik_drive_read_latency_seconds_bucket{le=\"+Inf\",drive=\"03\"} 1",
+            "fabrik_drive_read_latency_seconds_count{drive=\"03\"} 1",
+            "fabrik_drive_temperature_celsius{drive=\"03\"} 41.0",
+            "fabrik_drive_endurance_used_ratio{drive=\"03\"} 0.03",
+            "fabrik_port_received_bytes_total{port=\"1\",transport=\"tcp\",address=\"127.0.0.1:4420\"} 100",
+            "fabrik_connected_hosts 1",
+            "fabrik_uptime_seconds 12.5",
+        ] {
+            assert!(text.lines().any(|l| l == line), "no line {line:?} in\n{text}");
+        }
+        // Label values are escaped: a quote in a host NQN cannot break the exposition.
+        assert!(text.contains(r#"host="nqn.2014-08.org.nvmexpress:uuid:\"quoted\"""#));
+        assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn prometheus_text_names_counters_with_total() {
+        let text = encode(&sample(), Format::PrometheusText);
+        assert!(text.contains("# TYPE fabrik_drive_write_ops_total counter\n"));
+        assert!(text.contains("fabrik_drive_write_ops_total{drive=\"03\"} 10\n"));
+        assert!(!text.contains("# EOF"));
+    }
+
+    #[test]
+    fn metrics_without_a_sensor_are_left_out() {
+        let mut s = sample();
+        s.drives[0].temperature_celsius = None;
+        s.drives[0].percentage_used = None;
+        let text = encode(&s, Format::OpenMetrics);
+        assert!(!text.contains("fabrik_drive_temperature"));
+        assert!(!text.contains("fabrik_drive_endurance_used"));
+    }
+
+    #[test]
+    fn negotiation_follows_accept() {
+        let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+        assert_eq!(Format::negotiate(Some(prometheus)), Format::OpenMetrics);
+        assert_eq!(Format::negotiate(Some("*/*")), Format::PrometheusText);
+        assert_eq!(Format::negotiate(None), Format::PrometheusText);
+    }
+}

@@ -1,0 +1,343 @@
+//! Metrics: the counters the I/O path increments, and the snapshot a scrape takes of them.
+//!
+//! Counting must not slow I/O down: every counter is a relaxed atomic in an object the I/O path
+//! already holds (the namespace for per-drive figures, the controller for per-host figures, the
+//! connection for bytes on the wire). Nothing is looked up or locked per command; the sums over
+//! connections, controllers and namespaces are made when Prometheus scrapes.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fabrik_api::metrics::{
+    ControllerMetrics, DriveMetrics, Histogram, PortMetrics, Snapshot, LATENCY_BUCKETS,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::model::{Port, TargetState, TransportType};
+
+/// Bucket bounds of [`LATENCY_BUCKETS`] in nanoseconds, so an observation is integer compares.
+const BOUNDS_NS: [u64; LATENCY_BUCKETS.len()] = {
+    let mut ns = [0u64; LATENCY_BUCKETS.len()];
+    let mut i = 0;
+    while i < ns.len() {
+        ns[i] = (LATENCY_BUCKETS[i] * 1e9 + 0.5) as u64;
+        i += 1;
+    }
+    ns
+};
+
+/// A latency histogram with the buckets of [`LATENCY_BUCKETS`] (+Inf last).
+#[derive(Default)]
+pub struct LatencyHistogram {
+    buckets: [AtomicU64; LATENCY_BUCKETS.len() + 1],
+    sum_ns: AtomicU64,
+}
+
+impl LatencyHistogram {
+    pub fn observe(&self, elapsed: Duration) {
+        let ns = elapsed.as_nanos().min(u64::MAX as u128) as u64;
+        let i = BOUNDS_NS.partition_point(|&bound| bound < ns);
+        self.buckets[i].fetch_add(1, Relaxed);
+        self.sum_ns.fetch_add(ns, Relaxed);
+    }
+
+    pub fn snapshot(&self) -> Histogram {
+        Histogram {
+            buckets: self.buckets.iter().map(|b| b.load(Relaxed)).collect(),
+            sum_seconds: self.sum_ns.load(Relaxed) as f64 / 1e9,
+        }
+    }
+}
+
+/// What one controller (a host's association with a subsystem) moved.
+#[derive(Default)]
+pub struct ControllerCounters {
+    pub read_ops: AtomicU64,
+    pub write_ops: AtomicU64,
+    pub read_bytes: AtomicU64,
+    pub write_bytes: AtomicU64,
+}
+
+impl ControllerCounters {
+    pub fn add_read(&self, bytes: u64) {
+        self.read_ops.fetch_add(1, Relaxed);
+        self.read_bytes.fetch_add(bytes, Relaxed);
+    }
+    pub fn add_write(&self, bytes: u64) {
+        self.write_ops.fetch_add(1, Relaxed);
+        self.write_bytes.fetch_add(bytes, Relaxed);
+    }
+}
+
+/// Bytes on one transport connection (any transport: a TCP connection, an RDMA queue pair).
+/// Incremented by the connection alone; read by scrapes.
+#[derive(Default)]
+pub struct ConnectionCounters {
+    received: AtomicU64,
+    sent: AtomicU64,
+}
+
+impl ConnectionCounters {
+    pub fn add_received(&self, bytes: usize) {
+        self.received.fetch_add(bytes as u64, Relaxed);
+    }
+    pub fn add_sent(&self, bytes: usize) {
+        self.sent.fetch_add(bytes as u64, Relaxed);
+    }
+}
+
+/// One port's connections: the live ones' counters, and the totals of those that closed.
+#[derive(Default)]
+pub struct PortCounters {
+    inner: Mutex<PortTotals>,
+}
+
+#[derive(Default)]
+struct PortTotals {
+    accepted: u64,
+    live: Vec<Arc<ConnectionCounters>>,
+    closed_received: u64,
+    closed_sent: u64,
+}
+
+impl PortCounters {
+    /// Counts a new connection; its counters stay on the port's books after the returned guard
+    /// is dropped (when the connection closes).
+    pub fn connection(self: &Arc<Self>) -> ConnectionGuard {
+        let counters = Arc::new(ConnectionCounters::default());
+        let mut t = self.inner.lock().unwrap();
+        t.accepted += 1;
+        t.live.push(counters.clone());
+        ConnectionGuard {
+            port: self.clone(),
+            counters,
+        }
+    }
+
+    /// (accepted, open, received bytes, sent bytes).
+    fn totals(&self) -> (u64, u64, u64, u64) {
+        let t = self.inner.lock().unwrap();
+        let (mut rx, mut tx) = (t.closed_received, t.closed_sent);
+        for c in &t.live {
+            rx += c.received.load(Relaxed);
+            tx += c.sent.load(Relaxed);
+        }
+        (t.accepted, t.live.len() as u64, rx, tx)
+    }
+}
+
+/// A connection's counters, registered with its port while the guard lives.
+pub struct ConnectionGuard {
+    port: Arc<PortCounters>,
+    counters: Arc<ConnectionCounters>,
+}
+
+impl std::ops::Deref for ConnectionGuard {
+    type Target = ConnectionCounters;
+    fn deref(&self) -> &ConnectionCounters {
+        &self.counters
+    }
+}
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        let mut t = self.port.inner.lock().unwrap();
+        t.live.retain(|c| !Arc::ptr_eq(c, &self.counters));
+        t.closed_received += self.counters.received.load(Relaxed);
+        t.closed_sent += self.counters.sent.load(Relaxed);
+    }
+}
+
+/// Target-wide metric state: the ports' counters (looked up once per connection).
+#[derive(Default)]
+pub struct TargetMetrics {
+    ports: Mutex<BTreeMap<u16, Arc<PortCounters>>>,
+}
+
+impl TargetMetrics {
+    pub fn port(&self, port_id: u16) -> Arc<PortCounters> {
+        self.ports
+            .lock()
+            .unwrap()
+            .entry(port_id)
+            .or_default()
+            .clone()
+    }
+}
+
+/// Takes the figures a scrape reports.
+pub fn snapshot(target: &TargetState) -> Snapshot {
+    let mut drives: BTreeMap<String, DriveMetrics> = BTreeMap::new();
+    for sub in target.subsystems() {
+        for ns in sub.namespaces() {
+            let info = ns.drive.info();
+            let health = ns.drive.health();
+            let s = &ns.stats;
+            let d = drives
+                .entry(ns.drive_id.clone())
+                .or_insert_with(|| DriveMetrics {
+                    drive: ns.drive_id.clone(),
+                    backend: info.kind.name().to_string(),
+                    subsystem: sub.nqn.to_string(),
+                    capacity_bytes: info.capacity,
+                    ready: ns.is_ready(),
+                    critical_warning: health.critical_warning,
+                    temperature_celsius: health.temperature_celsius,
+                    percentage_used: health.percentage_used,
+                    ..DriveMetrics::default()
+                });
+            // A drive exported in several namespaces: the sum over them.
+            d.ready &= ns.is_ready();
+            d.read_ops += s.read_commands.load(Relaxed);
+            d.write_ops += s.write_commands.load(Relaxed);
+            d.other_ops += s.other_commands.load(Relaxed);
+            d.read_bytes += s.bytes_read.load(Relaxed);
+            d.write_bytes += s.bytes_written.load(Relaxed);
+            d.errors += s.errors.load(Relaxed);
+            d.media_errors += s.media_errors.load(Relaxed);
+            add_histogram(&mut d.read_latency, s.read_latency.snapshot());
+            add_histogram(&mut d.write_latency, s.write_latency.snapshot());
+        }
+    }
+    let ports = target
+        .ports()
+        .iter()
+        .map(|p| port_metrics(target, p))
+        .collect();
+    let controllers = target
+        .subsystems()
+        .iter()
+        .flat_map(|sub| sub.controllers())
+        .map(|c| {
+            let io = &c.io_counters;
+            ControllerMetrics {
+                subsystem: c.subnqn(),
+                host: c.hostnqn.clone(),
+                controller: c.cntlid,
+                port: c.port.port_id,
+                io_queues: c.io_queue_count() as u64,
+                read_ops: io.read_ops.load(Relaxed),
+                write_ops: io.write_ops.load(Relaxed),
+                read_bytes: io.read_bytes.load(Relaxed),
+                write_bytes: io.write_bytes.load(Relaxed),
+            }
+        })
+        .collect();
+    Snapshot {
+        version: env!("CARGO_PKG_VERSION").to_string(),
+        box_name: target.box_name.clone(),
+        uptime_seconds: target.started.elapsed().as_secs_f64(),
+        drives: drives.into_values().collect(),
+        ports,
+        controllers,
+    }
+}
+
+fn add_histogram(total: &mut Histogram, h: Histogram) {
+    if total.buckets.is_empty() {
+        *total = h;
+        return;
+    }
+    for (t, b) in total.buckets.iter_mut().zip(h.buckets) {
+        *t += b;
+    }
+    total.sum_seconds += h.sum_seconds;
+}
+
+fn port_metrics(target: &TargetState, port: &Port) -> PortMetrics {
+    let (accepted, open, rx, tx) = target.metrics.port(port.id).totals();
+    PortMetrics {
+        port: port.id,
+        transport: match port.transport {
+            TransportType::Tcp => "tcp",
+            TransportType::Rdma => "rdma",
+        }
+        .to_string(),
+        address: port.addr.to_string(),
+        connections_accepted: accepted,
+        connections_open: open,
+        received_bytes: rx,
+        sent_bytes: tx,
+    }
+}
+
+/// The `GET /metrics` endpoint on its own address (until the REST API serves it too).
+pub struct MetricsEndpoint {
+    addr: SocketAddr,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl MetricsEndpoint {
+    pub async fn start(
+        target: Arc<TargetState>,
+        addr: SocketAddr,
+    ) -> std::io::Result<MetricsEndpoint> {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let router = fabrik_api::metrics::router(move || snapshot(&target));
+        let stop = CancellationToken::new();
+        let task = tokio::spawn({
+            let stop = stop.clone();
+            async move {
+                let stopped = async move { stop.cancelled().await };
+                if let Err(e) = fabrik_api::metrics::serve(listener, router, stopped).await {
+                    tracing::error!("metrics endpoint failed: {e}");
+                }
+            }
+        });
+        Ok(MetricsEndpoint { addr, stop, task })
+    }
+
+    /// The address actually bound.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub async fn shutdown(self) {
+        self.stop.cancel();
+        let _ = self.task.await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_by_upper_bound() {
+        let h = LatencyHistogram::default();
+        h.observe(Duration::from_nanos(5_000)); // on the 5 µs bound: in its bucket
+        h.observe(Duration::from_nanos(5_001)); // just above: next bucket
+        h.observe(Duration::from_millis(3)); // 5 ms bucket
+        h.observe(Duration::from_secs(2)); // +Inf
+        let s = h.snapshot();
+        assert_eq!(s.buckets.len(), LATENCY_BUCKETS.len() + 1);
+        assert_eq!(s.buckets[0], 1);
+        assert_eq!(s.buckets[1], 1);
+        let ms5 = LATENCY_BUCKETS.iter().position(|&b| b == 5e-3).unwrap();
+        assert_eq!(s.buckets[ms5], 1);
+        assert_eq!(s.buckets[LATENCY_BUCKETS.len()], 1);
+        assert_eq!(s.count(), 4);
+        assert!((s.sum_seconds - 2.003010001).abs() < 1e-9);
+    }
+
+    #[test]
+    fn port_keeps_closed_connections_bytes() {
+        let port = Arc::new(PortCounters::default());
+        let a = port.connection();
+        let b = port.connection();
+        a.add_received(100);
+        a.add_sent(10);
+        b.add_received(1);
+        assert_eq!(port.totals(), (2, 2, 101, 10));
+        drop(a);
+        assert_eq!(port.totals(), (2, 1, 101, 10));
+        b.add_sent(5);
+        drop(b);
+        assert_eq!(port.totals(), (2, 0, 101, 15));
+    }
+}
