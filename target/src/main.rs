@@ -221,3 +221,26 @@ async fn wait_for_signal() -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_flag() {
+        assert_eq!(
+            metrics_addr(None).unwrap(),
+            Some(("127.0.0.1:9420".parse().unwrap(), false))
+        );
+        assert_eq!(metrics_addr(Some("off")).unwrap(), None);
+        assert_eq!(
+            metrics_addr(Some("0.0.0.0:9100")).unwrap(),
+            Some(("0.0.0.0:9100".parse().unwrap(), true))
+        );
+        let err = metrics_addr(Some("9420")).unwrap_err();
+        assert!(
+            format!("{err:#}").contains("expected ADDR:PORT or off"),
+            "{err:#}"
+        );
+    }
+}

@@ -73,7 +73,8 @@ impl ControllerCounters {
 }
 
 /// Bytes on one transport connection (any transport: a TCP connection, an RDMA queue pair).
-/// Incremented by the connection alone; read by scrapes.
+/// A transport takes one per connection with `target.metrics.port(port.id).connection()` and
+/// counts what it receives and sends; scrapes read it.
 #[derive(Default)]
 pub struct ConnectionCounters {
     received: AtomicU64,
