@@ -33,12 +33,8 @@ pub struct NamespaceStats {
     pub bytes_read: AtomicU64,
     pub bytes_written: AtomicU64,
     pub media_errors: AtomicU64,
-    /// Flush, Write Zeroes and Dataset Management commands completed.
-    pub other_commands: AtomicU64,
-    /// I/O commands that failed once admitted (drive errors, ranges found invalid with the data).
-    pub errors: AtomicU64,
-    pub read_latency: crate::metrics::LatencyHistogram,
-    pub write_latency: crate::metrics::LatencyHistogram,
+    /// Latencies, other commands, errors (metrics), per thread.
+    pub io: crate::metrics::Striped<crate::metrics::DriveCounters>,
 }
 
 impl NamespaceStats {
@@ -50,11 +46,20 @@ impl NamespaceStats {
         self.write_commands.fetch_add(1, Ordering::Relaxed);
         self.bytes_written.fetch_add(bytes, Ordering::Relaxed);
     }
+    pub fn read_latency(&self, elapsed: std::time::Duration) {
+        self.io.local().read_latency.observe(elapsed);
+    }
+    pub fn write_latency(&self, elapsed: std::time::Duration) {
+        self.io.local().write_latency.observe(elapsed);
+    }
     pub fn add_other(&self) {
-        self.other_commands.fetch_add(1, Ordering::Relaxed);
+        self.io
+            .local()
+            .other_commands
+            .fetch_add(1, Ordering::Relaxed);
     }
     pub fn add_error(&self) {
-        self.errors.fetch_add(1, Ordering::Relaxed);
+        self.io.local().errors.fetch_add(1, Ordering::Relaxed);
     }
 }
 

@@ -92,9 +92,9 @@ impl Controller {
                     .read(slba * bs, len as usize)
                     .await
                     .map_err(|e| media_error(&ns, e, false))?;
-                ns.stats.read_latency.observe(started.elapsed());
+                ns.stats.read_latency(started.elapsed());
                 ns.stats.add_read(len);
-                self.io_counters.add_read(len);
+                self.io_counters.local().add_read(len);
                 Ok(Response::data(data))
             }
             IoCommand::Write { slba, fua, .. } => {
@@ -105,9 +105,9 @@ impl Controller {
                     .write(slba * bs, data, fua)
                     .await
                     .map_err(|e| media_error(&ns, e, true))?;
-                ns.stats.write_latency.observe(started.elapsed());
+                ns.stats.write_latency(started.elapsed());
                 ns.stats.add_write(len);
-                self.io_counters.add_write(len);
+                self.io_counters.local().add_write(len);
                 Ok(Response::ok())
             }
             IoCommand::Flush { .. } => {

@@ -83,7 +83,7 @@ pub struct Controller {
     /// shutdown): every queue bound to it closes.
     pub teardown: CancellationToken,
     /// What this host read and wrote through this controller (metrics).
-    pub io_counters: crate::metrics::ControllerCounters,
+    pub io_counters: crate::metrics::Striped<crate::metrics::ControllerCounters>,
 }
 
 struct ControllerState {
