@@ -220,7 +220,8 @@ async fn openmetrics_for_prometheus_text_for_others() {
 }
 
 /// `promtool check metrics` (naming conventions, help, types) on a live scrape after I/O, with
-/// a host connected so that every family has samples.
+/// a host connected so that every family has samples; and the OpenMetrics rendering through
+/// Prometheus's OpenMetrics parser.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn promtool_accepts_live_metrics() {
     let Some(promtool) = metrics_scrape::promtool() else {
@@ -262,6 +263,42 @@ async fn promtool_accepts_live_metrics() {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+
+    // What Prometheus gets, through Prometheus's own OpenMetrics parser (its backfill tool:
+    // each sample needs a timestamp there, so one is added).
+    let (_, om) = scrape(metrics.addr(), Some(PROMETHEUS_ACCEPT)).await;
+    let samples = parse(&om).len();
+    let stamped: String = om
+        .lines()
+        .map(|l| match l.starts_with('#') {
+            true => format!("{l}\n"),
+            false => format!("{l} 1700000000\n"),
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("metrics.om");
+    std::fs::write(&input, stamped).unwrap();
+    let out = Command::new(metrics_scrape::promtool().unwrap())
+        .args(["tsdb", "create-blocks-from", "openmetrics"])
+        .arg(&input)
+        .arg(dir.path().join("blocks"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "promtool's OpenMetrics parser: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The block's NUM SAMPLES column: every sample was taken.
+    assert!(
+        stdout
+            .lines()
+            .nth(1)
+            .is_some_and(|row| row.split_whitespace().nth(4) == Some(&samples.to_string())),
+        "{samples} samples expected in\n{stdout}"
+    );
+
     ctrl.shutdown().await.unwrap();
     metrics.shutdown().await;
     target.shutdown().await;
