@@ -9,62 +9,18 @@
 
 mod ceiling;
 mod connect;
+mod inventory;
 mod ports;
 
 use std::net::IpAddr;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::topology::{Distance, PciAddr, Topology};
 
 pub use ceiling::{Bottleneck, Ceiling, Term};
 pub use connect::{nvme_connect_args, Connection};
-
-/// NVMe-oF transport of a target port.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Transport {
-    Tcp,
-    Rdma,
-}
-
-impl Transport {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Transport::Tcp => "tcp",
-            Transport::Rdma => "rdma",
-        }
-    }
-}
-
-/// A port of the box (fabrikd listener).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TargetPort {
-    pub trtype: Transport,
-    pub traddr: String,
-    #[serde(default = "default_trsvcid")]
-    pub trsvcid: u16,
-}
-
-fn default_trsvcid() -> u16 {
-    4420
-}
-
-/// A drive of the box, exported as one subsystem.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Drive {
-    pub nqn: String,
-    /// Sequential read throughput in GB/s, when known.
-    #[serde(default)]
-    pub gbytes_per_sec: Option<f64>,
-}
-
-/// What the box offers (later from its REST API or discovery).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct BoxInventory {
-    pub ports: Vec<TargetPort>,
-    pub drives: Vec<Drive>,
-}
+pub use inventory::{BoxInventory, Drive, TargetPort, Transport};
 
 #[derive(Debug, Clone, Default)]
 pub struct PlaceOptions {
@@ -290,7 +246,9 @@ pub fn plan(
         });
     }
     Ok(Plan {
-        total_gbytes_per_sec: gpus.iter().map(|g| g.ceiling.gbytes_per_sec).sum(),
+        total_gbytes_per_sec: gpus
+            .iter()
+            .fold(0.0, |sum, g| sum + g.ceiling.gbytes_per_sec),
         gpus,
         unused_ports,
         unassigned_drives,
