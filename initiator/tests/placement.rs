@@ -363,6 +363,46 @@ fn switch_uplink_is_named_when_it_limits() {
 }
 
 #[test]
+fn nic_ports_without_a_box_port_on_their_network_are_left_out() {
+    let m = fixtures::machines::reference_2gpu();
+    let topo = Topology::read(m.root()).unwrap();
+    let mut inv = reference_box(None);
+    inv.ports
+        .retain(|p| p.traddr == "10.10.0.100" || p.traddr == "10.10.4.100");
+    let plan = plan(&topo, &inv, &PlaceOptions::default()).unwrap();
+    assert_eq!(ports_of(&plan, 0), ["mlx5_0/1 PIX"]);
+    assert_eq!(ports_of(&plan, 1), ["mlx5_4/1 PIX"]);
+    assert_eq!(
+        plan.unused_ports,
+        ["mlx5_1/1", "mlx5_2/1", "mlx5_3/1", "mlx5_5/1"]
+    );
+    let left_out: Vec<&str> = plan
+        .warnings
+        .iter()
+        .filter(|w| w.kind == WarningKind::NoBoxPortOnNetwork)
+        .map(|w| w.message.as_str())
+        .collect();
+    assert_eq!(left_out.len(), 4);
+    assert_eq!(
+        left_out[0],
+        "mlx5_1 port 1 (10.10.1.1,10.10.1.2) has no box port on its network: not used"
+    );
+    assert!(plan.gpus[0]
+        .connections
+        .iter()
+        .all(|c| c.target.traddr == "10.10.0.100"));
+    assert!(close(plan.gpus[0].ceiling.gbytes_per_sec, 25.0));
+    // A /16 network: every port reaches both box ports again.
+    let opts = PlaceOptions {
+        subnet_bits: Some(16),
+        ..Default::default()
+    };
+    let plan = fabrik_initiator::placement::plan(&topo, &inv, &opts).unwrap();
+    assert_eq!(plan.gpus[0].ports.len(), 4);
+    assert!(plan.unused_ports.is_empty());
+}
+
+#[test]
 fn bad_requests_are_clear_errors() {
     let m = fixtures::machines::reference_2gpu();
     let topo = Topology::read(m.root()).unwrap();

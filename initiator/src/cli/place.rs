@@ -38,6 +38,10 @@ pub struct PlaceArgs {
     /// GB/s wanted per GPU: a GPU below it may borrow further ports, with a warning.
     #[arg(long, value_name = "GB/s")]
     goal: Option<f64>,
+    /// Prefix length that makes a NIC port and a box port one network (default 24 for IPv4,
+    /// 64 for IPv6): NIC ports with no box port on their network are not used.
+    #[arg(long, value_name = "BITS", value_parser = clap::value_parser!(u32).range(0..=128))]
+    subnet_bits: Option<u32>,
     /// Read rate of each drive in GB/s, for drives the box does not give one.
     #[arg(long, value_name = "GB/s")]
     drive_gbps: Option<f64>,
@@ -71,6 +75,7 @@ pub async fn run(args: PlaceArgs) -> Result<()> {
         gpus: select_gpus(&topo, &args.gpus)?,
         drives_per_gpu: args.drives_per_gpu,
         bandwidth_goal: args.goal,
+        subnet_bits: args.subnet_bits,
     };
     let plan = plan(&topo, &inventory, &opts)?;
     if args.json {

@@ -8,7 +8,7 @@ use serde::Serialize;
 use crate::topology::PciAddr;
 
 use super::ports::{Assignment, NicPort};
-use super::{BoxInventory, Drive, TargetPort, Transport};
+use super::{BoxInventory, Drive, TargetPort, Transport, Warning, WarningKind};
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Connection {
@@ -78,6 +78,40 @@ fn pick_target(targets: &[TargetPort], load: &[usize], source: Option<IpAddr>) -
         };
         (std::cmp::Reverse(prefix), load[t], t)
     })
+}
+
+/// Whether a NIC port shares a network with some box port: it has no IP address we know of (an
+/// InfiniBand port: not checked), or one of its addresses lies within `bits` of a box port's.
+pub(super) fn reaches_box(
+    port: &NicPort,
+    targets: &[TargetPort],
+    bits: Option<u32>,
+    warnings: &mut Vec<Warning>,
+) -> bool {
+    if port.addrs.is_empty() {
+        return true;
+    }
+    let reach = port.addrs.iter().any(|a| {
+        let need = bits.unwrap_or(if a.is_ipv4() { 24 } else { 64 });
+        targets.iter().any(|t| {
+            t.traddr
+                .parse::<IpAddr>()
+                .is_ok_and(|b| a.is_ipv4() == b.is_ipv4() && common_prefix(*a, b) >= need)
+        })
+    });
+    if !reach {
+        let addrs: Vec<String> = port.addrs.iter().map(|a| a.to_string()).collect();
+        warnings.push(Warning {
+            kind: WarningKind::NoBoxPortOnNetwork,
+            message: format!(
+                "{} port {} ({}) has no box port on its network: not used",
+                port.rdma,
+                port.num,
+                addrs.join(",")
+            ),
+        });
+    }
+    reach
 }
 
 fn common_prefix(a: IpAddr, b: IpAddr) -> u32 {

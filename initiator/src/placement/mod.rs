@@ -31,6 +31,9 @@ pub struct PlaceOptions {
     /// GB/s wanted per GPU. A GPU below it may borrow ports that are further away (with a
     /// warning) where that does not push another GPU below the goal.
     pub bandwidth_goal: Option<f64>,
+    /// Prefix length within which a NIC port's address and a box port's address count as one
+    /// network (sysfs does not say the host's netmask); None: /24 for IPv4, /64 for IPv6.
+    pub subnet_bits: Option<u32>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -44,6 +47,8 @@ pub enum WarningKind {
     CrossSocket,
     NoNicPort,
     PortNotActive,
+    /// A NIC port with no box port on its network.
+    NoBoxPortOnNetwork,
     LinkDegraded,
     BelowGoal,
     DrivesLeftOver,
@@ -154,7 +159,15 @@ pub fn plan(
         });
     }
     let drives = deal_drives(&inventory.drives, wanted.len(), opts.drives_per_gpu)?;
-    let nic_ports = ports::collect(topo, &mut warnings);
+    let mut nic_ports = ports::collect(topo, &mut warnings);
+    let all_port_names: Vec<String> = nic_ports
+        .iter()
+        .map(|p| format!("{}/{}", p.rdma, p.num))
+        .collect();
+    if !inventory.ports.is_empty() {
+        nic_ports
+            .retain(|p| connect::reaches_box(p, &inventory.ports, opts.subnet_bits, &mut warnings));
+    }
     let mut assignment = ports::assign(topo, &wanted, &nic_ports);
     let ceilings = |a: &ports::Assignment| ceiling::compute(topo, &wanted, &nic_ports, a, &drives);
     if let Some(goal) = opts.bandwidth_goal {
@@ -224,11 +237,15 @@ pub fn plan(
             warnings: gw,
         });
     }
-    let unused_ports = nic_ports
+    let used: Vec<String> = nic_ports
         .iter()
         .zip(&assignment.users)
-        .filter(|(_, u)| u.is_empty())
+        .filter(|(_, u)| !u.is_empty())
         .map(|(p, _)| format!("{}/{}", p.rdma, p.num))
+        .collect();
+    let unused_ports = all_port_names
+        .into_iter()
+        .filter(|n| !used.contains(n))
         .collect();
     let assigned: usize = drives.iter().map(Vec::len).sum();
     let unassigned_drives: Vec<String> = inventory.drives[assigned.min(inventory.drives.len())..]
