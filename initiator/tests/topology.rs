@@ -303,3 +303,87 @@ fn a_directory_that_is_not_sysfs_is_a_clear_error() {
     let err = Topology::read(tmp.path()).unwrap_err().to_string();
     assert!(err.contains("is not a sysfs tree"), "{err}");
 }
+
+/// Damaged or odd attributes are skipped or read as unknown, never a panic, and never a
+/// device of the wrong kind.
+#[test]
+fn garbage_attributes_are_tolerated() {
+    let m = fixtures::machines::far_socket_nic();
+    let gpu0 = m.root().join("bus/pci/devices/0000:18:00.0");
+    let nic = m.root().join("bus/pci/devices/0000:98:00.0");
+    std::fs::write(gpu0.join("numa_node"), "-1\n").unwrap();
+    std::fs::write(gpu0.join("max_link_speed"), "Unknown\n").unwrap();
+    std::fs::write(gpu0.join("current_link_speed"), "NaN GT/s\n").unwrap();
+    std::fs::remove_file(gpu0.join("current_link_width")).unwrap();
+    std::fs::write(nic.join("class"), "not hex\n").unwrap();
+    std::fs::write(
+        m.root().join("class/infiniband/mlx5_1/ports/1/rate"),
+        "inf Gb/sec\n",
+    )
+    .unwrap();
+    std::fs::write(
+        m.root().join("class/infiniband/mlx5_1/ports/1/gids/1"),
+        "zzzz\n",
+    )
+    .unwrap();
+    std::os::unix::fs::symlink("nowhere", m.root().join("bus/pci/devices/junk")).unwrap();
+    let topo = Topology::read(m.root()).unwrap();
+    let gpu = topo.device(pci("0000:18:00.0")).unwrap();
+    assert_eq!(gpu.numa_node, None);
+    assert_eq!(gpu.link.gbytes_per_sec(), None);
+    assert!(topo.device(pci("0000:98:00.0")).is_none());
+    assert!(
+        topo.notes
+            .iter()
+            .any(|n| n.contains("0000:98:00.0") && n.contains("class")),
+        "{:?}",
+        topo.notes
+    );
+    assert!(
+        topo.notes
+            .iter()
+            .any(|n| n.starts_with("skipped PCI device junk")),
+        "{:?}",
+        topo.notes
+    );
+    assert!(
+        topo.notes
+            .iter()
+            .any(|n| n.contains("mlx5_0 points at 0000:98:00.0")),
+        "{:?}",
+        topo.notes
+    );
+    let port = &topo.rdma[1].ports[0];
+    assert_eq!(port.rate_gbps, None);
+    assert_eq!(
+        port.addrs,
+        ["10.30.1.1".parse::<std::net::IpAddr>().unwrap()]
+    );
+    // Unknown NUMA node against a known one: not the same node.
+    assert_eq!(
+        topo.distance(pci("0000:18:00.0"), pci("0000:98:00.1")),
+        Some(Distance::SYS)
+    );
+    let plan =
+        fabrik_initiator::placement::plan(&topo, &Default::default(), &Default::default()).unwrap();
+    assert_eq!(plan.gpus.len(), 2);
+}
+
+/// The NVML hook: names and memory from outside sysfs land on the GPUs only.
+#[test]
+fn gpu_details_from_another_source() {
+    let m = fixtures::machines::reference_2gpu();
+    let mut topo = Topology::read(m.root()).unwrap();
+    topo.enrich_gpus(|addr| {
+        (addr == pci("0000:9a:00.0")).then(|| fabrik_initiator::topology::GpuInfo {
+            name: Some("NVIDIA H100 80GB HBM3".into()),
+            memory_bytes: Some(80 << 30),
+        })
+    });
+    let g1 = topo.device(pci("0000:9a:00.0")).unwrap();
+    assert_eq!(g1.name.as_deref(), Some("NVIDIA H100 80GB HBM3"));
+    assert_eq!(g1.memory_bytes, Some(80 << 30));
+    let g0 = topo.device(pci("0000:18:00.0")).unwrap();
+    assert_eq!(g0.name.as_deref(), Some("NVIDIA H100 PCIe"));
+    assert_eq!(g0.memory_bytes, None);
+}

@@ -91,8 +91,9 @@ fn read_port(dir: &Path, num: u32, pci_netdevs: &[String]) -> RdmaPort {
         s.split_once(':')
             .map_or(s.clone(), |(_, t)| t.trim().to_string())
     });
-    let rate_gbps =
-        read_attr(&dir.join("rate")).and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok());
+    let rate_gbps = read_attr(&dir.join("rate"))
+        .and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok())
+        .filter(|r| r.is_finite() && *r > 0.0);
     let mut addrs = Vec::new();
     let mut gid_netdev = None;
     let mut gids: Vec<(u32, String)> = list_dir(&dir.join("gids"))
