@@ -158,6 +158,67 @@ fn place_prints_the_plan_and_the_connect_commands() {
     assert_eq!(v["gpus"][0]["ceiling"]["bottleneck"]["kind"], "nic_ports");
 }
 
+/// `--apply` without `--dry-run` runs `nvme` once per drive and reports the ones that failed;
+/// here `nvme` is a stand-in script on PATH that records its arguments and fails for one drive.
+#[test]
+fn apply_runs_nvme_connect_per_drive_and_reports_failures() {
+    use std::os::unix::fs::PermissionsExt;
+    let m = fixtures::machines::far_socket_nic();
+    let bin = m.root().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let log = m.root().join("nvme.log");
+    let script = format!(
+        "#!/bin/sh\necho \"$@\" >> {}\ncase \"$*\" in *drive-2*) exit 1;; esac\nexit 0\n",
+        log.display()
+    );
+    std::fs::write(bin.join("nvme"), script).unwrap();
+    std::fs::set_permissions(bin.join("nvme"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let box_file = m.root().join("box.json");
+    std::fs::write(
+        &box_file,
+        r#"{"ports":[{"trtype":"tcp","traddr":"10.30.0.100"},{"trtype":"tcp","traddr":"10.30.1.100"}],
+            "drives":[{"nqn":"nqn.x:drive-0"},{"nqn":"nqn.x:drive-1"},{"nqn":"nqn.x:drive-2"},{"nqn":"nqn.x:drive-3"}]}"#,
+    )
+    .unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_fabrik"))
+        .args([
+            "place",
+            "--sysfs-root",
+            root(&m),
+            "--box",
+            box_file.to_str().unwrap(),
+            "--apply",
+            "-q",
+            "nqn.host",
+        ])
+        .env("PATH", path)
+        .env_remove("RUST_BACKTRACE")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("nvme connect failed for nqn.x:drive-2 (exit status: 1)"),
+        "{err}"
+    );
+    let calls = std::fs::read_to_string(&log).unwrap();
+    let calls: Vec<&str> = calls.lines().collect();
+    assert_eq!(
+        calls,
+        [
+            "connect --transport tcp --traddr 10.30.0.100 --trsvcid 4420 --nqn nqn.x:drive-0 --host-traddr 10.30.0.1 --host-iface ens9f0np0 --hostnqn nqn.host",
+            "connect --transport tcp --traddr 10.30.0.100 --trsvcid 4420 --nqn nqn.x:drive-2 --host-traddr 10.30.0.1 --host-iface ens9f0np0 --hostnqn nqn.host",
+            "connect --transport tcp --traddr 10.30.1.100 --trsvcid 4420 --nqn nqn.x:drive-1 --host-traddr 10.30.1.1 --host-iface ens9f1np1 --hostnqn nqn.host",
+            "connect --transport tcp --traddr 10.30.1.100 --trsvcid 4420 --nqn nqn.x:drive-3 --host-traddr 10.30.1.1 --host-iface ens9f1np1 --hostnqn nqn.host",
+        ]
+    );
+}
+
 #[test]
 fn place_refuses_bad_input_clearly() {
     let m = fixtures::machines::reference_2gpu();
