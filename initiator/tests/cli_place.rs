@@ -219,6 +219,52 @@ fn apply_runs_nvme_connect_per_drive_and_reports_failures() {
     );
 }
 
+/// The commands the kernel interop check runs in its guest (see
+/// `fixtures/topology/guest-place-apply.sh`); with FABRIK_FIXTURE_EXPORT=FILE the fixture tree
+/// is also written there as a tar for the guest.
+#[test]
+fn guest_fixture_gives_the_connect_commands_the_interop_check_runs() {
+    let m = fixtures::machines::guest_veth();
+    let box_file = m.root().join("box.json");
+    std::fs::write(
+        &box_file,
+        r#"{"ports":[{"trtype":"tcp","traddr":"10.99.0.2"}],"drives":[{"nqn":"nqn.2024-01.io.fabrik:interop:drive-00"}]}"#,
+    )
+    .unwrap();
+    let out = fabrik(&[
+        "place",
+        "--sysfs-root",
+        root(&m),
+        "--box",
+        box_file.to_str().unwrap(),
+        "--apply",
+        "--dry-run",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let cmds: Vec<String> = stdout(&out)
+        .lines()
+        .filter(|l| l.starts_with("nvme "))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(
+        cmds,
+        ["nvme connect --transport tcp --traddr 10.99.0.2 --trsvcid 4420 --nqn nqn.2024-01.io.fabrik:interop:drive-00 \
+          --host-traddr 10.99.0.1 --host-iface veth0"]
+    );
+    std::fs::remove_file(&box_file).unwrap();
+    if let Some(dest) = std::env::var_os("FABRIK_FIXTURE_EXPORT") {
+        let status = Command::new("tar")
+            .arg("-cf")
+            .arg(&dest)
+            .arg("-C")
+            .arg(m.root())
+            .arg(".")
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+}
+
 #[test]
 fn place_refuses_bad_input_clearly() {
     let m = fixtures::machines::reference_2gpu();
