@@ -272,6 +272,56 @@ fn real_sysfs_snapshot_supermicro_4029gp() {
         "{:?}",
         topo.notes
     );
+
+    // With the two HCAs' RDMA devices added (EDR, 100 Gb/s) as mlx5_ib would show them, the
+    // plan gives each accelerator the HCA of its own switch, shared four ways.
+    let sys = tmp.path().join("32intel64-2p8co2t+8ve/sys");
+    for (name, bdf) in [("mlx5_0", "0000:1a:00.0"), ("mlx5_1", "0000:3e:00.0")] {
+        let dev = std::fs::canonicalize(sys.join("bus/pci/devices").join(bdf)).unwrap();
+        let ib = dev.join("infiniband").join(name);
+        std::fs::create_dir_all(ib.join("ports/1")).unwrap();
+        std::os::unix::fs::symlink(format!("../../../{bdf}"), ib.join("device")).unwrap();
+        std::fs::write(ib.join("ports/1/rate"), "100 Gb/sec (4X EDR)\n").unwrap();
+        std::fs::write(ib.join("ports/1/state"), "4: ACTIVE\n").unwrap();
+        std::fs::create_dir_all(sys.join("class/infiniband")).unwrap();
+        std::os::unix::fs::symlink(&ib, sys.join("class/infiniband").join(name)).unwrap();
+    }
+    let topo = Topology::read(&sys).unwrap();
+    let plan =
+        fabrik_initiator::placement::plan(&topo, &Default::default(), &Default::default()).unwrap();
+    let pairs: Vec<String> = plan
+        .gpus
+        .iter()
+        .map(|g| {
+            let p = &g.ports[0];
+            format!(
+                "{} {}/{} {} shared with {:?}",
+                g.pci, p.rdma, p.port, p.distance, p.shared_with
+            )
+        })
+        .collect();
+    assert_eq!(
+        pairs,
+        [
+            "0000:1b:00.0 mlx5_0/1 PIX shared with [1, 2, 3]",
+            "0000:1c:00.0 mlx5_0/1 PIX shared with [0, 2, 3]",
+            "0000:1d:00.0 mlx5_0/1 PIX shared with [0, 1, 3]",
+            "0000:1e:00.0 mlx5_0/1 PIX shared with [0, 1, 2]",
+            "0000:3d:00.0 mlx5_1/1 PIX shared with [5, 6, 7]",
+            "0000:3f:00.0 mlx5_1/1 PIX shared with [4, 6, 7]",
+            "0000:40:00.0 mlx5_1/1 PIX shared with [4, 5, 7]",
+            "0000:41:00.0 mlx5_1/1 PIX shared with [4, 5, 6]",
+        ]
+    );
+    for g in &plan.gpus {
+        assert!(g.warnings.is_empty(), "{:?}", g.warnings);
+        assert_eq!(g.ports.len(), 1);
+        assert!(
+            (g.ceiling.gbytes_per_sec - 12.5 / 4.0).abs() < 1e-9,
+            "{:?}",
+            g.ceiling
+        );
+    }
 }
 
 /// This machine's own /sys (a build box: no GPU, no RDMA NIC) reads without error and says so.
