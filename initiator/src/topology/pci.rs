@@ -266,7 +266,7 @@ fn parse_speed(s: &str) -> Option<f64> {
         .next()?
         .parse()
         .ok()
-        .filter(|v| *v > 0.0)
+        .filter(|v: &f64| v.is_finite() && *v > 0.0)
 }
 
 fn parse_width(s: &str) -> Option<u32> {
@@ -413,6 +413,7 @@ mod tests {
         assert!(x8.degraded_width());
         assert!((x8.gbytes_per_sec().unwrap() - 31.5).abs() < 0.01);
         assert_eq!(parse_speed("Unknown"), None);
+        assert_eq!(parse_speed("inf GT/s"), None);
         assert_eq!(parse_speed("16.0 GT/s PCIe"), Some(16.0));
     }
 
