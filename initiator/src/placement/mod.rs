@@ -70,7 +70,7 @@ pub struct PortUse {
     pub netdev: Option<String>,
     pub source_addrs: Vec<IpAddr>,
     pub distance: Distance,
-    /// Other GPUs (plan indices) using the same port; its rate is split evenly.
+    /// Other GPUs (machine indices, as `gpu`) using the same port; its rate is split evenly.
     pub shared_with: Vec<usize>,
     /// This GPU's share of the port, GB/s, before switch uplinks.
     pub gbytes_per_sec: f64,
@@ -181,6 +181,7 @@ pub fn plan(
         let dev = topo
             .device(*addr)
             .expect("wanted GPUs come from the topology");
+        let index = gpu_index(topo, *addr);
         let ports: Vec<PortUse> = assignment.per_gpu[gi]
             .iter()
             .map(|u| {
@@ -193,19 +194,22 @@ pub fn plan(
                     netdev: p.netdev.clone(),
                     source_addrs: p.addrs.clone(),
                     distance: u.distance,
-                    shared_with: users.iter().copied().filter(|o| *o != gi).collect(),
+                    shared_with: users
+                        .iter()
+                        .filter(|o| **o != gi)
+                        .map(|o| gpu_index(topo, wanted[*o]))
+                        .collect(),
                     gbytes_per_sec: p.gbytes_per_sec / users.len() as f64,
                     borrowed: u.borrowed,
                 }
             })
             .collect();
-        let mut gw = ports::path_warnings(topo, gi, dev, &ports);
+        let mut gw = ports::path_warnings(topo, index, dev, &ports);
         if dev.link.degraded_width() {
             gw.push(Warning {
                 kind: WarningKind::LinkDegraded,
                 message: format!(
-                    "GPU{} {} link runs at x{} of x{}: check the slot or riser",
-                    gpu_index(topo, *addr),
+                    "GPU{index} {} link runs at x{} of x{}: check the slot or riser",
                     addr,
                     dev.link.cur_width.unwrap_or(0),
                     dev.link.max_width.unwrap_or(0)
@@ -217,8 +221,7 @@ pub fn plan(
                 gw.push(Warning {
                     kind: WarningKind::BelowGoal,
                     message: format!(
-                        "GPU{} ceiling {:.1} GB/s is below the goal of {goal:.1} GB/s (limited by {})",
-                        gpu_index(topo, *addr),
+                        "GPU{index} ceiling {:.1} GB/s is below the goal of {goal:.1} GB/s (limited by {})",
                         ceilings[gi].gbytes_per_sec,
                         ceilings[gi].bottleneck
                     ),
@@ -226,7 +229,7 @@ pub fn plan(
             }
         }
         gpus.push(GpuPlan {
-            gpu: gpu_index(topo, *addr),
+            gpu: index,
             pci: *addr,
             name: dev.name.clone(),
             numa_node: dev.numa_node,

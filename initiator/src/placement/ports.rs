@@ -207,14 +207,10 @@ pub(super) fn borrow_for_goal(
 /// A warning for every port whose path leaves the PCIe switches, saying why it was chosen.
 pub(super) fn path_warnings(
     topo: &Topology,
-    plan_index: usize,
+    index: usize,
     gpu: &PciDevice,
     ports: &[PortUse],
 ) -> Vec<Warning> {
-    let index = topo
-        .gpus()
-        .position(|g| g.addr == gpu.addr)
-        .unwrap_or(plan_index);
     let mut out = Vec::new();
     if ports.is_empty() {
         out.push(Warning {
