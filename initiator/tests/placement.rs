@@ -402,6 +402,30 @@ fn nic_ports_without_a_box_port_on_their_network_are_left_out() {
     assert!(plan.unused_ports.is_empty());
 }
 
+/// In a VM every GPU and NIC sits on its own root port: all pairs read PHB. The plan still
+/// pairs them one to one, warns for each, and the topology says it is a VM.
+#[test]
+fn kvm_guest_pairs_one_to_one_and_says_the_host_topology_is_hidden() {
+    let m = fixtures::machines::kvm_guest_h200();
+    let topo = Topology::read(m.root()).unwrap();
+    assert!(
+        topo.notes
+            .iter()
+            .any(|n| n.starts_with("this looks like a virtual machine (DMI sys_vendor \"QEMU\")")),
+        "{:?}",
+        topo.notes
+    );
+    let plan = plan(&topo, &BoxInventory::default(), &PlaceOptions::default()).unwrap();
+    for g in 0..8 {
+        assert_eq!(ports_of(&plan, g), [format!("mlx5_{g}/1 PHB")]);
+        assert_eq!(kinds(&plan, g), [WarningKind::CrossHostBridge]);
+        // Gen4 x16 as the guest sees it (31.5 GB/s) against a 400G port.
+        assert_eq!(plan.gpus[g].ceiling.bottleneck, Bottleneck::GpuLink);
+    }
+    // The virtio NIC is a NIC, not an RDMA port: never placed.
+    assert_eq!(plan.unused_ports, Vec::<String>::new());
+}
+
 #[test]
 fn bad_requests_are_clear_errors() {
     let m = fixtures::machines::reference_2gpu();

@@ -76,6 +76,12 @@ impl Topology {
                 root.join("bus/pci/devices").display()
             ));
         }
+        if let Some(why) = virtual_machine(root, &topo.pci) {
+            topo.notes.push(format!(
+                "this looks like a virtual machine ({why}): its PCI tree may hide the host's PCIe \
+                 switches and NUMA nodes, so distances can read worse than they are on the host"
+            ));
+        }
         if topo.rdma.is_empty() {
             topo.notes.push(format!(
                 "no RDMA NIC found ({} is empty or missing)",
@@ -159,6 +165,30 @@ impl fmt::Display for Distance {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// Why the machine looks virtual: its DMI vendor or product, or a hypervisor's PCI devices.
+fn virtual_machine(root: &Path, pci: &[PciDevice]) -> Option<String> {
+    const DMI: [&str; 6] = [
+        "QEMU",
+        "KVM",
+        "VMware",
+        "VirtualBox",
+        "Xen",
+        "Virtual Machine",
+    ];
+    for attr in ["sys_vendor", "product_name"] {
+        if let Some(v) = read_attr(&root.join("class/dmi/id").join(attr)) {
+            if DMI.iter().any(|d| v.contains(d)) {
+                return Some(format!("DMI {attr} {v:?}"));
+            }
+        }
+    }
+    // virtio, QEMU/Red Hat bridges, VMware, Hyper-V, Xen.
+    const VENDORS: [u16; 5] = [0x1af4, 0x1b36, 0x15ad, 0x1414, 0x5853];
+    pci.iter()
+        .find(|d| VENDORS.contains(&d.vendor))
+        .map(|d| format!("PCI device {} [{:04x}:{:04x}]", d.addr, d.vendor, d.device))
 }
 
 /// Reads a small sysfs attribute, trimmed; None when absent or unreadable.
