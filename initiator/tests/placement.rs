@@ -402,6 +402,49 @@ fn nic_ports_without_a_box_port_on_their_network_are_left_out() {
     assert!(plan.unused_ports.is_empty());
 }
 
+/// One GPU and one NIC per switch, NIC sometimes below the GPU's bus number: PIX pairs.
+#[test]
+fn supermicro_hgx_h200_pairs_gpu_and_nic_of_each_switch() {
+    let m = fixtures::machines::supermicro_hgx_h200_partial();
+    let topo = Topology::read(m.root()).unwrap();
+    let plan = plan(&topo, &BoxInventory::default(), &PlaceOptions::default()).unwrap();
+    let pairs: Vec<String> = plan
+        .gpus
+        .iter()
+        .map(|g| {
+            format!(
+                "{} {} {:?}",
+                g.pci,
+                ports_of(&plan, g.gpu).join(","),
+                g.switch.map(|s| s.to_string())
+            )
+        })
+        .collect();
+    assert_eq!(
+        pairs,
+        [
+            "0000:18:00.0 mlx5_0/1 PIX Some(\"0000:16:00.0\")",
+            "0000:2a:00.0 mlx5_1/1 PIX Some(\"0000:27:00.0\")",
+            "0000:3a:00.0 mlx5_2/1 PIX Some(\"0000:38:00.0\")",
+            "0000:5d:00.0 mlx5_3/1 PIX Some(\"0000:5a:00.0\")",
+        ]
+    );
+    for g in &plan.gpus {
+        assert!(g.warnings.is_empty());
+        // A 400G port (50 GB/s) under a Gen5 x16 GPU (63 GB/s).
+        assert_eq!(g.ceiling.bottleneck, Bottleneck::NicPorts);
+        assert!(close(g.ceiling.gbytes_per_sec, 50.0));
+    }
+    assert_eq!(
+        topo.distance(pci("0000:18:00.0"), pci("0000:5c:00.0")),
+        Some(Distance::SYS)
+    );
+    assert_eq!(
+        topo.distance(pci("0000:18:00.0"), pci("0000:29:00.0")),
+        Some(Distance::NODE)
+    );
+}
+
 /// In a VM every GPU and NIC sits on its own root port: all pairs read PHB. The plan still
 /// pairs them one to one, warns for each, and the topology says it is a VM.
 #[test]
@@ -486,5 +529,4 @@ fn this_machine_without_gpus_gives_an_empty_plan_that_says_so() {
             "no GPU found under /sys: nothing to place"
         );
     }
-    let _ = Distance::PIX;
 }
