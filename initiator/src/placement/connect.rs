@@ -88,16 +88,20 @@ pub(super) fn reaches_box(
     bits: Option<u32>,
     warnings: &mut Vec<Warning>,
 ) -> bool {
-    if port.addrs.is_empty() {
+    let target_ips: Vec<IpAddr> = targets
+        .iter()
+        .filter_map(|t| t.traddr.parse().ok())
+        .collect();
+    // Nothing to compare (no address on the port, or box ports named by host name): keep it.
+    let comparable = |a: &IpAddr| target_ips.iter().any(|b| a.is_ipv4() == b.is_ipv4());
+    if !port.addrs.iter().any(comparable) {
         return true;
     }
     let reach = port.addrs.iter().any(|a| {
         let need = bits.unwrap_or(if a.is_ipv4() { 24 } else { 64 });
-        targets.iter().any(|t| {
-            t.traddr
-                .parse::<IpAddr>()
-                .is_ok_and(|b| a.is_ipv4() == b.is_ipv4() && common_prefix(*a, b) >= need)
-        })
+        target_ips
+            .iter()
+            .any(|b| a.is_ipv4() == b.is_ipv4() && common_prefix(*a, *b) >= need)
     });
     if !reach {
         let addrs: Vec<String> = port.addrs.iter().map(|a| a.to_string()).collect();
@@ -171,6 +175,31 @@ mod tests {
         assert_eq!(pick_target(&targets, &[0, 1, 1], src), Some(1));
         assert_eq!(pick_target(&targets, &[3, 1, 1], None), Some(1));
         assert_eq!(pick_target(&[], &[], src), None);
+    }
+
+    #[test]
+    fn box_ports_by_host_name_or_other_family_filter_nothing() {
+        let port = NicPort {
+            rdma: "mlx5_0".into(),
+            num: 1,
+            pci: "0000:19:00.0".parse().unwrap(),
+            netdev: None,
+            addrs: vec!["10.0.1.1".parse().unwrap()],
+            gbytes_per_sec: 25.0,
+        };
+        let t = |a: &str| TargetPort {
+            trtype: Transport::Tcp,
+            traddr: a.into(),
+            trsvcid: 4420,
+        };
+        let mut w = Vec::new();
+        assert!(reaches_box(&port, &[t("box.example")], None, &mut w));
+        assert!(reaches_box(&port, &[t("fd00::1")], None, &mut w));
+        assert!(reaches_box(&port, &[t("10.0.1.200")], None, &mut w));
+        assert!(w.is_empty());
+        assert!(!reaches_box(&port, &[t("10.0.2.200")], None, &mut w));
+        assert!(reaches_box(&port, &[t("10.0.2.200")], Some(16), &mut w));
+        assert_eq!(w.len(), 1);
     }
 
     #[test]
