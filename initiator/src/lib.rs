@@ -16,6 +16,8 @@
 
 pub mod error;
 pub mod host;
+pub mod placement;
+pub mod topology;
 pub mod transport;
 
 pub use error::HostError;

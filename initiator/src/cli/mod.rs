@@ -4,6 +4,8 @@ mod args;
 mod discover;
 mod id_ctrl;
 mod io_check;
+mod place;
+mod topo;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -23,6 +25,10 @@ enum Command {
     IdCtrl(id_ctrl::IdCtrlArgs),
     /// Write random data to blocks, read it back and compare.
     IoCheck(io_check::IoCheckArgs),
+    /// Show GPUs, RDMA NICs, NVMe controllers and the PCIe/NUMA distance between them.
+    Topo(topo::TopoArgs),
+    /// Plan which NIC ports, target ports and drives each GPU uses (and connect them).
+    Place(place::PlaceArgs),
 }
 
 pub async fn run() -> Result<()> {
@@ -30,5 +36,7 @@ pub async fn run() -> Result<()> {
         Command::Discover(args) => discover::run(args).await,
         Command::IdCtrl(args) => id_ctrl::run(args).await,
         Command::IoCheck(args) => io_check::run(args).await,
+        Command::Topo(args) => topo::run(args).await,
+        Command::Place(args) => place::run(args).await,
     }
 }

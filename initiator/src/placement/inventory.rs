@@ -1,0 +1,181 @@
+//! What the box offers: its ports and drives, from a file, its REST API (later) or discovery.
+
+use fabrik_proto::fabrics::discovery::{subtype, trtype, DiscoveryLogEntry};
+use serde::{Deserialize, Serialize};
+
+/// NVMe-oF transport of a target port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Transport {
+    Tcp,
+    Rdma,
+}
+
+impl Transport {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Transport::Tcp => "tcp",
+            Transport::Rdma => "rdma",
+        }
+    }
+}
+
+/// A port of the box (fabrikd listener).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TargetPort {
+    pub trtype: Transport,
+    pub traddr: String,
+    #[serde(default = "default_trsvcid")]
+    pub trsvcid: u16,
+}
+
+fn default_trsvcid() -> u16 {
+    4420
+}
+
+/// A drive of the box, exported as one subsystem.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Drive {
+    pub nqn: String,
+    /// Sequential read throughput in GB/s, when known.
+    #[serde(default)]
+    pub gbytes_per_sec: Option<f64>,
+}
+
+/// What the box offers (later from its REST API or discovery).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BoxInventory {
+    pub ports: Vec<TargetPort>,
+    pub drives: Vec<Drive>,
+}
+
+impl BoxInventory {
+    /// Ports and drives from a discovery log: every NVM subsystem entry of a transport the
+    /// host can use; each subsystem is one drive, each distinct address one port.
+    pub fn from_discovery(entries: &[DiscoveryLogEntry]) -> BoxInventory {
+        let mut inv = BoxInventory::default();
+        for e in entries.iter().filter(|e| e.subtype == subtype::NVM) {
+            let trtype = match e.trtype {
+                trtype::TCP => Transport::Tcp,
+                trtype::RDMA => Transport::Rdma,
+                _ => continue,
+            };
+            let Ok(trsvcid) = e.trsvcid.trim().parse::<u16>() else {
+                continue;
+            };
+            let port = TargetPort {
+                trtype,
+                traddr: e.traddr.trim().to_string(),
+                trsvcid,
+            };
+            if !inv.ports.contains(&port) {
+                inv.ports.push(port);
+            }
+            if !inv.drives.iter().any(|d| d.nqn == e.subnqn) {
+                inv.drives.push(Drive {
+                    nqn: e.subnqn.clone(),
+                    gbytes_per_sec: None,
+                });
+            }
+        }
+        inv
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fabrik_proto::fabrics::discovery::Tsas;
+
+    fn entry(trtype: u8, subtype: u8, traddr: &str, trsvcid: &str, nqn: &str) -> DiscoveryLogEntry {
+        DiscoveryLogEntry {
+            trtype,
+            adrfam: 1,
+            subtype,
+            treq: 0,
+            portid: 1,
+            cntlid: 0xffff,
+            asqsz: 32,
+            eflags: 0,
+            trsvcid: trsvcid.into(),
+            subnqn: nqn.into(),
+            traddr: traddr.into(),
+            tsas: Tsas::Tcp { sectype: 0 },
+        }
+    }
+
+    #[test]
+    fn discovery_log_gives_ports_and_drives() {
+        let log = [
+            entry(
+                trtype::TCP,
+                subtype::CURRENT_DISCOVERY,
+                "10.0.0.1",
+                "8009",
+                "nqn.2014-08.org.nvmexpress.discovery",
+            ),
+            entry(
+                trtype::TCP,
+                subtype::NVM,
+                "10.0.0.1",
+                "4420",
+                "nqn.box:drive-00",
+            ),
+            entry(
+                trtype::RDMA,
+                subtype::NVM,
+                "10.0.1.1",
+                "4420",
+                "nqn.box:drive-00",
+            ),
+            entry(
+                trtype::TCP,
+                subtype::NVM,
+                "10.0.0.1",
+                "4420",
+                "nqn.box:drive-01",
+            ),
+            entry(
+                trtype::TCP,
+                subtype::NVM,
+                "10.0.0.1",
+                "not-a-port",
+                "nqn.box:drive-02",
+            ),
+            entry(0xfe, subtype::NVM, "x", "1", "nqn.box:drive-03"),
+        ];
+        let inv = BoxInventory::from_discovery(&log);
+        assert_eq!(
+            inv.ports,
+            [
+                TargetPort {
+                    trtype: Transport::Tcp,
+                    traddr: "10.0.0.1".into(),
+                    trsvcid: 4420
+                },
+                TargetPort {
+                    trtype: Transport::Rdma,
+                    traddr: "10.0.1.1".into(),
+                    trsvcid: 4420
+                },
+            ]
+        );
+        let nqns: Vec<&str> = inv.drives.iter().map(|d| d.nqn.as_str()).collect();
+        assert_eq!(nqns, ["nqn.box:drive-00", "nqn.box:drive-01"]);
+    }
+
+    #[test]
+    fn box_file_format() {
+        let inv: BoxInventory = serde_json::from_str(
+            r#"{"ports":[{"trtype":"rdma","traddr":"10.0.0.1"}],"drives":[{"nqn":"a","gbytes_per_sec":6.8},{"nqn":"b"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(inv.ports[0].trsvcid, 4420);
+        assert_eq!(inv.drives[0].gbytes_per_sec, Some(6.8));
+        assert_eq!(inv.drives[1].gbytes_per_sec, None);
+        assert!(serde_json::from_str::<BoxInventory>(
+            r#"{"ports":[{"trtype":"fc","traddr":"x"}],"drives":[]}"#
+        )
+        .is_err());
+    }
+}

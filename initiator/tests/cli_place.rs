@@ -1,0 +1,307 @@
+//! `fabrik topo` and `fabrik place` as a user runs them, on fixture trees and on this machine.
+
+mod fixtures;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn fabrik(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_fabrik"))
+        .args(args)
+        .env_remove("RUST_BACKTRACE")
+        .output()
+        .expect("running fabrik")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn root(m: &fixtures::Machine) -> &str {
+    m.root().to_str().unwrap()
+}
+
+#[test]
+fn topo_json_has_every_gpu_nic_pair() {
+    let m = fixtures::machines::dgx_h100();
+    let out = fabrik(&["topo", "--sysfs-root", root(&m), "--json"]);
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let pairs = v["pairs"].as_array().unwrap();
+    assert_eq!(pairs.len(), 8 * 12);
+    let pxb: Vec<String> = pairs
+        .iter()
+        .filter(|p| p["distance"] == "PXB")
+        .map(|p| format!("GPU{}-{}", p["gpu"], p["name"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        pxb,
+        [
+            "GPU0-mlx5_0",
+            "GPU1-mlx5_3",
+            "GPU2-mlx5_4",
+            "GPU3-mlx5_5",
+            "GPU4-mlx5_6",
+            "GPU5-mlx5_9",
+            "GPU6-mlx5_10",
+            "GPU7-mlx5_11"
+        ]
+    );
+    let devices = v["devices"].as_array().unwrap();
+    let gpus = devices.iter().filter(|d| d["kind"] == "gpu").count();
+    let switches = devices
+        .iter()
+        .filter(|d| d["kind"] == "switch_upstream")
+        .count();
+    assert_eq!((gpus, switches), (8, 16));
+}
+
+#[test]
+fn topo_prints_matrix_and_tree() {
+    let m = fixtures::machines::asus_no_switch();
+    let out = fabrik(&["topo", "--sysfs-root", root(&m)]);
+    assert!(out.status.success(), "{out:?}");
+    let text = stdout(&out);
+    let row = |label: &str| -> Vec<String> {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(label))
+            .unwrap_or_else(|| panic!("no row {label} in\n{text}"));
+        line.split_whitespace().map(str::to_string).collect()
+    };
+    assert_eq!(
+        row("GPU2 ")[..9],
+        ["GPU2", "SYS", "SYS", "X", "NODE", "SYS", "SYS", "NODE", "NODE"]
+    );
+    assert_eq!(
+        row("NIC1 ")[..9],
+        ["NIC1", "NODE", "NODE", "SYS", "SYS", "PIX", "X", "SYS", "SYS"]
+    );
+    assert!(text.contains("  NIC1: mlx5_1"), "{text}");
+    // The tree: the carrier board's two switch levels above the NVMe drive.
+    assert!(text.contains("NUMA 0 pci0000:60"), "{text}");
+    assert!(
+        text.contains("      0000:62:00.0 downstream port"),
+        "{text}"
+    );
+    assert!(text.contains("            0000:65:00.0 NVME"), "{text}");
+}
+
+#[test]
+fn place_prints_the_plan_and_the_connect_commands() {
+    let m = fixtures::machines::reference_2gpu();
+    let box_file = m.root().join("box.json");
+    let ports: Vec<String> = (0..6)
+        .map(|k| format!(r#"{{"trtype":"rdma","traddr":"10.10.{k}.100"}}"#))
+        .collect();
+    let drives: Vec<String> = (0..24)
+        .map(|i| format!(r#"{{"nqn":"nqn.2024-01.io.fabrik:box:drive-{i:02}"}}"#))
+        .collect();
+    std::fs::write(
+        &box_file,
+        format!(
+            r#"{{"ports":[{}],"drives":[{}]}}"#,
+            ports.join(","),
+            drives.join(",")
+        ),
+    )
+    .unwrap();
+    let out = fabrik(&[
+        "place",
+        "--sysfs-root",
+        root(&m),
+        "--box",
+        box_file.to_str().unwrap(),
+        "--drive-gbps",
+        "6.8",
+        "--apply",
+        "--dry-run",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let text = stdout(&out);
+    let table: Vec<&str> = text.lines().take(3).collect();
+    assert_eq!(
+        table,
+        [
+            "GPU   PCI           NUMA PORTS  DRIVES      GB/s  BOTTLENECK",
+            "GPU0  0000:18:00.0  0    4      12          63.0  GPU PCIe link",
+            "GPU1  0000:9a:00.0  1    2      12          50.0  NIC ports",
+        ]
+    );
+    assert!(text.contains("  ceiling 63.0 GB/s, limited by GPU PCIe link (GPU PCIe link 63.0, NIC ports 100.0, drives 81.6)"), "{text}");
+    let cmds: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("nvme connect"))
+        .collect();
+    assert_eq!(cmds.len(), 24);
+    assert_eq!(
+        cmds[0],
+        "nvme connect --transport rdma --traddr 10.10.0.100 --trsvcid 4420 \
+         --nqn nqn.2024-01.io.fabrik:box:drive-00 --host-traddr 10.10.0.1"
+    );
+    assert!(text.contains("does not compose drives through the box's REST API yet"));
+
+    let json = fabrik(&[
+        "place",
+        "--sysfs-root",
+        root(&m),
+        "--box",
+        box_file.to_str().unwrap(),
+        "--json",
+        "--gpus",
+        "1",
+    ]);
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(v["gpus"].as_array().unwrap().len(), 1);
+    assert_eq!(v["gpus"][0]["pci"], "0000:9a:00.0");
+    assert_eq!(v["gpus"][0]["connections"].as_array().unwrap().len(), 24);
+    assert_eq!(v["gpus"][0]["ceiling"]["bottleneck"]["kind"], "nic_ports");
+}
+
+/// `--apply` without `--dry-run` runs `nvme` once per drive and reports the ones that failed;
+/// here `nvme` is a stand-in script on PATH that records its arguments and fails for one drive.
+#[test]
+fn apply_runs_nvme_connect_per_drive_and_reports_failures() {
+    use std::os::unix::fs::PermissionsExt;
+    let m = fixtures::machines::far_socket_nic();
+    let bin = m.root().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let log = m.root().join("nvme.log");
+    let script = format!(
+        "#!/bin/sh\necho \"$@\" >> {}\ncase \"$*\" in *drive-2*) exit 1;; esac\nexit 0\n",
+        log.display()
+    );
+    std::fs::write(bin.join("nvme"), script).unwrap();
+    std::fs::set_permissions(bin.join("nvme"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let box_file = m.root().join("box.json");
+    std::fs::write(
+        &box_file,
+        r#"{"ports":[{"trtype":"tcp","traddr":"10.30.0.100"},{"trtype":"tcp","traddr":"10.30.1.100"}],
+            "drives":[{"nqn":"nqn.x:drive-0"},{"nqn":"nqn.x:drive-1"},{"nqn":"nqn.x:drive-2"},{"nqn":"nqn.x:drive-3"}]}"#,
+    )
+    .unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_fabrik"))
+        .args([
+            "place",
+            "--sysfs-root",
+            root(&m),
+            "--box",
+            box_file.to_str().unwrap(),
+            "--apply",
+            "-q",
+            "nqn.host",
+        ])
+        .env("PATH", path)
+        .env_remove("RUST_BACKTRACE")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("nvme connect failed for nqn.x:drive-2 (exit status: 1)"),
+        "{err}"
+    );
+    let calls = std::fs::read_to_string(&log).unwrap();
+    let calls: Vec<&str> = calls.lines().collect();
+    assert_eq!(
+        calls,
+        [
+            "connect --transport tcp --traddr 10.30.0.100 --trsvcid 4420 --nqn nqn.x:drive-0 --host-traddr 10.30.0.1 --host-iface ens9f0np0 --hostnqn nqn.host",
+            "connect --transport tcp --traddr 10.30.0.100 --trsvcid 4420 --nqn nqn.x:drive-2 --host-traddr 10.30.0.1 --host-iface ens9f0np0 --hostnqn nqn.host",
+            "connect --transport tcp --traddr 10.30.1.100 --trsvcid 4420 --nqn nqn.x:drive-1 --host-traddr 10.30.1.1 --host-iface ens9f1np1 --hostnqn nqn.host",
+            "connect --transport tcp --traddr 10.30.1.100 --trsvcid 4420 --nqn nqn.x:drive-3 --host-traddr 10.30.1.1 --host-iface ens9f1np1 --hostnqn nqn.host",
+        ]
+    );
+}
+
+/// The commands the kernel interop check runs in its guest (see
+/// `fixtures/topology/guest-place-apply.sh`); with FABRIK_FIXTURE_EXPORT=FILE the fixture tree
+/// is also written there as a tar for the guest.
+#[test]
+fn guest_fixture_gives_the_connect_commands_the_interop_check_runs() {
+    let m = fixtures::machines::guest_veth();
+    let box_file = m.root().join("box.json");
+    std::fs::write(
+        &box_file,
+        r#"{"ports":[{"trtype":"tcp","traddr":"10.99.0.2"}],"drives":[{"nqn":"nqn.2024-01.io.fabrik:interop:drive-00"}]}"#,
+    )
+    .unwrap();
+    let out = fabrik(&[
+        "place",
+        "--sysfs-root",
+        root(&m),
+        "--box",
+        box_file.to_str().unwrap(),
+        "--apply",
+        "--dry-run",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let cmds: Vec<String> = stdout(&out)
+        .lines()
+        .filter(|l| l.starts_with("nvme "))
+        .map(str::to_string)
+        .collect();
+    assert_eq!(
+        cmds,
+        ["nvme connect --transport tcp --traddr 10.99.0.2 --trsvcid 4420 --nqn nqn.2024-01.io.fabrik:interop:drive-00 \
+          --host-traddr 10.99.0.1 --host-iface veth0"]
+    );
+    std::fs::remove_file(&box_file).unwrap();
+    if let Some(dest) = std::env::var_os("FABRIK_FIXTURE_EXPORT") {
+        let status = Command::new("tar")
+            .arg("-cf")
+            .arg(&dest)
+            .arg("-C")
+            .arg(m.root())
+            .arg(".")
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+}
+
+#[test]
+fn place_refuses_bad_input_clearly() {
+    let m = fixtures::machines::reference_2gpu();
+    let out = fabrik(&["place", "--sysfs-root", root(&m), "--gpus", "5"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("GPU5: this machine has 2 GPUs"));
+    let bad = m.root().join("bad.json");
+    std::fs::write(&bad, "{\"ports\": 3}").unwrap();
+    let out = fabrik(&[
+        "place",
+        "--sysfs-root",
+        root(&m),
+        "--box",
+        bad.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not a box description"));
+    let out = fabrik(&["topo", "--sysfs-root", "/nonexistent"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent is not a sysfs tree"));
+}
+
+/// On this machine (a build box without GPU or RDMA NIC) both commands succeed and say so.
+#[test]
+fn this_machine_says_plainly_what_it_lacks() {
+    if !Path::new("/sys/bus/pci/devices").is_dir() {
+        return;
+    }
+    let topo = fabrik(&["topo"]);
+    assert!(topo.status.success(), "{topo:?}");
+    let place = fabrik(&["place"]);
+    assert!(place.status.success(), "{place:?}");
+    let has_gpu = stdout(&topo).contains("GPU0");
+    if !has_gpu {
+        assert!(
+            stdout(&topo).contains("note: no GPU or accelerator found under /sys/bus/pci/devices")
+        );
+        assert!(stdout(&place).contains("warning: no GPU found under /sys: nothing to place"));
+    }
+}
