@@ -1,6 +1,8 @@
 //! The `fabrik` subcommands: this file names them and dispatches; each lives in its own file.
 
 mod args;
+mod bench;
+mod bench_checkpoint;
 mod discover;
 mod id_ctrl;
 mod io_check;
@@ -17,6 +19,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Benchmark drives (fio-like): throughput, IOPS, latency percentiles, verify mode.
+    Bench(Box<bench::BenchArgs>),
     /// Print the discovery log of a target.
     Discover(discover::DiscoverArgs),
     /// Connect to a subsystem and print its Identify Controller data.
@@ -27,6 +31,7 @@ enum Command {
 
 pub async fn run() -> Result<()> {
     match Cli::parse().command {
+        Command::Bench(args) => bench::run(*args).await,
         Command::Discover(args) => discover::run(args).await,
         Command::IdCtrl(args) => id_ctrl::run(args).await,
         Command::IoCheck(args) => io_check::run(args).await,

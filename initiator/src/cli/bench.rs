@@ -1,0 +1,374 @@
+//! `fabrik bench`: fio/gdsio-like benchmarks over the userspace NVMe-oF host, addressed as
+//! nvme-cli addresses subsystems. The engine is `fabrik_initiator::bench`.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use fabrik_initiator::bench::{
+    self, parse_size, reference, Drive, Progress, Report, Rw, Spec, VerifySpec,
+};
+use fabrik_initiator::proto::fabrics::discovery::{subtype, trtype};
+use fabrik_initiator::proto::tcp::Digests;
+use fabrik_initiator::{discover, ConnectOptions, Controller, HostIdentity};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use super::args::{DISCOVERY_PORT, IO_PORT};
+
+#[derive(Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    workload: Option<Workload>,
+    #[command(flatten)]
+    job: JobArgs,
+}
+
+#[derive(Subcommand)]
+enum Workload {
+    /// LLM-checkpoint workload: N checkpoints written as shards across the drives in parallel.
+    Checkpoint(super::bench_checkpoint::CheckpointArgs),
+}
+
+/// Where the drives are: nvme-cli's addressing options.
+#[derive(Args, Clone)]
+pub struct AddressArgs {
+    /// Transport: tcp or rdma.
+    #[arg(short = 't', long, default_value = "tcp")]
+    pub transport: String,
+    /// Target address (IP or host name).
+    #[arg(short = 'a', long)]
+    pub traddr: String,
+    /// Port (default 4420; with --all, the discovery port 8009).
+    #[arg(short = 's', long)]
+    pub trsvcid: Option<u16>,
+    /// Subsystem NQN (repeatable).
+    #[arg(short = 'n', long = "nqn", required_unless_present = "all")]
+    pub nqns: Vec<String>,
+    /// Every NVM subsystem the target's discovery log offers this host.
+    #[arg(long, conflicts_with = "nqns")]
+    pub all: bool,
+    /// Host NQN (default: a random UUID-based NQN).
+    #[arg(short = 'q', long)]
+    pub hostnqn: Option<String>,
+    /// Namespaces of each subsystem, comma-separated (default: every active one).
+    #[arg(long, value_delimiter = ',')]
+    pub nsid: Vec<u32>,
+    /// Use only the first N namespaces found (striped in order).
+    #[arg(long)]
+    pub drives: Option<usize>,
+    /// Header digest.
+    #[arg(short = 'g', long)]
+    pub hdr_digest: bool,
+    /// Data digest.
+    #[arg(short = 'G', long)]
+    pub data_digest: bool,
+}
+
+#[derive(Args, Clone)]
+pub struct JobArgs {
+    #[command(flatten)]
+    pub address: Option<AddressArgs>,
+    /// Access pattern: read, write, randread, randwrite, randrw.
+    #[arg(long, default_value = "randread")]
+    pub rw: Rw,
+    /// Percentage of reads in randrw.
+    #[arg(long, default_value_t = 50)]
+    pub rwmixread: u8,
+    /// Bytes per I/O (e.g. 4k, 128k, 1m).
+    #[arg(long, default_value = "4k", value_parser = parse_size)]
+    pub bs: u64,
+    /// Commands in flight per thread.
+    #[arg(long, default_value_t = 1)]
+    pub iodepth: u32,
+    /// Worker threads, each with its own I/O queue on every controller.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Region to use across the drives, from LBA 0 (e.g. 1g); without --time the run moves this
+    /// much [default: the drives whole].
+    #[arg(long, value_parser = parse_size)]
+    pub size: Option<u64>,
+    /// Run for this many seconds, round the region [default: 10 unless --size is given].
+    #[arg(long)]
+    pub time: Option<f64>,
+    /// Buffer memory: host (gpu joins with GPU support).
+    #[arg(long, default_value = "host")]
+    pub mem: String,
+    /// Every block carries its address and a seed; reads check them. Read workloads write the
+    /// region first (see --no-prefill).
+    #[arg(long)]
+    pub verify: bool,
+    /// Seed of the verify pattern [default: random].
+    #[arg(long, requires = "verify")]
+    pub verify_seed: Option<u64>,
+    /// With --verify on a read workload: do not write first, check blocks an earlier run wrote
+    /// with --verify-seed.
+    #[arg(long, requires = "verify_seed")]
+    pub no_prefill: bool,
+    /// Also measure raw loopback TCP throughput and round trip in this run (seconds each).
+    #[arg(long, num_args = 0..=1, default_missing_value = "2")]
+    pub reference: Option<f64>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+pub async fn run(args: BenchArgs) -> Result<()> {
+    match args.workload {
+        Some(Workload::Checkpoint(c)) => super::bench_checkpoint::run(c).await,
+        None => run_job(args.job).await,
+    }
+}
+
+async fn run_job(job: JobArgs) -> Result<()> {
+    let address = job
+        .address
+        .clone()
+        .context("-a/--traddr and -n/--nqn (or --all) say which drives to use")?;
+    let threads = job.threads;
+    let (report, verify_errors) = on_bench_runtime(threads, async move {
+        let drives = open_drives(&address, threads, job.iodepth).await?;
+        let mut report = run_spec(&drives, spec_from(&job)?, job.quiet || job.json).await;
+        close_drives(drives).await;
+        if let (Ok(r), Some(secs)) = (&mut report, job.reference) {
+            r.reference = Some(
+                tokio::task::spawn_blocking(move || reference::measure(secs))
+                    .await?
+                    .context("measuring raw loopback TCP")?,
+            );
+        }
+        let report = report?;
+        let errors = report.verify.as_ref().map_or(0, |v| v.errors);
+        if job.json {
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        } else {
+            print!("{}", report.to_text());
+        }
+        Ok((report, errors))
+    })?;
+    if verify_errors > 0 {
+        bail!(
+            "verify: {verify_errors} bad blocks (seed {:#x})",
+            report.verify.map_or(0, |v| v.seed)
+        );
+    }
+    Ok(())
+}
+
+/// Runs `work` on a runtime of its own with one worker thread per bench thread.
+pub fn on_bench_runtime<T: Send + 'static>(
+    threads: usize,
+    work: impl std::future::Future<Output = Result<T>> + Send + 'static,
+) -> Result<T> {
+    std::thread::scope(|scope| {
+        scope
+            .spawn(move || {
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(threads.max(1))
+                    .enable_all()
+                    .build()?
+                    .block_on(work)
+            })
+            .join()
+            .unwrap_or_else(|_| bail!("the benchmark thread panicked"))
+    })
+}
+
+pub fn spec_from(job: &JobArgs) -> Result<Spec> {
+    if job.mem != "host" {
+        bail!(
+            "--mem {}: only host memory in this build (gpu joins with GPU support)",
+            job.mem
+        );
+    }
+    let bs = u32::try_from(job.bs).context("--bs is over 4 GiB")?;
+    let time = match (job.time, job.size) {
+        (Some(t), _) if !(t > 0.0 && t.is_finite()) => bail!("--time must be positive seconds"),
+        (Some(t), _) => Some(Duration::from_secs_f64(t)),
+        (None, Some(_)) => None,
+        (None, None) => Some(Duration::from_secs(10)),
+    };
+    Ok(Spec {
+        rw: job.rw,
+        read_percent: job.rwmixread,
+        bs,
+        iodepth: job.iodepth,
+        threads: job.threads,
+        size: job.size,
+        time,
+        offset: 0,
+        verify: job.verify.then(|| VerifySpec {
+            seed: job.verify_seed.unwrap_or_else(random_seed),
+            prefill: !job.no_prefill,
+        }),
+    })
+}
+
+/// Runs one spec with a progress bar on stderr (unless `quiet`).
+pub async fn run_spec(drives: &[Drive], spec: Spec, quiet: bool) -> Result<Report> {
+    let progress = Arc::new(Progress::default());
+    let done = Arc::new(AtomicBool::new(false));
+    let bar = (!quiet).then(|| spawn_progress_bar(progress.clone(), done.clone()));
+    let result = bench::run(drives.to_vec(), spec, progress).await;
+    done.store(true, Ordering::Relaxed);
+    if let Some(bar) = bar {
+        let _ = bar.join();
+    }
+    Ok(result?)
+}
+
+fn spawn_progress_bar(
+    progress: Arc<Progress>,
+    done: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let bar = ProgressBar::new(1000);
+        bar.set_style(
+            ProgressStyle::with_template("{prefix:>8} [{bar:40}] {percent:>3}% {msg}")
+                .expect("valid template")
+                .progress_chars("=> "),
+        );
+        while !done.load(Ordering::Relaxed) {
+            let phase = progress.phase();
+            let bytes = progress.bytes.load(Ordering::Relaxed);
+            let elapsed = phase.started.elapsed();
+            let fraction = match (phase.total_bytes, phase.duration) {
+                (Some(total), _) if total > 0 => bytes as f64 / total as f64,
+                (_, Some(d)) => elapsed.as_secs_f64() / d.as_secs_f64(),
+                _ => 0.0,
+            };
+            bar.set_prefix(phase.name);
+            bar.set_position((fraction.clamp(0.0, 1.0) * 1000.0) as u64);
+            bar.set_message(format!(
+                "{}/s",
+                bench::report::human_bytes(bytes as f64 / elapsed.as_secs_f64().max(1e-3))
+            ));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        bar.finish_and_clear();
+    })
+}
+
+/// Connects to every subsystem named (or offered, with --all) and lists their namespaces.
+pub async fn open_drives(
+    address: &AddressArgs,
+    threads: usize,
+    iodepth: u32,
+) -> Result<Vec<Drive>> {
+    match address.transport.as_str() {
+        "tcp" => {}
+        "rdma" => bail!("-t rdma: not in this build yet (NVMe/RDMA host support is coming)"),
+        other => bail!("-t {other}: unknown transport (tcp or rdma)"),
+    }
+    let host = address
+        .hostnqn
+        .clone()
+        .map(HostIdentity::with_nqn)
+        .unwrap_or_else(HostIdentity::random);
+    let host_name = address.traddr.trim_start_matches('[').trim_end_matches(']');
+    let targets: Vec<(SocketAddr, String)> = if address.all {
+        let port = address.trsvcid.unwrap_or(DISCOVERY_PORT);
+        let addr = resolve(host_name, port).await?;
+        let log = discover(addr, &host.nqn)
+            .await
+            .with_context(|| format!("discovery at {addr}"))?;
+        let mut targets = Vec::new();
+        for e in log.entries {
+            if e.subtype != subtype::NVM || e.trtype != trtype::TCP {
+                continue;
+            }
+            let port: u16 = e.trsvcid.trim().parse().with_context(|| {
+                format!("discovery entry for {} has port {:?}", e.subnqn, e.trsvcid)
+            })?;
+            targets.push((resolve(e.traddr.trim(), port).await?, e.subnqn));
+        }
+        if targets.is_empty() {
+            bail!("the discovery log at {addr} offers this host no NVMe/TCP subsystems");
+        }
+        targets
+    } else {
+        let addr = resolve(host_name, address.trsvcid.unwrap_or(IO_PORT)).await?;
+        address.nqns.iter().map(|n| (addr, n.clone())).collect()
+    };
+
+    let mut drives = Vec::new();
+    for (addr, nqn) in targets {
+        if address.drives.is_some_and(|n| drives.len() >= n) {
+            break;
+        }
+        let mut opts = ConnectOptions::new(addr, &nqn).with_host(&host);
+        opts.io_queues = threads as u16;
+        opts.queue_size = opts
+            .queue_size
+            .max(iodepth.saturating_add(1).min(u16::MAX as u32) as u16);
+        opts.digests = Digests {
+            header: address.hdr_digest,
+            data: address.data_digest,
+        };
+        let ctrl = Controller::connect(opts)
+            .await
+            .with_context(|| format!("connecting to {nqn} at {addr}"))?;
+        if ctrl.io_queue_count() < threads {
+            bail!(
+                "{nqn} at {addr} granted {} I/O queues; --threads {threads} needs one each",
+                ctrl.io_queue_count()
+            );
+        }
+        let ctrl = Arc::new(ctrl);
+        let nsids = if address.nsid.is_empty() {
+            ctrl.active_namespaces().await?
+        } else {
+            address.nsid.clone()
+        };
+        for nsid in nsids {
+            if address.drives.is_some_and(|n| drives.len() >= n) {
+                break;
+            }
+            drives.push(
+                Drive::open(ctrl.clone(), nsid)
+                    .await
+                    .with_context(|| format!("namespace {nsid} of {nqn} at {addr}"))?,
+            );
+        }
+    }
+    if drives.is_empty() {
+        bail!("no namespaces to run on");
+    }
+    Ok(drives)
+}
+
+/// Shuts every controller down (errors are only logged: the results are in).
+pub async fn close_drives(drives: Vec<Drive>) {
+    let mut ctrls: Vec<Arc<Controller>> = Vec::new();
+    for d in drives {
+        if !ctrls.iter().any(|c| Arc::ptr_eq(c, &d.ctrl)) {
+            ctrls.push(d.ctrl.clone());
+        }
+    }
+    for ctrl in ctrls {
+        if let Ok(ctrl) = Arc::try_unwrap(ctrl) {
+            if let Err(e) = ctrl.shutdown().await {
+                tracing::warn!("shutdown: {e}");
+            }
+        }
+    }
+}
+
+async fn resolve(host: &str, port: u16) -> Result<SocketAddr> {
+    tokio::net::lookup_host((host, port))
+        .await
+        .with_context(|| format!("resolving {host}"))?
+        .next()
+        .with_context(|| format!("{host} has no address"))
+}
+
+fn random_seed() -> u64 {
+    let id = fabrik_initiator::host::options::random_uuid();
+    u64::from_le_bytes(id[..8].try_into().expect("8 bytes"))
+}
