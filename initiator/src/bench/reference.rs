@@ -4,9 +4,11 @@
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use super::report::Reference;
+use hdrhistogram::Histogram;
+
+use super::report::{new_histogram, Reference};
 
 /// Measures both figures for `secs` each.
 pub fn measure(secs: f64) -> std::io::Result<Reference> {
@@ -14,7 +16,8 @@ pub fn measure(secs: f64) -> std::io::Result<Reference> {
     let rtt = round_trip(secs)?;
     Ok(Reference {
         tcp_bytes_per_sec: bw,
-        tcp_rtt_us: rtt.as_secs_f64() * 1e6,
+        tcp_rtt_us: rtt.mean() / 1000.0,
+        tcp_rtt_p50_us: rtt.value_at_quantile(0.5) as f64 / 1000.0,
     })
 }
 
@@ -48,9 +51,9 @@ pub fn throughput(secs: f64) -> std::io::Result<f64> {
     Ok(total as f64 / start.elapsed().as_secs_f64())
 }
 
-/// Mean round trip of a 72-byte request (a command capsule) answered by 4 KiB + 48 bytes (a
+/// Round trips (ns) of a 72-byte request (a command capsule) answered by 4 KiB + 48 bytes (a
 /// C2HData PDU and a response capsule).
-pub fn round_trip(secs: f64) -> std::io::Result<Duration> {
+pub fn round_trip(secs: f64) -> std::io::Result<Histogram<u64>> {
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let addr = listener.local_addr()?;
     let server = std::thread::spawn(move || -> std::io::Result<()> {
@@ -66,15 +69,15 @@ pub fn round_trip(secs: f64) -> std::io::Result<Duration> {
     let mut s = TcpStream::connect(addr)?;
     s.set_nodelay(true)?;
     let mut resp = vec![0u8; 4096 + 48];
-    let mut n = 0u32;
+    let mut histogram = new_histogram();
     let start = Instant::now();
     while start.elapsed().as_secs_f64() < secs {
+        let t0 = Instant::now();
         s.write_all(&[1u8; 72])?;
         s.read_exact(&mut resp)?;
-        n += 1;
+        histogram.saturating_record(t0.elapsed().as_nanos().max(1) as u64);
     }
-    let mean = start.elapsed() / n.max(1);
     drop(s);
     let _ = server.join();
-    Ok(mean)
+    Ok(histogram)
 }

@@ -74,6 +74,7 @@ pub struct Reference {
     pub tcp_bytes_per_sec: f64,
     /// Round trip of a 72-byte request answered by 4 KiB + 48 bytes (the shape of a 4 KiB read).
     pub tcp_rtt_us: f64,
+    pub tcp_rtt_p50_us: f64,
 }
 
 /// The result of one benchmark run.
@@ -221,11 +222,13 @@ impl Report {
             line(
                 &mut out,
                 format!(
-                    "  reference: raw loopback TCP {:.2} GB/s, round trip {:.1} us; this run {:.0}% of raw throughput, avg latency {:+.1} us over the round trip",
+                    "  reference: raw loopback TCP {:.2} GB/s, round trip avg {:.1} us p50 {:.1} us; this run {:.0}% of raw throughput, latency avg {:+.1} us p50 {:+.1} us over the round trip",
                     r.tcp_bytes_per_sec / 1e9,
                     r.tcp_rtt_us,
+                    r.tcp_rtt_p50_us,
                     self.bytes_per_sec / r.tcp_bytes_per_sec * 100.0,
-                    self.lat_us.avg - r.tcp_rtt_us
+                    self.lat_us.avg - r.tcp_rtt_us,
+                    self.lat_us.p50 - r.tcp_rtt_p50_us
                 ),
             );
         }

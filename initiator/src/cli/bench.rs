@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
+use fabrik_initiator::bench::report::Reference;
 use fabrik_initiator::bench::{
     self, parse_size, reference, Drive, Progress, Report, Rw, Spec, VerifySpec,
 };
@@ -134,14 +135,18 @@ async fn run_job(job: JobArgs) -> Result<()> {
     let threads = job.threads;
     let (report, verify_errors) = on_bench_runtime(threads, async move {
         let drives = open_drives(&address, threads, job.iodepth).await?;
+        // The reference is measured half before and half after the run, so that a machine
+        // whose load changes meanwhile skews both sides alike.
+        let before = measure_reference(job.reference.map(|s| s / 2.0)).await?;
         let mut report = run_spec(&drives, spec_from(&job)?, job.quiet || job.json).await;
         close_drives(drives).await;
-        if let (Ok(r), Some(secs)) = (&mut report, job.reference) {
-            r.reference = Some(
-                tokio::task::spawn_blocking(move || reference::measure(secs))
-                    .await?
-                    .context("measuring raw loopback TCP")?,
-            );
+        let after = measure_reference(job.reference.map(|s| s / 2.0)).await?;
+        if let (Ok(r), Some(before), Some(after)) = (&mut report, before, after) {
+            r.reference = Some(Reference {
+                tcp_bytes_per_sec: (before.tcp_bytes_per_sec + after.tcp_bytes_per_sec) / 2.0,
+                tcp_rtt_us: (before.tcp_rtt_us + after.tcp_rtt_us) / 2.0,
+                tcp_rtt_p50_us: (before.tcp_rtt_p50_us + after.tcp_rtt_p50_us) / 2.0,
+            });
         }
         let report = report?;
         let errors = report.verify.as_ref().map_or(0, |v| v.errors);
@@ -159,6 +164,14 @@ async fn run_job(job: JobArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+async fn measure_reference(secs: Option<f64>) -> Result<Option<Reference>> {
+    let Some(secs) = secs else { return Ok(None) };
+    let reference = tokio::task::spawn_blocking(move || reference::measure(secs))
+        .await?
+        .context("measuring raw loopback TCP")?;
+    Ok(Some(reference))
 }
 
 /// Runs `work` on a runtime of its own with one worker thread per bench thread.
