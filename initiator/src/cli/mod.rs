@@ -3,9 +3,15 @@
 mod args;
 mod bench;
 mod bench_checkpoint;
+mod connect;
+mod disconnect;
 mod discover;
 mod id_ctrl;
+mod id_ns;
 mod io_check;
+mod list;
+mod rw;
+mod smart_log;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -21,6 +27,20 @@ struct Cli {
 enum Command {
     /// Benchmark drives (fio-like): throughput, IOPS, latency percentiles, verify mode.
     Bench(Box<bench::BenchArgs>),
+    /// Connect a kernel NVMe-oF session (as `nvme connect`): /dev/nvmeXnY appear.
+    Connect(connect::ConnectArgs),
+    /// Disconnect kernel sessions (as `nvme disconnect`).
+    Disconnect(disconnect::DisconnectArgs),
+    /// List the kernel's NVMe namespaces and controllers (as `nvme list`).
+    List(list::ListArgs),
+    /// Identify Namespace over a userspace session.
+    IdNs(id_ns::IdNsArgs),
+    /// SMART / Health log over a userspace session.
+    SmartLog(smart_log::SmartLogArgs),
+    /// Read blocks into a file (dd-like) over a userspace session.
+    Read(rw::RwArgs),
+    /// Write a file to blocks (dd-like) over a userspace session.
+    Write(rw::RwArgs),
     /// Print the discovery log of a target.
     Discover(discover::DiscoverArgs),
     /// Connect to a subsystem and print its Identify Controller data.
@@ -32,6 +52,13 @@ enum Command {
 pub async fn run() -> Result<()> {
     match Cli::parse().command {
         Command::Bench(args) => bench::run(*args).await,
+        Command::Connect(args) => connect::run(args).await,
+        Command::Disconnect(args) => disconnect::run(args).await,
+        Command::List(args) => list::run(args).await,
+        Command::IdNs(args) => id_ns::run(args).await,
+        Command::SmartLog(args) => smart_log::run(args).await,
+        Command::Read(args) => rw::read(args).await,
+        Command::Write(args) => rw::write(args).await,
         Command::Discover(args) => discover::run(args).await,
         Command::IdCtrl(args) => id_ctrl::run(args).await,
         Command::IoCheck(args) => io_check::run(args).await,

@@ -3,6 +3,7 @@
 pub mod controller;
 pub mod discovery;
 pub mod io;
+pub mod kernel;
 pub mod options;
 pub mod queue;
 
