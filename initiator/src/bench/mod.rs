@@ -12,6 +12,7 @@ pub mod layout;
 pub mod pattern;
 pub mod reference;
 pub mod report;
+pub mod sweep;
 
 use std::str::FromStr;
 use std::sync::atomic::AtomicU64;

@@ -112,6 +112,22 @@ pub struct JobArgs {
     /// Also measure raw loopback TCP throughput and round trip in this run (seconds each).
     #[arg(long, num_args = 0..=1, default_missing_value = "2")]
     pub reference: Option<f64>,
+    /// Run the job once per block size x threads x iodepth of the --sweep-* lists (--time
+    /// each, default 2 s); print a table and write heatmaps to --svg.
+    #[arg(long)]
+    pub sweep: bool,
+    /// Block sizes of a sweep.
+    #[arg(long, default_value = "4k,16k,64k,128k,1m")]
+    pub sweep_bs: String,
+    /// Thread counts of a sweep.
+    #[arg(long, default_value = "1,2")]
+    pub sweep_threads: String,
+    /// Queue depths of a sweep.
+    #[arg(long, default_value = "1,8,32")]
+    pub sweep_iodepth: String,
+    /// Where a sweep's heatmaps (SVG) go.
+    #[arg(long, default_value = "fabrik-sweep.svg")]
+    pub svg: std::path::PathBuf,
     /// Print the report as JSON.
     #[arg(long)]
     pub json: bool,
@@ -132,6 +148,9 @@ async fn run_job(job: JobArgs) -> Result<()> {
         .address
         .clone()
         .context("-a/--traddr and -n/--nqn (or --all) say which drives to use")?;
+    if job.sweep {
+        return super::bench_sweep::run(job, address);
+    }
     let threads = job.threads;
     let (report, verify_errors) = on_bench_runtime(threads, async move {
         let drives = open_drives(&address, threads, job.iodepth).await?;

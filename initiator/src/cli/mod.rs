@@ -3,6 +3,7 @@
 mod args;
 mod bench;
 mod bench_checkpoint;
+mod bench_sweep;
 mod connect;
 mod disconnect;
 mod discover;
