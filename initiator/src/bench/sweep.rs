@@ -182,14 +182,13 @@ fn scale(v: f64, lo: f64, hi: f64) -> f64 {
 
 /// Light to dark: green for throughput, red for latency; white ink on dark cells.
 fn shade(t: f64, green: bool) -> (String, &'static str) {
-    let light = 245.0 - 190.0 * t;
-    let dark = 235.0 - 120.0 * t;
-    let (r, g, b) = if green {
-        (light, dark, light)
+    let (from, to) = if green {
+        ([240.0, 249.0, 232.0], [0.0, 90.0, 50.0])
     } else {
-        (dark + 20.0, light, light)
+        ([255.0, 245.0, 235.0], [165.0, 15.0, 21.0])
     };
-    let fill = format!("rgb({:.0},{:.0},{:.0})", r, g, b);
+    let c: Vec<f64> = (0..3).map(|i| from[i] + (to[i] - from[i]) * t).collect();
+    let fill = format!("rgb({:.0},{:.0},{:.0})", c[0], c[1], c[2]);
     (fill, if t > 0.6 { "white" } else { "black" })
 }
 
