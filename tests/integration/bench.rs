@@ -11,6 +11,7 @@ use common::*;
 use fabrik_initiator::bench::checkpoint::{self, CheckpointSpec};
 use fabrik_initiator::bench::pattern::{self, drive_tag};
 use fabrik_initiator::bench::{self, Drive, Progress, Rw, Spec, VerifySpec};
+use fabrik_initiator::host::session::{RecoveryPolicy, Session};
 use fabrik_initiator::Controller;
 use fabrik_target::backend::BackendKind;
 use fabrik_target::Target;
@@ -20,8 +21,10 @@ const MIB: u64 = 1 << 20;
 async fn open(target: &Target, index: usize, queues: u16) -> Drive {
     let mut opts = options(addr(target), &nqns(target)[index]);
     opts.io_queues = queues;
-    let ctrl = Arc::new(Controller::connect(opts).await.expect("connect"));
-    Drive::open(ctrl, 1).await.expect("namespace 1")
+    let ctrl = Controller::connect(opts.clone()).await.expect("connect");
+    let session = Session::from_controllers(vec![(opts, Some(ctrl))], RecoveryPolicy::default())
+        .expect("session");
+    Drive::open(session, 1).await.expect("namespace 1")
 }
 
 async fn run(drives: &[Drive], spec: Spec) -> bench::Report {
@@ -114,7 +117,7 @@ async fn verify_catches_corrupted_and_misplaced_blocks() {
     assert_eq!(clean.verify.unwrap().errors, 0);
 
     // ...then block 77 is overwritten with other data and block 6 gets block 5's content.
-    let ctrl = &drive.ctrl;
+    let ctrl = drive.session.controller().unwrap();
     ctrl.write(1, 77, random_data(4096, 1), false)
         .await
         .unwrap();
@@ -182,13 +185,14 @@ async fn sequential_writes_stripe_over_the_drives() {
     assert_eq!(report.verify.unwrap().errors, 0);
     // Unit k of 8 KiB is on drive k % 2 at unit k / 2: half a MiB on each, from LBA 0.
     for (i, d) in drives.iter().enumerate() {
-        let tag = drive_tag(&d.ctrl.options().subnqn, 1);
-        let data = d.ctrl.read(1, 0, 128).await.unwrap();
+        let tag = drive_tag(d.session.subnqn(), 1);
+        let ctrl = d.session.controller().unwrap();
+        let data = ctrl.read(1, 0, 128).await.unwrap();
         assert!(
             pattern::check(&data, 4096, 0, tag, 9).is_empty(),
             "drive {i}"
         );
-        let past = d.ctrl.read(1, 128, 1).await.unwrap();
+        let past = ctrl.read(1, 128, 1).await.unwrap();
         assert!(
             past.iter().all(|&b| b == 0),
             "drive {i}: nothing past its half"

@@ -122,10 +122,13 @@ async fn flush_all(drives: &[Drive]) -> Result<(), BenchError> {
     let flushes = drives.iter().map(|d| {
         let d = d.clone();
         tokio::spawn(async move {
-            d.ctrl.flush(d.nsid).await.map_err(|error| BenchError::Io {
-                path: d.describe(),
-                error,
-            })
+            d.session
+                .flush(0, d.nsid)
+                .await
+                .map_err(|error| BenchError::Io {
+                    path: d.describe(),
+                    error,
+                })
         })
     });
     let handles: Vec<_> = flushes.collect();

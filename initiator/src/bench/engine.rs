@@ -27,7 +27,7 @@ pub async fn run(
         seed: v.seed,
         tags: drives
             .iter()
-            .map(|d| drive_tag(&d.ctrl.options().subnqn, d.nsid))
+            .map(|d| drive_tag(d.session.subnqn(), d.nsid))
             .collect(),
         written: (0..drives.len())
             .map(|_| Bitmap::new(layout.units_per_drive))
@@ -119,11 +119,11 @@ fn check(drives: &[Drive], spec: &Spec) -> Result<Layout, BenchError> {
                 d.describe()
             ));
         }
-        if d.ctrl.io_queue_count() < spec.threads {
+        let queues = d.session.controller().map_or(0, |c| c.io_queue_count());
+        if queues < spec.threads {
             return invalid(format!(
-                "{} has {} I/O queues, fewer than the {} threads",
+                "{} has {queues} I/O queues, fewer than the {} threads",
                 d.describe(),
-                d.ctrl.io_queue_count(),
                 spec.threads
             ));
         }
@@ -376,17 +376,14 @@ impl IoLoop {
             let drive = &ctx.drives[d];
             let slba = (ctx.spec.offset + drive_unit * bs) / drive.lba_size as u64;
             let nlb = spec.bs / drive.lba_size;
-            let queue = drive
-                .ctrl
-                .io_queue(self.worker)
-                .map_err(|e| io_error(drive, e))?;
             if is_read {
                 let check = ctx.verify.as_ref().filter(|v| {
                     self.phase != Phase::Prefill && (v.trust_all || v.written[d].get(drive_unit))
                 });
                 let t0 = Instant::now();
-                let data = queue
-                    .read(drive.nsid, slba, nlb)
+                let data = drive
+                    .session
+                    .read(self.worker, drive.nsid, slba, nlb)
                     .await
                     .map_err(|e| io_error(drive, e))?;
                 record(&mut result.reads, t0);
@@ -404,8 +401,9 @@ impl IoLoop {
                     None => ctx.write_data.clone(),
                 };
                 let t0 = Instant::now();
-                queue
-                    .write(drive.nsid, slba, data, false)
+                drive
+                    .session
+                    .write(self.worker, drive.nsid, slba, data, false)
                     .await
                     .map_err(|e| io_error(drive, e))?;
                 record(&mut result.writes, t0);

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::error::HostError;
-use crate::host::Controller;
+use crate::host::session::Session;
 
 pub use engine::run;
 pub use layout::Layout;
@@ -124,10 +124,10 @@ impl Default for Spec {
     }
 }
 
-/// One namespace of one controller.
+/// One namespace of a subsystem, reached through a (multipath, self-healing) session.
 #[derive(Clone)]
 pub struct Drive {
-    pub ctrl: Arc<Controller>,
+    pub session: Arc<Session>,
     pub nsid: u32,
     pub lba_size: u32,
     /// Namespace size in blocks (NSZE).
@@ -136,21 +136,30 @@ pub struct Drive {
 
 impl Drive {
     /// Looks the namespace up (Identify Namespace).
-    pub async fn open(ctrl: Arc<Controller>, nsid: u32) -> Result<Drive, HostError> {
-        let lba_size = ctrl.lba_size(nsid).await?;
-        let blocks = ctrl.identify_namespace(nsid).await?.nsze;
+    pub async fn open(session: Arc<Session>, nsid: u32) -> Result<Drive, HostError> {
+        let (lba_size, blocks) = session
+            .with_path(|ctrl| async move {
+                Ok((
+                    ctrl.lba_size(nsid).await?,
+                    ctrl.identify_namespace(nsid).await?.nsze,
+                ))
+            })
+            .await?;
         Ok(Drive {
-            ctrl,
+            session,
             nsid,
             lba_size,
             blocks,
         })
     }
 
-    /// "NQN nsid N at ADDR", for messages.
+    /// "NQN nsid N via ADDR", for messages.
     pub fn describe(&self) -> String {
-        let opts = self.ctrl.options();
-        format!("{} nsid {} at {}", opts.subnqn, self.nsid, opts.addr)
+        let s = &self.session;
+        let addrs: Vec<String> = (0..s.path_count())
+            .filter_map(|i| s.path_options(i).map(|o| o.addr.to_string()))
+            .collect();
+        format!("{} nsid {} via {}", s.subnqn(), self.nsid, addrs.join(", "))
     }
 }
 

@@ -12,6 +12,7 @@ use fabrik_initiator::bench::report::Reference;
 use fabrik_initiator::bench::{
     self, parse_size, reference, Drive, Progress, Report, Rw, Spec, VerifySpec,
 };
+use fabrik_initiator::host::session::{RecoveryPolicy, Session};
 use fabrik_initiator::proto::fabrics::discovery::{subtype, trtype};
 use fabrik_initiator::proto::tcp::Digests;
 use fabrik_initiator::{discover, ConnectOptions, Controller, HostIdentity};
@@ -67,6 +68,20 @@ pub struct AddressArgs {
     /// Data digest.
     #[arg(short = 'G', long)]
     pub data_digest: bool,
+    /// Another path to the same subsystems, HOST:PORT (repeatable): one multipath session.
+    #[arg(long = "path", value_name = "HOST:PORT")]
+    pub paths: Vec<String>,
+    /// Seconds between reconnect attempts of a lost path.
+    #[arg(short = 'c', long, default_value_t = 2.0)]
+    pub reconnect_delay: f64,
+    /// Seconds a path may stay lost before its commands fail (-1: never).
+    #[arg(
+        short = 'l',
+        long,
+        default_value_t = 30.0,
+        allow_negative_numbers = true
+    )]
+    pub ctrl_loss_tmo: f64,
 }
 
 #[derive(Args, Clone)]
@@ -334,27 +349,48 @@ pub async fn open_drives(
         if address.drives.is_some_and(|n| drives.len() >= n) {
             break;
         }
-        let mut opts = ConnectOptions::new(addr, &nqn).with_host(&host);
-        opts.io_queues = threads as u16;
-        opts.queue_size = opts
-            .queue_size
-            .max(iodepth.saturating_add(1).min(u16::MAX as u32) as u16);
-        opts.digests = Digests {
-            header: address.hdr_digest,
-            data: address.data_digest,
-        };
-        let ctrl = Controller::connect(opts)
-            .await
-            .with_context(|| format!("connecting to {nqn} at {addr}"))?;
-        if ctrl.io_queue_count() < threads {
-            bail!(
-                "{nqn} at {addr} granted {} I/O queues; --threads {threads} needs one each",
-                ctrl.io_queue_count()
-            );
+        // The first path is the one named (or discovered); --path adds others to the same
+        // subsystem, making one multipath session.
+        let mut paths = vec![addr];
+        for extra in &address.paths {
+            let (h, p) = extra
+                .rsplit_once(':')
+                .with_context(|| format!("--path {extra}: HOST:PORT"))?;
+            let port: u16 = p.parse().with_context(|| format!("--path {extra}: port"))?;
+            paths.push(resolve(h.trim_start_matches('[').trim_end_matches(']'), port).await?);
         }
-        let ctrl = Arc::new(ctrl);
+        let mut connected = Vec::new();
+        for path in paths {
+            let mut opts = ConnectOptions::new(path, &nqn).with_host(&host);
+            opts.io_queues = threads as u16;
+            opts.queue_size = opts
+                .queue_size
+                .max(iodepth.saturating_add(1).min(u16::MAX as u32) as u16);
+            opts.digests = Digests {
+                header: address.hdr_digest,
+                data: address.data_digest,
+            };
+            let ctrl = Controller::connect(opts.clone())
+                .await
+                .with_context(|| format!("connecting to {nqn} at {path}"))?;
+            if ctrl.io_queue_count() < threads {
+                bail!(
+                    "{nqn} at {path} granted {} I/O queues; --threads {threads} needs one each",
+                    ctrl.io_queue_count()
+                );
+            }
+            connected.push((opts, Some(ctrl)));
+        }
+        let policy = RecoveryPolicy {
+            reconnect_delay: Duration::from_secs_f64(address.reconnect_delay.max(0.0)),
+            ctrl_loss_tmo: (address.ctrl_loss_tmo >= 0.0)
+                .then(|| Duration::from_secs_f64(address.ctrl_loss_tmo)),
+        };
+        let session = Session::from_controllers(connected, policy)?;
         let nsids = if address.nsid.is_empty() {
-            ctrl.active_namespaces().await?
+            session
+                .with_path(|ctrl| async move { ctrl.active_namespaces().await })
+                .await?
         } else {
             address.nsid.clone()
         };
@@ -363,7 +399,7 @@ pub async fn open_drives(
                 break;
             }
             drives.push(
-                Drive::open(ctrl.clone(), nsid)
+                Drive::open(session.clone(), nsid)
                     .await
                     .with_context(|| format!("namespace {nsid} of {nqn} at {addr}"))?,
             );
@@ -375,20 +411,16 @@ pub async fn open_drives(
     Ok(drives)
 }
 
-/// Shuts every controller down (errors are only logged: the results are in).
+/// Shuts every session down (errors are only logged: the results are in).
 pub async fn close_drives(drives: Vec<Drive>) {
-    let mut ctrls: Vec<Arc<Controller>> = Vec::new();
+    let mut sessions: Vec<Arc<Session>> = Vec::new();
     for d in drives {
-        if !ctrls.iter().any(|c| Arc::ptr_eq(c, &d.ctrl)) {
-            ctrls.push(d.ctrl.clone());
+        if !sessions.iter().any(|s| Arc::ptr_eq(s, &d.session)) {
+            sessions.push(d.session.clone());
         }
     }
-    for ctrl in ctrls {
-        if let Ok(ctrl) = Arc::try_unwrap(ctrl) {
-            if let Err(e) = ctrl.shutdown().await {
-                tracing::warn!("shutdown: {e}");
-            }
-        }
+    for session in sessions {
+        session.shutdown().await;
     }
 }
 

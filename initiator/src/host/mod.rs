@@ -6,6 +6,7 @@ pub mod io;
 pub mod kernel;
 pub mod options;
 pub mod queue;
+pub mod session;
 
 pub use controller::Controller;
 pub use discovery::{discover, DiscoveryLog};
