@@ -240,3 +240,73 @@ async fn commands_fail_after_the_controller_loss_timeout() {
     session.shutdown().await;
     target.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespace_changes_are_surfaced_once_per_session() {
+    use fabrik_target::backend::ram::RamDrive;
+    use fabrik_target::model::Namespace;
+
+    let dir = tempfile::tempdir().unwrap();
+    let target = start(config(dir.path(), BackendKind::Ram, 1, 16 * MIB)).await;
+    let nqn = nqns(&target)[0].clone();
+    let host = fabrik_initiator::HostIdentity::random();
+    // Two paths (two controllers): each gets the notice, the session reports it once.
+    let session = Session::connect(
+        vec![
+            path_options(addr(&target), &nqn).with_host(&host),
+            path_options(addr(&target), &nqn).with_host(&host),
+        ],
+        quick_policy(Duration::from_secs(5)),
+    )
+    .await
+    .unwrap();
+    let mut events = session.events();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while session.namespaces().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the session lists its namespaces"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(session.namespaces(), Some(vec![1]));
+
+    let subsystem = target.state().subsystem(&nqn).unwrap();
+    let drive = Arc::new(RamDrive::new(8 * MIB, 4096).unwrap());
+    subsystem.add_namespace(Arc::new(Namespace::new(2, "extra", drive, "testbox:extra")));
+    let event = tokio::time::timeout(Duration::from_secs(10), events.recv())
+        .await
+        .expect("an event in time")
+        .unwrap();
+    assert!(
+        matches!(event, SessionEvent::NamespaceAdded { nsid: 2 }),
+        "{event:?}"
+    );
+    // The namespace is usable through the session right away.
+    session
+        .write(0, 2, 0, bytes::Bytes::from(vec![7u8; 4096]), false)
+        .await
+        .unwrap();
+    assert_eq!(
+        &session.read(0, 2, 0, 1).await.unwrap()[..],
+        &[7u8; 4096][..]
+    );
+
+    subsystem.remove_namespace(1);
+    let event = tokio::time::timeout(Duration::from_secs(10), events.recv())
+        .await
+        .expect("an event in time")
+        .unwrap();
+    assert!(
+        matches!(event, SessionEvent::NamespaceRemoved { nsid: 1 }),
+        "{event:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        events.try_recv().is_err(),
+        "the other path's notices added nothing"
+    );
+    assert_eq!(session.namespaces(), Some(vec![2]));
+    session.shutdown().await;
+    target.shutdown().await;
+}

@@ -2,6 +2,7 @@
 
 pub mod controller;
 pub mod discovery;
+pub mod events;
 pub mod io;
 pub mod kernel;
 pub mod options;

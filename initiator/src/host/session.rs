@@ -18,6 +18,7 @@ use tokio::sync::{broadcast, Notify};
 
 use crate::error::HostError;
 use crate::host::controller::Controller;
+use crate::host::events::{self, KnownNamespaces};
 use crate::host::options::ConnectOptions;
 
 /// `nvme connect`'s reconnect knobs (the Linux defaults: 10 s, 600 s).
@@ -81,6 +82,7 @@ pub struct Session {
     /// Woken whenever a path comes back or is given up.
     changed: Notify,
     events: broadcast::Sender<SessionEvent>,
+    namespaces: KnownNamespaces,
 }
 
 impl Session {
@@ -154,7 +156,13 @@ impl Session {
             next: AtomicUsize::new(0),
             changed: Notify::new(),
             events,
+            namespaces: KnownNamespaces::default(),
         });
+        for index in 0..session.paths.len() {
+            if let Some((ctrl, _)) = session.live(index) {
+                session.watch_events(&ctrl);
+            }
+        }
         for index in missing {
             session.clone().spawn_reconnect(index, 0);
         }
@@ -184,6 +192,12 @@ impl Session {
     /// A live controller, if any (for admin commands; I/O should use the methods below).
     pub fn controller(&self) -> Option<Arc<Controller>> {
         (0..self.paths.len()).find_map(|i| self.live(i).map(|(c, _)| c))
+    }
+
+    /// The active namespaces as last listed (None before the first listing).
+    pub fn namespaces(&self) -> Option<Vec<u32>> {
+        let known = self.namespaces.lock().unwrap();
+        known.as_ref().map(|set| set.iter().copied().collect())
     }
 
     /// Subscribes to path and namespace events.
@@ -322,6 +336,15 @@ impl Session {
         self.clone().spawn_reconnect(path, generation);
     }
 
+    /// Asynchronous events of a live controller become session events.
+    fn watch_events(&self, ctrl: &Arc<Controller>) {
+        let events = self.events.clone();
+        events::spawn_watcher(ctrl, self.namespaces.clone(), move |event| {
+            tracing::info!("{event:?}");
+            let _ = events.send(event);
+        });
+    }
+
     fn spawn_reconnect(self: Arc<Self>, path: usize, generation: u64) {
         tokio::spawn(async move { self.reconnect(path, generation).await });
     }
@@ -337,8 +360,10 @@ impl Session {
             match Controller::connect(p.opts.clone()).await {
                 Ok(ctrl) => {
                     let cntlid = ctrl.cntlid();
+                    let ctrl = Arc::new(ctrl);
+                    self.watch_events(&ctrl);
                     *p.state.lock().unwrap() = PathState::Live {
-                        ctrl: Arc::new(ctrl),
+                        ctrl,
                         generation: generation + 1,
                     };
                     tracing::info!("{} path {path} is back (cntlid {cntlid})", self.subnqn());
