@@ -12,7 +12,7 @@ use fabrik_initiator::bench::report::Reference;
 use fabrik_initiator::bench::{
     self, parse_size, reference, Drive, Progress, Report, Rw, Spec, VerifySpec,
 };
-use fabrik_initiator::host::session::{RecoveryPolicy, Session};
+use fabrik_initiator::host::session::{RecoveryPolicy, Session, SessionEvent};
 use fabrik_initiator::proto::fabrics::discovery::{subtype, trtype};
 use fabrik_initiator::proto::tcp::Digests;
 use fabrik_initiator::{discover, ConnectOptions, Controller, HostIdentity};
@@ -169,6 +169,7 @@ async fn run_job(job: JobArgs) -> Result<()> {
     let threads = job.threads;
     let (report, verify_errors) = on_bench_runtime(threads, async move {
         let drives = open_drives(&address, threads, job.iodepth).await?;
+        report_session_events(&drives);
         // The reference is measured half before and half after the run, so that a machine
         // whose load changes meanwhile skews both sides alike.
         let before = measure_reference(job.reference.map(|s| s / 2.0)).await?;
@@ -409,6 +410,45 @@ pub async fn open_drives(
         bail!("no namespaces to run on");
     }
     Ok(drives)
+}
+
+/// Prints what happens to the sessions (paths lost and back, namespaces added or removed) on
+/// stderr while the benchmark runs.
+pub fn report_session_events(drives: &[Drive]) {
+    let mut seen: Vec<Arc<Session>> = Vec::new();
+    for d in drives {
+        if seen.iter().any(|s| Arc::ptr_eq(s, &d.session)) {
+            continue;
+        }
+        seen.push(d.session.clone());
+        let mut events = d.session.events();
+        let session = d.session.clone();
+        tokio::spawn(async move {
+            while let Ok(event) = events.recv().await {
+                let path = |p: usize| {
+                    session
+                        .path_options(p)
+                        .map_or(String::new(), |o| o.addr.to_string())
+                };
+                let text = match event {
+                    SessionEvent::PathDown { path: p, error } => {
+                        format!("path {p} ({}) down: {error}; reconnecting", path(p))
+                    }
+                    SessionEvent::PathUp { path: p, cntlid } => {
+                        format!("path {p} ({}) back (cntlid {cntlid})", path(p))
+                    }
+                    SessionEvent::PathGivenUp { path: p } => {
+                        format!("path {p} ({}) given up (controller loss timeout)", path(p))
+                    }
+                    SessionEvent::NamespaceAdded { nsid } => format!("namespace {nsid} added"),
+                    SessionEvent::NamespaceRemoved { nsid } => {
+                        format!("namespace {nsid} removed")
+                    }
+                };
+                eprintln!("{}: {text}", session.subnqn());
+            }
+        });
+    }
 }
 
 /// Shuts every session down (errors are only logged: the results are in).
