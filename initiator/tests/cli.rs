@@ -13,8 +13,12 @@ use fabrik_target::Target;
 const MIB: u64 = 1 << 20;
 
 async fn target(dir: &std::path::Path, drives: u32) -> Target {
+    target_on(dir, drives, 1).await
+}
+
+async fn target_on(dir: &std::path::Path, drives: u32, ports: usize) -> Target {
     let mut cfg = Config::default_jbof(dir.to_path_buf());
-    cfg.listen = vec!["127.0.0.1:0".parse().unwrap()];
+    cfg.listen = vec!["127.0.0.1:0".parse().unwrap(); ports];
     cfg.box_name = "clitest".into();
     cfg.drives = drives;
     cfg.drive_size = 32 * MIB;
@@ -242,5 +246,32 @@ async fn refusals_are_clear() {
         assert!(out.stderr.contains(says), "{extra:?}: {}", out.stderr);
         assert!(!out.stderr.contains("panicked"), "{}", out.stderr);
     }
+    target.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subsystem_on_two_ports_is_one_drive_with_two_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = target_on(dir.path(), 2, 2).await;
+    let ports = target.listen_addrs();
+    assert_eq!(ports.len(), 2);
+    let out = fabrik(args(&[
+        "bench",
+        "-a",
+        "127.0.0.1",
+        "-s",
+        &ports[0].port().to_string(),
+        "--all",
+        "--rw",
+        "randread",
+        "--size",
+        "1m",
+        "--json",
+    ]))
+    .await;
+    assert!(out.ok, "{}", out.stderr);
+    let json: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(json["drives"], 2, "2 subsystems x 2 ports = 2 drives");
+    assert_eq!(json["bytes"].as_u64(), Some(MIB));
     target.shutdown().await;
 }

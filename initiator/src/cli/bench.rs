@@ -320,13 +320,13 @@ pub async fn open_drives(
         .map(HostIdentity::with_nqn)
         .unwrap_or_else(HostIdentity::random);
     let host_name = address.traddr.trim_start_matches('[').trim_end_matches(']');
-    let targets: Vec<(SocketAddr, String)> = if address.all {
+    let targets: Vec<(Vec<SocketAddr>, String)> = if address.all {
         let port = address.trsvcid.unwrap_or(DISCOVERY_PORT);
         let addr = resolve(host_name, port).await?;
         let log = discover(addr, &host.nqn)
             .await
             .with_context(|| format!("discovery at {addr}"))?;
-        let mut targets = Vec::new();
+        let mut targets: Vec<(Vec<SocketAddr>, String)> = Vec::new();
         for e in log.entries {
             if e.subtype != subtype::NVM || e.trtype != trtype::TCP {
                 continue;
@@ -334,7 +334,16 @@ pub async fn open_drives(
             let port: u16 = e.trsvcid.trim().parse().with_context(|| {
                 format!("discovery entry for {} has port {:?}", e.subnqn, e.trsvcid)
             })?;
-            targets.push((resolve(e.traddr.trim(), port).await?, e.subnqn));
+            let path = resolve(e.traddr.trim(), port).await?;
+            // The same subsystem through several ports is one drive with several paths.
+            match targets.iter_mut().find(|(_, nqn)| *nqn == e.subnqn) {
+                Some((paths, _)) => {
+                    if !paths.contains(&path) {
+                        paths.push(path);
+                    }
+                }
+                None => targets.push((vec![path], e.subnqn)),
+            }
         }
         if targets.is_empty() {
             bail!("the discovery log at {addr} offers this host no NVMe/TCP subsystems");
@@ -342,23 +351,29 @@ pub async fn open_drives(
         targets
     } else {
         let addr = resolve(host_name, address.trsvcid.unwrap_or(IO_PORT)).await?;
-        address.nqns.iter().map(|n| (addr, n.clone())).collect()
+        address
+            .nqns
+            .iter()
+            .map(|n| (vec![addr], n.clone()))
+            .collect()
     };
 
     let mut drives = Vec::new();
-    for (addr, nqn) in targets {
+    for (mut paths, nqn) in targets {
         if address.drives.is_some_and(|n| drives.len() >= n) {
             break;
         }
-        // The first path is the one named (or discovered); --path adds others to the same
-        // subsystem, making one multipath session.
-        let mut paths = vec![addr];
+        let addr = paths[0];
+        // --path adds paths to every subsystem: one multipath session each.
         for extra in &address.paths {
             let (h, p) = extra
                 .rsplit_once(':')
                 .with_context(|| format!("--path {extra}: HOST:PORT"))?;
             let port: u16 = p.parse().with_context(|| format!("--path {extra}: port"))?;
-            paths.push(resolve(h.trim_start_matches('[').trim_end_matches(']'), port).await?);
+            let path = resolve(h.trim_start_matches('[').trim_end_matches(']'), port).await?;
+            if !paths.contains(&path) {
+                paths.push(path);
+            }
         }
         let mut connected = Vec::new();
         for path in paths {
