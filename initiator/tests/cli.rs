@@ -275,3 +275,78 @@ async fn a_subsystem_on_two_ports_is_one_drive_with_two_paths() {
     assert_eq!(json["bytes"].as_u64(), Some(MIB));
     target.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sweep_writes_a_table_json_and_heatmaps() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = target(dir.path(), 1).await;
+    let svg = dir.path().join("sweep.svg");
+    let mut v = args(&[
+        "bench",
+        "--sweep",
+        "--sweep-bs",
+        "4k,64k",
+        "--sweep-threads",
+        "1,2",
+        "--sweep-iodepth",
+        "1,4",
+        "--time",
+        "0.2",
+        "--json",
+        "--svg",
+        svg.to_str().unwrap(),
+    ]);
+    v.extend(address(&target, 0));
+    let out = fabrik(v).await;
+    assert!(out.ok, "{}", out.stderr);
+    let json: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let points = json.as_array().expect("one entry per point");
+    assert_eq!(points.len(), 8);
+    assert_eq!(points[7]["point"]["bs"], 65536);
+    assert_eq!(points[7]["point"]["threads"], 2);
+    assert_eq!(points[7]["report"]["iodepth"], 4);
+    assert!(points.iter().all(|p| p["report"]["ios"].as_u64() > Some(0)));
+    let picture = std::fs::read_to_string(&svg).unwrap();
+    assert_eq!(
+        picture.matches("<rect x=").count(),
+        16,
+        "8 points x 2 heatmaps"
+    );
+    target.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoint_reports_every_iteration() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = target(dir.path(), 2).await;
+    let addr = target.listen_addrs()[0];
+    let out = fabrik(args(&[
+        "bench",
+        "checkpoint",
+        "-a",
+        "127.0.0.1",
+        "-s",
+        &addr.port().to_string(),
+        "--all",
+        "--count",
+        "3",
+        "--size",
+        "4m",
+        "--bs",
+        "256k",
+        "--json",
+    ]))
+    .await;
+    assert!(out.ok, "{}", out.stderr);
+    let json: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(json["drives"], 2);
+    assert_eq!(json["shard_bytes"].as_u64(), Some(2 * MIB));
+    let checkpoints = json["checkpoints"].as_array().unwrap();
+    assert_eq!(checkpoints.len(), 3);
+    for (i, c) in checkpoints.iter().enumerate() {
+        assert_eq!(c["index"], i);
+        assert_eq!(c["bytes"].as_u64(), Some(4 * MIB));
+        assert_eq!(c["drive_offset"].as_u64(), Some(i as u64 * 2 * MIB));
+    }
+    target.shutdown().await;
+}
