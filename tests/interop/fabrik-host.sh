@@ -21,7 +21,8 @@ A=(-a $TRADDR -s $TRSVCID)
 # No jq in the guest: the first "KEY": NUMBER of a JSON file (top-level keys come first).
 jnum() { grep -o "\"$1\": *-\?[0-9.]*" "$2" | head -1 | sed 's/.*: *//'; }
 
-modprobe null_blk nr_devices="$NDRIVES" gb=1 memory_backed=1 || { echo "FAIL: null_blk"; exit 1; }
+# One more null_blk device than drives: the subsystem behind a referral (s_referral).
+modprobe null_blk nr_devices=$((NDRIVES + 1)) gb=1 memory_backed=1 || { echo "FAIL: null_blk"; exit 1; }
 nvmet_port 1 tcp $TRADDR $TRSVCID || { echo "FAIL: nvmet port"; exit 1; }
 for ((i = 0; i < NDRIVES; i++)); do
   nvmet_subsys "$PREFIX$i" /dev/nullb$i any && nvmet_link "$PREFIX$i" 1 || { echo "FAIL: nvmet subsystem $i"; exit 1; }
@@ -86,8 +87,24 @@ s_errors() {
   assert "rdma is refused clearly" grep -q "rdma: not in this build yet" /tmp/e.out
 }
 
+s_referral() {
+  # A second port with its own subsystem, announced on port 1 only as a referral.
+  local r=$CFG/ports/1/referrals/to-port-2 referred=${PREFIX}referred
+  nvmet_port 2 tcp $TRADDR 4421 || return 1
+  nvmet_subsys "$referred" /dev/nullb$NDRIVES any && nvmet_link "$referred" 2 || return 1
+  mkdir "$r" || return 1
+  echo tcp > "$r/addr_trtype"; echo ipv4 > "$r/addr_adrfam"
+  echo $TRADDR > "$r/addr_traddr"; echo 4421 > "$r/addr_trsvcid"; echo 1 > "$r/enable"
+  wait_port $TRADDR 4421 30 || return 1
+  x timeout 60 "$FABRIK" discover "${A[@]}" | tee /tmp/discover.out
+  assert "the discovery log has the referral" grep -qE "referral .* 4421 " /tmp/discover.out || return 1
+  x timeout 300 "$FABRIK" bench "${A[@]}" --all --rw write --bs 64k --size 3m --json --quiet > /tmp/ref.json || { cat /tmp/ref.json; return 1; }
+  assert "bench --all follows the referral: $((NDRIVES + 1)) drives" [ "$(jnum drives /tmp/ref.json)" = $((NDRIVES + 1)) ]
+}
+
 step "fabrik discover" s_discover
 step "fabrik bench --verify over every subsystem (userspace host)" s_bench_verify
 step "fabrik connect / list / disconnect (kernel host), data crosses to the userspace host" s_connect_list_disconnect
 step "clear errors" s_errors
+step "fabrik bench --all follows discovery referrals" s_referral
 t_summary

@@ -323,32 +323,7 @@ pub async fn open_drives(
     let targets: Vec<(Vec<SocketAddr>, String)> = if address.all {
         let port = address.trsvcid.unwrap_or(DISCOVERY_PORT);
         let addr = resolve(host_name, port).await?;
-        let log = discover(addr, &host.nqn)
-            .await
-            .with_context(|| format!("discovery at {addr}"))?;
-        let mut targets: Vec<(Vec<SocketAddr>, String)> = Vec::new();
-        for e in log.entries {
-            if e.subtype != subtype::NVM || e.trtype != trtype::TCP {
-                continue;
-            }
-            let port: u16 = e.trsvcid.trim().parse().with_context(|| {
-                format!("discovery entry for {} has port {:?}", e.subnqn, e.trsvcid)
-            })?;
-            let path = resolve(e.traddr.trim(), port).await?;
-            // The same subsystem through several ports is one drive with several paths.
-            match targets.iter_mut().find(|(_, nqn)| *nqn == e.subnqn) {
-                Some((paths, _)) => {
-                    if !paths.contains(&path) {
-                        paths.push(path);
-                    }
-                }
-                None => targets.push((vec![path], e.subnqn)),
-            }
-        }
-        if targets.is_empty() {
-            bail!("the discovery log at {addr} offers this host no NVMe/TCP subsystems");
-        }
-        targets
+        discover_all(addr, &host.nqn).await?
     } else {
         let addr = resolve(host_name, address.trsvcid.unwrap_or(IO_PORT)).await?;
         address
@@ -357,6 +332,9 @@ pub async fn open_drives(
             .map(|n| (vec![addr], n.clone()))
             .collect()
     };
+    if targets.is_empty() {
+        bail!("no NVMe/TCP subsystems to run on");
+    }
 
     let mut drives = Vec::new();
     for (mut paths, nqn) in targets {
@@ -464,6 +442,51 @@ pub fn report_session_events(drives: &[Drive]) {
             }
         });
     }
+}
+
+/// Every NVMe/TCP subsystem the discovery controller at `addr` offers this host, referrals
+/// followed (each discovery controller once); a subsystem offered through several ports is one
+/// entry with several paths.
+async fn discover_all(addr: SocketAddr, hostnqn: &str) -> Result<Vec<(Vec<SocketAddr>, String)>> {
+    /// Referral chains longer than this are a loop or a misconfiguration.
+    const MAX_DISCOVERY_CONTROLLERS: usize = 16;
+    let mut targets: Vec<(Vec<SocketAddr>, String)> = Vec::new();
+    let mut pending = vec![addr];
+    let mut visited = Vec::new();
+    while let Some(at) = pending.pop() {
+        if visited.contains(&at) {
+            continue;
+        }
+        if visited.len() == MAX_DISCOVERY_CONTROLLERS {
+            bail!("more than {MAX_DISCOVERY_CONTROLLERS} discovery controllers through referrals from {addr}");
+        }
+        visited.push(at);
+        let log = discover(at, hostnqn)
+            .await
+            .with_context(|| format!("discovery at {at}"))?;
+        for e in log.entries {
+            if e.trtype != trtype::TCP || !matches!(e.subtype, subtype::NVM | subtype::REFERRAL) {
+                continue;
+            }
+            let port: u16 = e.trsvcid.trim().parse().with_context(|| {
+                format!("discovery entry for {} has port {:?}", e.subnqn, e.trsvcid)
+            })?;
+            let path = resolve(e.traddr.trim(), port).await?;
+            if e.subtype == subtype::REFERRAL {
+                pending.push(path);
+                continue;
+            }
+            match targets.iter_mut().find(|(_, nqn)| *nqn == e.subnqn) {
+                Some((paths, _)) => {
+                    if !paths.contains(&path) {
+                        paths.push(path);
+                    }
+                }
+                None => targets.push((vec![path], e.subnqn)),
+            }
+        }
+    }
+    Ok(targets)
 }
 
 /// Shuts every session down (errors are only logged: the results are in).
