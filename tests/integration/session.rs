@@ -310,3 +310,64 @@ async fn namespace_changes_are_surfaced_once_per_session() {
     session.shutdown().await;
     target.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_failing_on_every_connection_is_failed_not_retried_forever() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use fabrik_initiator::proto::Status;
+    use fabrik_initiator::HostError;
+
+    let dir = tempfile::tempdir().unwrap();
+    let target = start(config(dir.path(), BackendKind::Ram, 1, 16 * MIB)).await;
+    let nqn = nqns(&target)[0].clone();
+    let policy = RecoveryPolicy {
+        reconnect_delay: Duration::from_millis(30),
+        ctrl_loss_tmo: Some(Duration::from_secs(30)),
+    };
+    let session = Session::connect(vec![path_options(addr(&target), &nqn)], policy)
+        .await
+        .unwrap();
+    let mut events = session.events();
+
+    // A path failure every time: retried on a new connection each time, then failed.
+    let tries = AtomicUsize::new(0);
+    let err = session
+        .with_path(|_ctrl| {
+            tries.fetch_add(1, Ordering::Relaxed);
+            async { Err::<(), _>(HostError::ConnectionClosed { qid: 1 }) }
+        })
+        .await
+        .expect_err("given up");
+    assert_eq!(tries.load(Ordering::Relaxed), 8);
+    assert!(
+        err.to_string().contains("failed on 8 connections in turn"),
+        "{err}"
+    );
+    let mut ups = 0;
+    while let Ok(e) = events.try_recv() {
+        ups += matches!(e, SessionEvent::PathUp { .. }) as usize;
+    }
+    assert_eq!(ups, 7, "a new connection before each retry");
+
+    // The command's own error status: returned at once.
+    let tries = AtomicUsize::new(0);
+    let err = session
+        .with_path(|_ctrl| {
+            tries.fetch_add(1, Ordering::Relaxed);
+            async {
+                Err::<(), _>(HostError::Status {
+                    status: Status::LBA_OUT_OF_RANGE,
+                    command: "Read (NSID 1, SLBA 99)".into(),
+                    qid: 1,
+                    result: 0,
+                })
+            }
+        })
+        .await
+        .expect_err("the status");
+    assert_eq!(tries.load(Ordering::Relaxed), 1);
+    assert_eq!(err.status(), Some(Status::LBA_OUT_OF_RANGE));
+    session.shutdown().await;
+    target.shutdown().await;
+}

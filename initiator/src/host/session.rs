@@ -21,6 +21,10 @@ use crate::host::controller::Controller;
 use crate::host::events::{self, KnownNamespaces};
 use crate::host::options::ConnectOptions;
 
+/// Tries of one command on failing connections before it fails (an outage in between costs
+/// none: commands wait for a live path without trying).
+const MAX_PATH_FAILURES: u32 = 8;
+
 /// `nvme connect`'s reconnect knobs (the Linux defaults: 10 s, 600 s).
 #[derive(Debug, Clone, Copy)]
 pub struct RecoveryPolicy {
@@ -270,6 +274,7 @@ impl Session {
         F: Fn(Arc<Controller>) -> Fut,
         Fut: std::future::Future<Output = Result<T, HostError>>,
     {
+        let mut failures = 0;
         loop {
             let start = self.next.fetch_add(1, Ordering::Relaxed);
             let n = self.paths.len();
@@ -287,7 +292,21 @@ impl Session {
                 continue;
             };
             match op(ctrl).await {
-                Err(e) if is_path_error(&e) => self.path_failed(path, generation, e),
+                Err(e) if is_path_error(&e) => {
+                    failures += 1;
+                    if failures == MAX_PATH_FAILURES {
+                        // A failure that follows the command to every new connection is the
+                        // command's (a target that always breaks on it), not the path's.
+                        return Err(HostError::QueueClosed {
+                            qid: 0,
+                            reason: format!(
+                                "{}: the command failed on {failures} connections in turn; last on path {path}: {e}",
+                                self.subnqn()
+                            ),
+                        });
+                    }
+                    self.path_failed(path, generation, e)
+                }
                 result => return result,
             }
         }
