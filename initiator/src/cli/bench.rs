@@ -124,7 +124,8 @@ pub struct JobArgs {
     /// with --verify-seed.
     #[arg(long, requires = "verify_seed")]
     pub no_prefill: bool,
-    /// Also measure raw loopback TCP throughput and round trip in this run (seconds each).
+    /// Also measure raw loopback TCP throughput and round trip in this run, for SECS seconds
+    /// each, half before and half after the workload.
     #[arg(long, num_args = 0..=1, default_missing_value = "2")]
     pub reference: Option<f64>,
     /// Run the job once per block size x threads x iodepth of the --sweep-* lists (--time
@@ -167,13 +168,14 @@ async fn run_job(job: JobArgs) -> Result<()> {
         return super::bench_sweep::run(job, address);
     }
     let threads = job.threads;
+    let spec = spec_from(&job)?;
     let (report, verify_errors) = on_bench_runtime(threads, async move {
         let drives = open_drives(&address, threads, job.iodepth).await?;
         report_session_events(&drives);
         // The reference is measured half before and half after the run, so that a machine
         // whose load changes meanwhile skews both sides alike.
         let before = measure_reference(job.reference.map(|s| s / 2.0)).await?;
-        let mut report = run_spec(&drives, spec_from(&job)?, job.quiet || job.json).await;
+        let mut report = run_spec(&drives, spec, job.quiet || job.json).await;
         close_drives(drives).await;
         let after = measure_reference(job.reference.map(|s| s / 2.0)).await?;
         if let (Ok(r), Some(before), Some(after)) = (&mut report, before, after) {
