@@ -102,9 +102,22 @@ s_referral() {
   assert "bench --all follows the referral: $((NDRIVES + 1)) drives" [ "$(jnum drives /tmp/ref.json)" = $((NDRIVES + 1)) ]
 }
 
+s_connect_all() {
+  # After s_referral: port 1's log has the drives and a referral to the third subsystem.
+  x timeout 120 "$FABRIK" connect-all "${A[@]}" -l 15 | tee /tmp/ca.out
+  assert "a kernel controller per subsystem, the referred one too" [ "$(ctrl_count)" = $((NDRIVES + 1)) ] || return 1
+  wait_ns_count "$PREFIX" $((NDRIVES + 1)) 30 || return 1
+  x timeout 120 "$FABRIK" connect-all "${A[@]}" -l 15 | tee /tmp/ca2.out
+  assert "connecting again adds nothing" [ "$(ctrl_count)" = $((NDRIVES + 1)) ] || return 1
+  assert "and says so" grep -q "already connected" /tmp/ca2.out || return 1
+  x "$FABRIK" disconnect --all || return 1
+  assert "disconnect --all leaves no controller" wait_no_ctrls 30
+}
+
 step "fabrik discover" s_discover
 step "fabrik bench --verify over every subsystem (userspace host)" s_bench_verify
 step "fabrik connect / list / disconnect (kernel host), data crosses to the userspace host" s_connect_list_disconnect
 step "clear errors" s_errors
 step "fabrik bench --all follows discovery referrals" s_referral
+step "fabrik connect-all / disconnect --all (kernel host, referrals followed)" s_connect_all
 t_summary

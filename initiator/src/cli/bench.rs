@@ -449,7 +449,10 @@ pub fn report_session_events(drives: &[Drive]) {
 /// Every NVMe/TCP subsystem the discovery controller at `addr` offers this host, referrals
 /// followed (each discovery controller once); a subsystem offered through several ports is one
 /// entry with several paths.
-async fn discover_all(addr: SocketAddr, hostnqn: &str) -> Result<Vec<(Vec<SocketAddr>, String)>> {
+pub async fn discover_all(
+    addr: SocketAddr,
+    hostnqn: &str,
+) -> Result<Vec<(Vec<SocketAddr>, String)>> {
     /// Referral chains longer than this are a loop or a misconfiguration.
     const MAX_DISCOVERY_CONTROLLERS: usize = 16;
     let mut targets: Vec<(Vec<SocketAddr>, String)> = Vec::new();

@@ -21,9 +21,16 @@ pub struct ConnectArgs {
     /// Subsystem NQN.
     #[arg(short = 'n', long)]
     nqn: String,
+    #[command(flatten)]
+    pub knobs: KernelKnobs,
+}
+
+/// The options of a kernel connection besides where it goes (shared with connect-all).
+#[derive(Args, Clone)]
+pub struct KernelKnobs {
     /// Host NQN [default: /etc/nvme/hostnqn, else the kernel's].
     #[arg(short = 'q', long)]
-    hostnqn: Option<String>,
+    pub hostnqn: Option<String>,
     /// Host ID (a UUID) [default: /etc/nvme/hostid, else the kernel's].
     #[arg(short = 'I', long)]
     hostid: Option<String>,
@@ -62,42 +69,56 @@ pub struct ConnectArgs {
     disable_sqflow: bool,
     /// Print the result as JSON.
     #[arg(long)]
-    json: bool,
+    pub json: bool,
     /// The fabrics control device.
     #[arg(long, default_value = FABRICS_DEVICE, hide = true)]
-    device: PathBuf,
+    pub device: PathBuf,
 }
 
-pub fn request(args: &ConnectArgs) -> KernelConnect {
-    let (file_nqn, file_id) = kernel::default_host();
-    KernelConnect {
-        transport: args.transport.clone(),
-        traddr: args.traddr.clone(),
-        trsvcid: args.trsvcid.clone(),
-        nqn: args.nqn.clone(),
-        hostnqn: args.hostnqn.clone().or(file_nqn),
-        hostid: args.hostid.clone().or(file_id),
-        nr_io_queues: args.nr_io_queues,
-        queue_size: args.queue_size,
-        keep_alive_tmo: args.keep_alive_tmo,
-        reconnect_delay: args.reconnect_delay,
-        ctrl_loss_tmo: args.ctrl_loss_tmo,
-        hdr_digest: args.hdr_digest,
-        data_digest: args.data_digest,
-        host_traddr: args.host_traddr.clone(),
-        host_iface: args.host_iface.clone(),
-        duplicate_connect: args.duplicate_connect,
-        disable_sqflow: args.disable_sqflow,
+impl KernelKnobs {
+    /// The connect request for `nqn` at `traddr`/`trsvcid` over `transport`.
+    pub fn request(
+        &self,
+        transport: &str,
+        traddr: &str,
+        trsvcid: Option<String>,
+        nqn: &str,
+    ) -> KernelConnect {
+        let (file_nqn, file_id) = kernel::default_host();
+        KernelConnect {
+            transport: transport.into(),
+            traddr: traddr.into(),
+            trsvcid,
+            nqn: nqn.into(),
+            hostnqn: self.hostnqn.clone().or(file_nqn),
+            hostid: self.hostid.clone().or(file_id),
+            nr_io_queues: self.nr_io_queues,
+            queue_size: self.queue_size,
+            keep_alive_tmo: self.keep_alive_tmo,
+            reconnect_delay: self.reconnect_delay,
+            ctrl_loss_tmo: self.ctrl_loss_tmo,
+            hdr_digest: self.hdr_digest,
+            data_digest: self.data_digest,
+            host_traddr: self.host_traddr.clone(),
+            host_iface: self.host_iface.clone(),
+            duplicate_connect: self.duplicate_connect,
+            disable_sqflow: self.disable_sqflow,
+        }
     }
 }
 
 pub async fn run(args: ConnectArgs) -> Result<()> {
-    let request = request(&args);
-    let device = args.device.clone();
+    let request = args.knobs.request(
+        &args.transport,
+        &args.traddr,
+        args.trsvcid.clone(),
+        &args.nqn,
+    );
+    let device = args.knobs.device.clone();
     let connected = tokio::task::spawn_blocking(move || kernel::connect(&device, &request))
         .await?
         .map_err(|e| anyhow!("connect to {} at {}: {e}", args.nqn, args.traddr))?;
-    if args.json {
+    if args.knobs.json {
         println!(
             "{}",
             serde_json::json!({

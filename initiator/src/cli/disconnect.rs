@@ -7,7 +7,7 @@ use clap::Args;
 use fabrik_initiator::host::kernel::{self, SYSFS};
 
 #[derive(Args)]
-#[command(group = clap::ArgGroup::new("which").required(true).args(["nqn", "device"]))]
+#[command(group = clap::ArgGroup::new("which").required(true).args(["nqn", "device", "all"]))]
 pub struct DisconnectArgs {
     /// Every controller of this subsystem.
     #[arg(short = 'n', long)]
@@ -15,6 +15,9 @@ pub struct DisconnectArgs {
     /// These controllers (nvmeN or /dev/nvmeN; comma-separated).
     #[arg(short = 'd', long, value_delimiter = ',')]
     device: Vec<String>,
+    /// Every NVMe-oF controller (as `nvme disconnect-all`; PCIe controllers are left alone).
+    #[arg(short = 'A', long)]
+    all: bool,
     /// Where sysfs is.
     #[arg(long, default_value = SYSFS, hide = true)]
     sysfs: PathBuf,
@@ -22,6 +25,11 @@ pub struct DisconnectArgs {
 
 pub async fn run(args: DisconnectArgs) -> Result<()> {
     let names: Vec<String> = match &args.nqn {
+        None if args.all => kernel::controllers(&args.sysfs)
+            .into_iter()
+            .filter(|c| c.transport != "pcie")
+            .map(|c| c.name)
+            .collect(),
         Some(nqn) => {
             let names: Vec<String> = kernel::controllers(&args.sysfs)
                 .into_iter()
@@ -45,6 +53,7 @@ pub async fn run(args: DisconnectArgs) -> Result<()> {
     }
     match &args.nqn {
         Some(nqn) => println!("NQN:{nqn} disconnected {} controller(s)", names.len()),
+        None if args.all => println!("disconnected {} controller(s)", names.len()),
         None => println!("disconnected {}", names.join(", ")),
     }
     Ok(())

@@ -5,6 +5,7 @@ mod bench;
 mod bench_checkpoint;
 mod bench_sweep;
 mod connect;
+mod connect_all;
 mod disconnect;
 mod discover;
 mod id_ctrl;
@@ -30,6 +31,8 @@ enum Command {
     Bench(Box<bench::BenchArgs>),
     /// Connect a kernel NVMe-oF session (as `nvme connect`): /dev/nvmeXnY appear.
     Connect(connect::ConnectArgs),
+    /// Kernel sessions to every subsystem of a discovery log (as `nvme connect-all`).
+    ConnectAll(connect_all::ConnectAllArgs),
     /// Disconnect kernel sessions (as `nvme disconnect`).
     Disconnect(disconnect::DisconnectArgs),
     /// List the kernel's NVMe namespaces and controllers (as `nvme list`).
@@ -54,6 +57,7 @@ pub async fn run() -> Result<()> {
     match Cli::parse().command {
         Command::Bench(args) => bench::run(*args).await,
         Command::Connect(args) => connect::run(args).await,
+        Command::ConnectAll(args) => connect_all::run(args).await,
         Command::Disconnect(args) => disconnect::run(args).await,
         Command::List(args) => list::run(args).await,
         Command::IdNs(args) => id_ns::run(args).await,
