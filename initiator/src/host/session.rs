@@ -364,50 +364,85 @@ impl Session {
         });
     }
 
+    /// Re-establishes path `path` in the background. The task holds the session weakly: a
+    /// session dropped by its users stops reconnecting.
     fn spawn_reconnect(self: Arc<Self>, path: usize, generation: u64) {
-        tokio::spawn(async move { self.reconnect(path, generation).await });
-    }
-
-    async fn reconnect(self: Arc<Self>, path: usize, generation: u64) {
-        let p = &self.paths[path];
-        loop {
-            tokio::time::sleep(self.policy.reconnect_delay).await;
-            let since = match &*p.state.lock().unwrap() {
-                PathState::Reconnecting { since, .. } => *since,
-                _ => return,
-            };
-            match Controller::connect(p.opts.clone()).await {
-                Ok(ctrl) => {
-                    let cntlid = ctrl.cntlid();
-                    let ctrl = Arc::new(ctrl);
-                    self.watch_events(&ctrl);
-                    *p.state.lock().unwrap() = PathState::Live {
-                        ctrl,
-                        generation: generation + 1,
-                    };
-                    tracing::info!("{} path {path} is back (cntlid {cntlid})", self.subnqn());
-                    let _ = self.events.send(SessionEvent::PathUp { path, cntlid });
-                    self.changed.notify_waiters();
+        let weak = Arc::downgrade(&self);
+        let (delay, opts) = (self.policy.reconnect_delay, self.paths[path].opts.clone());
+        drop(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(delay).await;
+                let Some(session) = weak.upgrade() else {
+                    return;
+                };
+                let Some(since) = session.reconnecting_since(path) else {
+                    return;
+                };
+                drop(session);
+                let attempt = Controller::connect(opts.clone()).await;
+                let Some(session) = weak.upgrade() else {
+                    return;
+                };
+                if session.reconnected(path, generation, since, attempt) {
                     return;
                 }
-                Err(e) => {
-                    let expired = self
-                        .policy
-                        .ctrl_loss_tmo
-                        .is_some_and(|tmo| since.elapsed() >= tmo);
-                    let mut state = p.state.lock().unwrap();
-                    if expired {
-                        tracing::warn!("{} path {path} given up: {e}", self.subnqn());
-                        *state = PathState::GivenUp { last_error: e };
-                        drop(state);
-                        let _ = self.events.send(SessionEvent::PathGivenUp { path });
-                        self.changed.notify_waiters();
-                        return;
-                    }
-                    if let PathState::Reconnecting { last_error, .. } = &mut *state {
-                        *last_error = e;
-                    }
+            }
+        });
+    }
+
+    fn reconnecting_since(&self, path: usize) -> Option<Instant> {
+        match &*self.paths[path].state.lock().unwrap() {
+            PathState::Reconnecting { since, .. } => Some(*since),
+            _ => None,
+        }
+    }
+
+    /// Takes the result of a reconnect attempt; true when the path is settled (back, given up,
+    /// or no longer waiting because the session was shut down).
+    fn reconnected(
+        &self,
+        path: usize,
+        generation: u64,
+        since: Instant,
+        attempt: Result<Controller, HostError>,
+    ) -> bool {
+        let mut state = self.paths[path].state.lock().unwrap();
+        if !matches!(&*state, PathState::Reconnecting { .. }) {
+            return true; // shut down meanwhile: the new controller, if any, is dropped
+        }
+        match attempt {
+            Ok(ctrl) => {
+                let cntlid = ctrl.cntlid();
+                let ctrl = Arc::new(ctrl);
+                self.watch_events(&ctrl);
+                *state = PathState::Live {
+                    ctrl,
+                    generation: generation + 1,
+                };
+                drop(state);
+                tracing::info!("{} path {path} is back (cntlid {cntlid})", self.subnqn());
+                let _ = self.events.send(SessionEvent::PathUp { path, cntlid });
+                self.changed.notify_waiters();
+                true
+            }
+            Err(e) => {
+                let expired = self
+                    .policy
+                    .ctrl_loss_tmo
+                    .is_some_and(|tmo| since.elapsed() >= tmo);
+                if expired {
+                    tracing::warn!("{} path {path} given up: {e}", self.subnqn());
+                    *state = PathState::GivenUp { last_error: e };
+                    drop(state);
+                    let _ = self.events.send(SessionEvent::PathGivenUp { path });
+                    self.changed.notify_waiters();
+                    return true;
                 }
+                if let PathState::Reconnecting { last_error, .. } = &mut *state {
+                    *last_error = e;
+                }
+                false
             }
         }
     }
