@@ -84,7 +84,7 @@ async fn read_to_file(ctrl: &Controller, args: &RwArgs, size: u64) -> Result<(u6
         let data = ctrl
             .read(args.nsid, args.slba + done, nlb)
             .await
-            .with_context(|| format!("reading LBA {}", args.slba + done))?;
+            .with_context(|| format!("{}: reading LBA {}", where_(ctrl), args.slba + done))?;
         let keep = ((size - done * lba) as usize).min(data.len());
         out.write_all(&data[..keep]).await?;
         done += nlb as u64;
@@ -127,7 +127,7 @@ async fn write_from_file(ctrl: &Controller, args: &RwArgs) -> Result<(u64, f64)>
         let nlb = (buf.len() / lba) as u64;
         ctrl.write(args.nsid, slba, buf.freeze(), false)
             .await
-            .with_context(|| format!("writing LBA {slba}"))?;
+            .with_context(|| format!("{}: writing LBA {slba}", where_(ctrl)))?;
         moved += filled as u64;
         slba += nlb;
         if filled < want {
@@ -141,4 +141,10 @@ async fn write_from_file(ctrl: &Controller, args: &RwArgs) -> Result<(u64, f64)>
     }
     ctrl.flush(args.nsid).await?;
     Ok((moved, started.elapsed().as_secs_f64()))
+}
+
+/// "NQN at ADDR", so an error names the path.
+fn where_(ctrl: &Controller) -> String {
+    let opts = ctrl.options();
+    format!("{} at {}", opts.subnqn, opts.addr)
 }
