@@ -350,3 +350,63 @@ async fn checkpoint_reports_every_iteration() {
     }
     target.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_rides_out_a_target_restart_with_no_verify_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = Config::default_jbof(dir.path().to_path_buf());
+    cfg.listen = vec!["127.0.0.1:0".parse().unwrap()];
+    cfg.box_name = "clitest".into();
+    cfg.drives = 1;
+    cfg.drive_size = 32 * MIB;
+    cfg.backend = BackendKind::File; // the data outlives the restart
+    let target = Target::start(cfg.clone()).await.unwrap();
+    cfg.listen = target.listen_addrs();
+    let mut v = args(&[
+        "bench",
+        "--rw",
+        "randrw",
+        "--bs",
+        "16k",
+        "--iodepth",
+        "4",
+        "--size",
+        "8m",
+        "--time",
+        "3",
+        "--verify",
+        "-c",
+        "0.2",
+        "--json",
+    ]);
+    v.extend(address(&target, 0));
+    let run = tokio::spawn(fabrik(v));
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    target.shutdown().await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let target = Target::start(cfg).await.unwrap();
+    let out = run.await.unwrap();
+    assert!(out.ok, "{}", out.stderr);
+    let json: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(json["verify"]["errors"], 0, "{}", json["verify"]);
+    let events: Vec<&str> = json["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e.as_str())
+        .collect();
+    assert!(
+        events
+            .iter()
+            .any(|e| e.contains("path 0") && e.contains("down")),
+        "{events:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e.contains("path 0") && e.contains("back")),
+        "{events:?}"
+    );
+    assert!(out.stderr.contains("back (cntlid"), "{}", out.stderr);
+    target.shutdown().await;
+}

@@ -95,6 +95,7 @@ pub async fn run(
             r
         }),
         reference: None,
+        events: Vec::new(),
     })
 }
 

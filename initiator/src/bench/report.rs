@@ -97,6 +97,8 @@ pub struct Report {
     pub cpu: CpuUse,
     pub verify: Option<VerifyReport>,
     pub reference: Option<Reference>,
+    /// What happened to the sessions meanwhile (paths lost and back, namespaces changed).
+    pub events: Vec<String>,
 }
 
 /// Process CPU time so far (user, system).
@@ -217,6 +219,9 @@ impl Report {
             for e in &v.first_errors {
                 line(&mut out, format!("    {e}"));
             }
+        }
+        for e in &self.events {
+            line(&mut out, format!("  event: {e}"));
         }
         if let Some(r) = &self.reference {
             line(

@@ -171,7 +171,7 @@ async fn run_job(job: JobArgs) -> Result<()> {
     let spec = spec_from(&job)?;
     let (report, verify_errors) = on_bench_runtime(threads, async move {
         let drives = open_drives(&address, threads, job.iodepth).await?;
-        report_session_events(&drives);
+        let events = report_session_events(&drives);
         // The reference is measured half before and half after the run, so that a machine
         // whose load changes meanwhile skews both sides alike.
         let before = measure_reference(job.reference.map(|s| s / 2.0)).await?;
@@ -185,7 +185,8 @@ async fn run_job(job: JobArgs) -> Result<()> {
                 tcp_rtt_p50_us: (before.tcp_rtt_p50_us + after.tcp_rtt_p50_us) / 2.0,
             });
         }
-        let report = report?;
+        let mut report = report?;
+        report.events = events.lock().unwrap().clone();
         let errors = report.verify.as_ref().map_or(0, |v| v.errors);
         if job.json {
             println!("{}", serde_json::to_string_pretty(&report)?);
@@ -408,8 +409,9 @@ pub async fn open_drives(
 }
 
 /// Prints what happens to the sessions (paths lost and back, namespaces added or removed) on
-/// stderr while the benchmark runs.
-pub fn report_session_events(drives: &[Drive]) {
+/// stderr while the benchmark runs, and keeps it for the report.
+pub fn report_session_events(drives: &[Drive]) -> Arc<std::sync::Mutex<Vec<String>>> {
+    let log: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
     let mut seen: Vec<Arc<Session>> = Vec::new();
     for d in drives {
         if seen.iter().any(|s| Arc::ptr_eq(s, &d.session)) {
@@ -418,6 +420,7 @@ pub fn report_session_events(drives: &[Drive]) {
         seen.push(d.session.clone());
         let mut events = d.session.events();
         let session = d.session.clone();
+        let log = log.clone();
         tokio::spawn(async move {
             while let Ok(event) = events.recv().await {
                 let path = |p: usize| {
@@ -440,10 +443,13 @@ pub fn report_session_events(drives: &[Drive]) {
                         format!("namespace {nsid} removed")
                     }
                 };
-                eprintln!("{}: {text}", session.subnqn());
+                let text = format!("{}: {text}", session.subnqn());
+                eprintln!("{text}");
+                log.lock().unwrap().push(text);
             }
         });
     }
+    log
 }
 
 /// Every NVMe/TCP subsystem the discovery controller at `addr` offers this host, referrals
