@@ -68,6 +68,15 @@ pub struct AddressArgs {
     /// Data digest.
     #[arg(short = 'G', long)]
     pub data_digest: bool,
+    /// Host ID, a UUID [default: random].
+    #[arg(short = 'I', long)]
+    pub hostid: Option<String>,
+    /// Entries per I/O queue [default: 128, or more for a deeper --iodepth].
+    #[arg(short = 'Q', long)]
+    pub queue_size: Option<u16>,
+    /// Keep-alive timeout in seconds.
+    #[arg(short = 'k', long, default_value_t = 5)]
+    pub keep_alive_tmo: u32,
     /// Another path to the same subsystems, HOST:PORT (repeatable): one multipath session.
     #[arg(long = "path", value_name = "HOST:PORT")]
     pub paths: Vec<String>,
@@ -317,11 +326,14 @@ pub async fn open_drives(
         "rdma" => bail!("-t rdma: not in this build yet (NVMe/RDMA host support is coming)"),
         other => bail!("-t {other}: unknown transport (tcp or rdma)"),
     }
-    let host = address
+    let mut host = address
         .hostnqn
         .clone()
         .map(HostIdentity::with_nqn)
         .unwrap_or_else(HostIdentity::random);
+    if let Some(id) = &address.hostid {
+        host.id = parse_uuid(id).with_context(|| format!("--hostid {id:?} is not a UUID"))?;
+    }
     let host_name = address.traddr.trim_start_matches('[').trim_end_matches(']');
     let targets: Vec<(Vec<SocketAddr>, String)> = if address.all {
         let port = address.trsvcid.unwrap_or(DISCOVERY_PORT);
@@ -360,9 +372,11 @@ pub async fn open_drives(
         for path in paths {
             let mut opts = ConnectOptions::new(path, &nqn).with_host(&host);
             opts.io_queues = threads as u16;
-            opts.queue_size = opts
-                .queue_size
-                .max(iodepth.saturating_add(1).min(u16::MAX as u32) as u16);
+            opts.queue_size = address.queue_size.unwrap_or(
+                opts.queue_size
+                    .max(iodepth.saturating_add(1).min(u16::MAX as u32) as u16),
+            );
+            opts.kato_ms = address.keep_alive_tmo.saturating_mul(1000);
             opts.digests = Digests {
                 header: address.hdr_digest,
                 data: address.data_digest,
@@ -521,7 +535,36 @@ async fn resolve(host: &str, port: u16) -> Result<SocketAddr> {
         .with_context(|| format!("{host} has no address"))
 }
 
+/// A UUID as 16 bytes (hyphens optional).
+fn parse_uuid(text: &str) -> Option<[u8; 16]> {
+    let hex: String = text.chars().filter(|&c| c != '-').collect();
+    if hex.len() != 32 {
+        return None;
+    }
+    let mut id = [0u8; 16];
+    for (i, byte) in id.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(id)
+}
+
 fn random_seed() -> u64 {
     let id = fabrik_initiator::host::options::random_uuid();
     u64::from_le_bytes(id[..8].try_into().expect("8 bytes"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_ids_parse_as_uuids() {
+        let id = parse_uuid("123e4567-e89b-42d3-a456-426614174000").unwrap();
+        assert_eq!(
+            fabrik_initiator::host::options::format_uuid(&id),
+            "123e4567-e89b-42d3-a456-426614174000"
+        );
+        assert!(parse_uuid("123e4567").is_none());
+        assert!(parse_uuid("zz3e4567-e89b-42d3-a456-426614174000").is_none());
+    }
 }
