@@ -237,6 +237,7 @@ async fn refusals_are_clear() {
         (vec!["--size", "1g"], "the smallest has"),
         (vec!["--mem", "gpu"], "only host memory"),
         (vec!["--rw", "sideways"], "unknown --rw"),
+        (vec!["--rw", "read", "--verify"], "say how much with --size"),
     ] {
         let mut v = args(&["bench", "--quiet"]);
         v.extend(a.clone());

@@ -248,6 +248,9 @@ pub fn spec_from(job: &JobArgs) -> Result<Spec> {
         );
     }
     let bs = u32::try_from(job.bs).context("--bs is over 4 GiB")?;
+    if job.verify && !job.no_prefill && !job.rw.writes() && job.size.is_none() {
+        bail!("--verify on a read workload writes its region first: say how much with --size");
+    }
     let time = match (job.time, job.size) {
         (Some(t), _) if !(t > 0.0 && t.is_finite()) => bail!("--time must be positive seconds"),
         (Some(t), _) => Some(Duration::from_secs_f64(t)),
