@@ -14,6 +14,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod bench;
 pub mod error;
 pub mod host;
 pub mod placement;

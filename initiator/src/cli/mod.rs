@@ -1,10 +1,20 @@
 //! The `fabrik` subcommands: this file names them and dispatches; each lives in its own file.
 
 mod args;
+mod bench;
+mod bench_checkpoint;
+mod bench_sweep;
+mod connect;
+mod connect_all;
+mod disconnect;
 mod discover;
 mod id_ctrl;
+mod id_ns;
 mod io_check;
+mod list;
 mod place;
+mod rw;
+mod smart_log;
 mod topo;
 
 use anyhow::Result;
@@ -19,6 +29,24 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Benchmark drives (fio-like): throughput, IOPS, latency percentiles, verify mode.
+    Bench(Box<bench::BenchArgs>),
+    /// Connect a kernel NVMe-oF session (as `nvme connect`): /dev/nvmeXnY appear.
+    Connect(connect::ConnectArgs),
+    /// Kernel sessions to every subsystem of a discovery log (as `nvme connect-all`).
+    ConnectAll(connect_all::ConnectAllArgs),
+    /// Disconnect kernel sessions (as `nvme disconnect`).
+    Disconnect(disconnect::DisconnectArgs),
+    /// List the kernel's NVMe namespaces and controllers (as `nvme list`).
+    List(list::ListArgs),
+    /// Identify Namespace over a userspace session.
+    IdNs(id_ns::IdNsArgs),
+    /// SMART / Health log over a userspace session.
+    SmartLog(smart_log::SmartLogArgs),
+    /// Read blocks into a file (dd-like) over a userspace session.
+    Read(rw::RwArgs),
+    /// Write a file to blocks (dd-like) over a userspace session.
+    Write(rw::RwArgs),
     /// Print the discovery log of a target.
     Discover(discover::DiscoverArgs),
     /// Connect to a subsystem and print its Identify Controller data.
@@ -33,6 +61,15 @@ enum Command {
 
 pub async fn run() -> Result<()> {
     match Cli::parse().command {
+        Command::Bench(args) => bench::run(*args).await,
+        Command::Connect(args) => connect::run(args).await,
+        Command::ConnectAll(args) => connect_all::run(args).await,
+        Command::Disconnect(args) => disconnect::run(args).await,
+        Command::List(args) => list::run(args).await,
+        Command::IdNs(args) => id_ns::run(args).await,
+        Command::SmartLog(args) => smart_log::run(args).await,
+        Command::Read(args) => rw::read(args).await,
+        Command::Write(args) => rw::write(args).await,
         Command::Discover(args) => discover::run(args).await,
         Command::IdCtrl(args) => id_ctrl::run(args).await,
         Command::IoCheck(args) => io_check::run(args).await,

@@ -272,6 +272,33 @@ impl Controller {
         self.admin.submit(sqe, data_out, data_in_len).await
     }
 
+    /// An Asynchronous Event Request, to await with no timeout (it completes only when an event
+    /// happens). The future holds the admin queue, not the controller; it fails once the
+    /// controller is shut down or its connection lost. Resolves to completion dword 0 (event
+    /// type, information, log page).
+    pub fn async_event_request(
+        &self,
+    ) -> impl std::future::Future<Output = Result<u32, HostError>> + Send + 'static {
+        let admin = self.admin.clone();
+        async move {
+            let sqe = AdminCommand::AsyncEventRequest.to_sqe(0);
+            let completion = admin
+                .transport()
+                .submit(sqe, None, 0, ADMIN_IN_CAPSULE_LIMIT)
+                .await?;
+            let status = completion.cqe.status;
+            if !status.is_success() {
+                return Err(HostError::Status {
+                    status,
+                    command: "Asynchronous Event Request".into(),
+                    qid: 0,
+                    result: completion.cqe.dw0(),
+                });
+            }
+            Ok(completion.cqe.dw0())
+        }
+    }
+
     /// Sends any command on I/O queue `qid` (1-based, as on the wire).
     pub async fn submit_io(
         &self,

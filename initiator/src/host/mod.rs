@@ -2,9 +2,12 @@
 
 pub mod controller;
 pub mod discovery;
+pub mod events;
 pub mod io;
+pub mod kernel;
 pub mod options;
 pub mod queue;
+pub mod session;
 
 pub use controller::Controller;
 pub use discovery::{discover, DiscoveryLog};

@@ -1,0 +1,471 @@
+//! Running a benchmark: phases (prefill, the measured run, read-back verify), each with
+//! `threads` x `iodepth` I/O loops; worker `w` sends on I/O queue `w` of every controller.
+
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use hdrhistogram::Histogram;
+
+use super::layout::Layout;
+use super::pattern::{self, drive_tag};
+use super::report::{self, new_histogram, Report, VerifyReport};
+use super::{BenchError, Drive, PhaseState, Progress, Rw, Spec};
+
+/// Bad blocks listed by name in the report; the rest are counted.
+const LISTED_ERRORS: usize = 10;
+
+/// Runs `spec` over `drives` (striped in the order given) and reports the measured phase.
+pub async fn run(
+    drives: Vec<Drive>,
+    spec: Spec,
+    progress: Arc<Progress>,
+) -> Result<Report, BenchError> {
+    let layout = check(&drives, &spec)?;
+    let verify = spec.verify.map(|v| VerifyState {
+        seed: v.seed,
+        tags: drives
+            .iter()
+            .map(|d| drive_tag(d.session.subnqn(), d.nsid))
+            .collect(),
+        written: (0..drives.len())
+            .map(|_| Bitmap::new(layout.units_per_drive))
+            .collect(),
+        // Reads without a prefill trust that an earlier run wrote the region with this seed.
+        trust_all: !v.prefill && !spec.rw.writes(),
+        checked: AtomicU64::new(0),
+        report: Mutex::new(VerifyReport {
+            seed: v.seed,
+            ..VerifyReport::default()
+        }),
+    });
+    let ctx = Arc::new(Context {
+        write_data: Bytes::from(vec![0xa5u8; spec.bs as usize]),
+        drives,
+        layout,
+        spec,
+        verify,
+        progress,
+    });
+
+    if let Some(v) = ctx.spec.verify {
+        if v.prefill && !ctx.spec.rw.writes() {
+            phase(&ctx, Phase::Prefill).await?;
+        }
+    }
+    let cpu_start = report::cpu_times();
+    let measured = phase(&ctx, Phase::Measured).await?;
+    let cpu = report::cpu_use(cpu_start, report::cpu_times(), measured.wall);
+    if ctx.verify.is_some() && ctx.spec.rw.writes() {
+        phase(&ctx, Phase::ReadBack).await?;
+    }
+
+    let spec = &ctx.spec;
+    let wall = measured.wall;
+    let mut all = measured.reads.clone();
+    all.add(&measured.writes).expect("same histogram bounds");
+    let bytes = measured.read_bytes + measured.write_bytes;
+    let secs = wall.as_secs_f64().max(1e-9);
+    Ok(Report {
+        rw: spec.rw.name().into(),
+        bs: spec.bs,
+        iodepth: spec.iodepth,
+        threads: spec.threads,
+        drives: ctx.drives.len(),
+        runtime_s: wall.as_secs_f64(),
+        ios: all.len(),
+        bytes,
+        iops: all.len() as f64 / secs,
+        bytes_per_sec: bytes as f64 / secs,
+        gib_per_sec: bytes as f64 / secs / (1u64 << 30) as f64,
+        lat_us: report::Latency::from_histogram(&all),
+        read: spec
+            .rw
+            .reads()
+            .then(|| report::direction(&measured.reads, measured.read_bytes, wall)),
+        write: spec
+            .rw
+            .writes()
+            .then(|| report::direction(&measured.writes, measured.write_bytes, wall)),
+        cpu,
+        verify: ctx.verify.as_ref().map(|v| {
+            let mut r = v.report.lock().unwrap().clone();
+            r.blocks_checked = v.checked.load(Ordering::Relaxed);
+            r
+        }),
+        reference: None,
+        events: Vec::new(),
+    })
+}
+
+/// Checks the spec against the drives; returns the layout of the striped region.
+fn check(drives: &[Drive], spec: &Spec) -> Result<Layout, BenchError> {
+    let invalid = |m: String| Err(BenchError::Invalid(m));
+    if drives.is_empty() {
+        return invalid("no drives to run on".into());
+    }
+    if spec.bs == 0 || spec.iodepth == 0 || spec.threads == 0 {
+        return invalid("--bs, --iodepth and --threads must be positive".into());
+    }
+    if spec.read_percent > 100 {
+        return invalid("--rwmixread is a percentage (0 to 100)".into());
+    }
+    for d in drives {
+        if !spec.bs.is_multiple_of(d.lba_size) {
+            return invalid(format!(
+                "--bs {} is not a multiple of the {}-byte blocks of {}",
+                spec.bs,
+                d.lba_size,
+                d.describe()
+            ));
+        }
+        let queues = d.session.controller().map_or(0, |c| c.io_queue_count());
+        if queues < spec.threads {
+            return invalid(format!(
+                "{} has {queues} I/O queues, fewer than the {} threads",
+                d.describe(),
+                spec.threads
+            ));
+        }
+    }
+    let bs = spec.bs as u64;
+    let smallest = drives
+        .iter()
+        .map(|d| d.blocks * d.lba_size as u64)
+        .min()
+        .unwrap_or(0);
+    if !spec.offset.is_multiple_of(bs) {
+        return invalid(format!(
+            "the region offset {} is not a multiple of --bs",
+            spec.offset
+        ));
+    }
+    let smallest = smallest.saturating_sub(spec.offset);
+    let per_drive = match spec.size {
+        Some(size) => {
+            let per_drive = size / drives.len() as u64;
+            if per_drive > smallest {
+                return invalid(format!(
+                    "--size {size} over {} drives needs {per_drive} bytes of each; the smallest has {smallest}",
+                    drives.len()
+                ));
+            }
+            per_drive
+        }
+        None => smallest,
+    };
+    let units_per_drive = per_drive / bs;
+    if units_per_drive == 0 {
+        return invalid(format!(
+            "the region ({per_drive} bytes per drive) is smaller than one {bs}-byte I/O"
+        ));
+    }
+    Ok(Layout {
+        drives: drives.len(),
+        units_per_drive,
+        bs,
+    })
+}
+
+struct Context {
+    drives: Vec<Drive>,
+    layout: Layout,
+    spec: Spec,
+    verify: Option<VerifyState>,
+    progress: Arc<Progress>,
+    /// What non-verify writes send (its content does not matter, and a shared buffer costs no
+    /// copy per I/O).
+    write_data: Bytes,
+}
+
+struct VerifyState {
+    seed: u64,
+    tags: Vec<u32>,
+    /// Units written with the pattern, per drive: reads check those.
+    written: Vec<Bitmap>,
+    trust_all: bool,
+    checked: AtomicU64,
+    report: Mutex<VerifyReport>,
+}
+
+struct Bitmap(Vec<AtomicU64>);
+
+impl Bitmap {
+    fn new(bits: u64) -> Bitmap {
+        Bitmap((0..bits.div_ceil(64)).map(|_| AtomicU64::new(0)).collect())
+    }
+    fn set(&self, bit: u64) {
+        self.0[(bit / 64) as usize].fetch_or(1 << (bit % 64), Ordering::Relaxed);
+    }
+    fn get(&self, bit: u64) -> bool {
+        self.0[(bit / 64) as usize].load(Ordering::Relaxed) & (1 << (bit % 64)) != 0
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Sequential writes of the whole region with the verify pattern (not measured).
+    Prefill,
+    /// The workload asked for.
+    Measured,
+    /// Sequential reads of the whole region, checking every unit written (not measured).
+    ReadBack,
+}
+
+/// What one phase measured.
+struct Measured {
+    reads: Histogram<u64>,
+    writes: Histogram<u64>,
+    read_bytes: u64,
+    write_bytes: u64,
+    wall: Duration,
+}
+
+/// What one I/O loop measured.
+struct LoopResult {
+    reads: Histogram<u64>,
+    writes: Histogram<u64>,
+    read_bytes: u64,
+    write_bytes: u64,
+}
+
+async fn phase(ctx: &Arc<Context>, phase: Phase) -> Result<Measured, BenchError> {
+    let spec = &ctx.spec;
+    let (rw, time) = match phase {
+        Phase::Prefill => (Rw::Write, None),
+        Phase::Measured => (spec.rw, spec.time),
+        Phase::ReadBack => (Rw::Read, None),
+    };
+    let units = ctx.layout.units();
+    ctx.progress.start_phase(PhaseState {
+        name: match phase {
+            Phase::Prefill => "prefill",
+            Phase::Measured => "run",
+            Phase::ReadBack => "verify",
+        },
+        started: Instant::now(),
+        total_bytes: time.is_none().then_some(units * ctx.layout.bs),
+        duration: time,
+    });
+    let stop = Arc::new(AtomicBool::new(false));
+    let first_error: Arc<Mutex<Option<BenchError>>> = Arc::new(Mutex::new(None));
+    let started = Instant::now();
+    let deadline = time.map(|t| started + t);
+    let mut loops = Vec::new();
+    for worker in 0..spec.threads {
+        // Sequential: each worker walks its own slice. Random: anywhere, a worker's share of
+        // one region's worth of I/Os.
+        let slice = if rw.is_random() {
+            0..units
+        } else {
+            ctx.layout.slice(worker, spec.threads)
+        };
+        let share = if time.is_some() {
+            i64::MAX
+        } else if rw.is_random() {
+            ctx.layout.slice(worker, spec.threads).count() as i64
+        } else {
+            slice.end as i64 - slice.start as i64
+        };
+        let remaining = Arc::new(AtomicI64::new(share));
+        let cursor = Arc::new(AtomicU64::new(0));
+        for slot in 0..spec.iodepth {
+            let io = IoLoop {
+                ctx: ctx.clone(),
+                rw,
+                phase,
+                worker,
+                slice: slice.clone(),
+                remaining: remaining.clone(),
+                cursor: cursor.clone(),
+                deadline,
+                stop: stop.clone(),
+                rng: seed_rng(worker, slot),
+            };
+            let (stop, first_error) = (stop.clone(), first_error.clone());
+            loops.push(tokio::spawn(async move {
+                let result = io.run().await;
+                if let Err(e) = &result {
+                    stop.store(true, Ordering::Relaxed);
+                    let mut first = first_error.lock().unwrap();
+                    if first.is_none() {
+                        *first = Some(e.clone());
+                    }
+                }
+                result
+            }));
+        }
+    }
+    let mut measured = Measured {
+        reads: new_histogram(),
+        writes: new_histogram(),
+        read_bytes: 0,
+        write_bytes: 0,
+        wall: Duration::ZERO,
+    };
+    for handle in loops {
+        match handle.await {
+            Ok(Ok(r)) => {
+                measured.reads.add(&r.reads).expect("same bounds");
+                measured.writes.add(&r.writes).expect("same bounds");
+                measured.read_bytes += r.read_bytes;
+                measured.write_bytes += r.write_bytes;
+            }
+            Ok(Err(_)) => {}
+            Err(join) => {
+                return Err(BenchError::Invalid(format!(
+                    "an I/O loop failed (a bug): {join}"
+                )))
+            }
+        }
+    }
+    measured.wall = started.elapsed();
+    if let Some(err) = first_error.lock().unwrap().take() {
+        return Err(err);
+    }
+    Ok(measured)
+}
+
+/// One of a worker's `iodepth` loops: one command in flight at a time.
+struct IoLoop {
+    ctx: Arc<Context>,
+    rw: Rw,
+    phase: Phase,
+    worker: usize,
+    slice: std::ops::Range<u64>,
+    remaining: Arc<AtomicI64>,
+    cursor: Arc<AtomicU64>,
+    deadline: Option<Instant>,
+    stop: Arc<AtomicBool>,
+    rng: u64,
+}
+
+impl IoLoop {
+    async fn run(mut self) -> Result<LoopResult, BenchError> {
+        let ctx = self.ctx.clone();
+        let spec = &ctx.spec;
+        let bs = spec.bs as u64;
+        let mut result = LoopResult {
+            reads: new_histogram(),
+            writes: new_histogram(),
+            read_bytes: 0,
+            write_bytes: 0,
+        };
+        loop {
+            if self.stop.load(Ordering::Relaxed) {
+                break;
+            }
+            if self.deadline.is_some_and(|d| Instant::now() >= d) {
+                break;
+            }
+            if self.remaining.fetch_sub(1, Ordering::Relaxed) <= 0 {
+                break;
+            }
+            let span = self.slice.end - self.slice.start;
+            let unit = if self.rw.is_random() {
+                self.slice.start + self.next_random() % span
+            } else {
+                self.slice.start + self.cursor.fetch_add(1, Ordering::Relaxed) % span
+            };
+            let is_read = match self.rw {
+                Rw::Read | Rw::RandRead => true,
+                Rw::Write | Rw::RandWrite => false,
+                Rw::RandRw => self.next_random() % 100 < spec.read_percent as u64,
+            };
+            let (d, drive_unit) = ctx.layout.locate(unit);
+            let drive = &ctx.drives[d];
+            let slba = (ctx.spec.offset + drive_unit * bs) / drive.lba_size as u64;
+            let nlb = spec.bs / drive.lba_size;
+            if is_read {
+                let check = ctx.verify.as_ref().filter(|v| {
+                    self.phase != Phase::Prefill && (v.trust_all || v.written[d].get(drive_unit))
+                });
+                let t0 = Instant::now();
+                let data = drive
+                    .session
+                    .read(self.worker, drive.nsid, slba, nlb)
+                    .await
+                    .map_err(|e| io_error(drive, e))?;
+                record(&mut result.reads, t0);
+                result.read_bytes += bs;
+                if let Some(v) = check {
+                    v.check(drive, d, slba, &data);
+                }
+            } else {
+                let data = match &ctx.verify {
+                    Some(v) => {
+                        let mut buf = BytesMut::zeroed(spec.bs as usize);
+                        pattern::fill(&mut buf, drive.lba_size as usize, slba, v.tags[d], v.seed);
+                        buf.freeze()
+                    }
+                    None => ctx.write_data.clone(),
+                };
+                let t0 = Instant::now();
+                drive
+                    .session
+                    .write(self.worker, drive.nsid, slba, data, false)
+                    .await
+                    .map_err(|e| io_error(drive, e))?;
+                record(&mut result.writes, t0);
+                result.write_bytes += bs;
+                if let Some(v) = &ctx.verify {
+                    v.written[d].set(drive_unit);
+                }
+            }
+            ctx.progress.bytes.fetch_add(bs, Ordering::Relaxed);
+        }
+        Ok(result)
+    }
+
+    /// xorshift64*.
+    fn next_random(&mut self) -> u64 {
+        self.rng ^= self.rng >> 12;
+        self.rng ^= self.rng << 25;
+        self.rng ^= self.rng >> 27;
+        self.rng.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+}
+
+impl VerifyState {
+    fn check(&self, drive: &Drive, index: usize, slba: u64, data: &[u8]) {
+        let lba_size = drive.lba_size as usize;
+        let blocks = (data.len() / lba_size) as u64;
+        self.checked.fetch_add(blocks, Ordering::Relaxed);
+        let bad = pattern::check(data, lba_size, slba, self.tags[index], self.seed);
+        if bad.is_empty() {
+            return;
+        }
+        let mut report = self.report.lock().unwrap();
+        report.errors += bad.len() as u64;
+        for (lba, mismatch) in bad {
+            if report.first_errors.len() < LISTED_ERRORS {
+                report.first_errors.push(format!(
+                    "drive {index} ({}) LBA {lba}: {mismatch}",
+                    drive.describe()
+                ));
+            }
+        }
+    }
+}
+
+fn record(histogram: &mut Histogram<u64>, started: Instant) {
+    let ns = started.elapsed().as_nanos().max(1) as u64;
+    histogram.saturating_record(ns);
+}
+
+fn io_error(drive: &Drive, error: crate::HostError) -> BenchError {
+    BenchError::Io {
+        path: drive.describe(),
+        error,
+    }
+}
+
+/// A different random stream per loop and per run.
+fn seed_rng(worker: usize, slot: u32) -> u64 {
+    let clock = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos() as u64;
+    (clock ^ ((worker as u64) << 32 | slot as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15)) | 1
+}

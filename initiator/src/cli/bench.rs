@@ -1,0 +1,573 @@
+//! `fabrik bench`: fio/gdsio-like benchmarks over the userspace NVMe-oF host, addressed as
+//! nvme-cli addresses subsystems. The engine is `fabrik_initiator::bench`.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use fabrik_initiator::bench::report::Reference;
+use fabrik_initiator::bench::{
+    self, parse_size, reference, Drive, Progress, Report, Rw, Spec, VerifySpec,
+};
+use fabrik_initiator::host::session::{RecoveryPolicy, Session, SessionEvent};
+use fabrik_initiator::proto::fabrics::discovery::{subtype, trtype};
+use fabrik_initiator::proto::tcp::Digests;
+use fabrik_initiator::{discover, ConnectOptions, Controller, HostIdentity};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use super::args::{DISCOVERY_PORT, IO_PORT};
+
+#[derive(Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    workload: Option<Workload>,
+    #[command(flatten)]
+    job: JobArgs,
+}
+
+#[derive(Subcommand)]
+enum Workload {
+    /// LLM-checkpoint workload: N checkpoints written as shards across the drives in parallel.
+    Checkpoint(super::bench_checkpoint::CheckpointArgs),
+}
+
+/// Where the drives are: nvme-cli's addressing options.
+#[derive(Args, Clone)]
+pub struct AddressArgs {
+    /// Transport: tcp or rdma.
+    #[arg(short = 't', long, default_value = "tcp")]
+    pub transport: String,
+    /// Target address (IP or host name).
+    #[arg(short = 'a', long)]
+    pub traddr: String,
+    /// Port (default 4420; with --all, the discovery port 8009).
+    #[arg(short = 's', long)]
+    pub trsvcid: Option<u16>,
+    /// Subsystem NQN (repeatable).
+    #[arg(short = 'n', long = "nqn", required_unless_present = "all")]
+    pub nqns: Vec<String>,
+    /// Every NVM subsystem the target's discovery log offers this host.
+    #[arg(long, conflicts_with = "nqns")]
+    pub all: bool,
+    /// Host NQN (default: a random UUID-based NQN).
+    #[arg(short = 'q', long)]
+    pub hostnqn: Option<String>,
+    /// Namespaces of each subsystem, comma-separated (default: every active one).
+    #[arg(long, value_delimiter = ',')]
+    pub nsid: Vec<u32>,
+    /// Use only the first N namespaces found (striped in order).
+    #[arg(long)]
+    pub drives: Option<usize>,
+    /// Header digest.
+    #[arg(short = 'g', long)]
+    pub hdr_digest: bool,
+    /// Data digest.
+    #[arg(short = 'G', long)]
+    pub data_digest: bool,
+    /// Host ID, a UUID [default: random].
+    #[arg(short = 'I', long)]
+    pub hostid: Option<String>,
+    /// Entries per I/O queue [default: 128, or more for a deeper --iodepth].
+    #[arg(short = 'Q', long)]
+    pub queue_size: Option<u16>,
+    /// Keep-alive timeout in seconds.
+    #[arg(short = 'k', long, default_value_t = 5)]
+    pub keep_alive_tmo: u32,
+    /// Another path to the same subsystems, HOST:PORT (repeatable): one multipath session.
+    #[arg(long = "path", value_name = "HOST:PORT")]
+    pub paths: Vec<String>,
+    /// Seconds between reconnect attempts of a lost path.
+    #[arg(short = 'c', long, default_value_t = 2.0)]
+    pub reconnect_delay: f64,
+    /// Seconds a path may stay lost before its commands fail (-1: never).
+    #[arg(
+        short = 'l',
+        long,
+        default_value_t = 30.0,
+        allow_negative_numbers = true
+    )]
+    pub ctrl_loss_tmo: f64,
+}
+
+#[derive(Args, Clone)]
+pub struct JobArgs {
+    #[command(flatten)]
+    pub address: Option<AddressArgs>,
+    /// Access pattern: read, write, randread, randwrite, randrw.
+    #[arg(long, default_value = "randread")]
+    pub rw: Rw,
+    /// Percentage of reads in randrw.
+    #[arg(long, default_value_t = 50)]
+    pub rwmixread: u8,
+    /// Bytes per I/O (e.g. 4k, 128k, 1m).
+    #[arg(long, default_value = "4k", value_parser = parse_size)]
+    pub bs: u64,
+    /// Commands in flight per thread.
+    #[arg(long, default_value_t = 1)]
+    pub iodepth: u32,
+    /// Worker threads, each with its own I/O queue on every controller.
+    #[arg(long, default_value_t = 1)]
+    pub threads: usize,
+    /// Region to use across the drives, from LBA 0 (e.g. 1g); without --time the run moves this
+    /// much [default: the drives whole].
+    #[arg(long, value_parser = parse_size)]
+    pub size: Option<u64>,
+    /// Run for this many seconds, round the region [default: 10 unless --size is given].
+    #[arg(long)]
+    pub time: Option<f64>,
+    /// Buffer memory: host (gpu joins with GPU support).
+    #[arg(long, default_value = "host")]
+    pub mem: String,
+    /// Every block carries its address and a seed; reads check them. Read workloads write the
+    /// region first (see --no-prefill).
+    #[arg(long)]
+    pub verify: bool,
+    /// Seed of the verify pattern [default: random].
+    #[arg(long, requires = "verify")]
+    pub verify_seed: Option<u64>,
+    /// With --verify on a read workload: do not write first, check blocks an earlier run wrote
+    /// with --verify-seed.
+    #[arg(long, requires = "verify_seed")]
+    pub no_prefill: bool,
+    /// Also measure raw loopback TCP throughput and round trip in this run, for SECS seconds
+    /// each, half before and half after the workload.
+    #[arg(long, num_args = 0..=1, default_missing_value = "2")]
+    pub reference: Option<f64>,
+    /// Run the job once per block size x threads x iodepth of the --sweep-* lists (--time
+    /// each, default 2 s); print a table and write heatmaps to --svg.
+    #[arg(long)]
+    pub sweep: bool,
+    /// Block sizes of a sweep.
+    #[arg(long, default_value = "4k,16k,64k,128k,1m")]
+    pub sweep_bs: String,
+    /// Thread counts of a sweep.
+    #[arg(long, default_value = "1,2")]
+    pub sweep_threads: String,
+    /// Queue depths of a sweep.
+    #[arg(long, default_value = "1,8,32")]
+    pub sweep_iodepth: String,
+    /// Where a sweep's heatmaps (SVG) go.
+    #[arg(long, default_value = "fabrik-sweep.svg")]
+    pub svg: std::path::PathBuf,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+pub async fn run(args: BenchArgs) -> Result<()> {
+    match args.workload {
+        Some(Workload::Checkpoint(c)) => super::bench_checkpoint::run(c).await,
+        None => run_job(args.job).await,
+    }
+}
+
+async fn run_job(job: JobArgs) -> Result<()> {
+    let address = job
+        .address
+        .clone()
+        .context("-a/--traddr and -n/--nqn (or --all) say which drives to use")?;
+    if job.sweep {
+        return super::bench_sweep::run(job, address);
+    }
+    let threads = job.threads;
+    let spec = spec_from(&job)?;
+    let (report, verify_errors) = on_bench_runtime(threads, async move {
+        let drives = open_drives(&address, threads, job.iodepth).await?;
+        let events = report_session_events(&drives);
+        // The reference is measured half before and half after the run, so that a machine
+        // whose load changes meanwhile skews both sides alike.
+        let before = measure_reference(job.reference.map(|s| s / 2.0)).await?;
+        let mut report = run_spec(&drives, spec, job.quiet || job.json).await;
+        close_drives(drives).await;
+        let after = measure_reference(job.reference.map(|s| s / 2.0)).await?;
+        if let (Ok(r), Some(before), Some(after)) = (&mut report, before, after) {
+            r.reference = Some(Reference {
+                tcp_bytes_per_sec: (before.tcp_bytes_per_sec + after.tcp_bytes_per_sec) / 2.0,
+                tcp_rtt_us: (before.tcp_rtt_us + after.tcp_rtt_us) / 2.0,
+                tcp_rtt_p50_us: (before.tcp_rtt_p50_us + after.tcp_rtt_p50_us) / 2.0,
+            });
+        }
+        let mut report = report?;
+        report.events = events.lock().unwrap().clone();
+        let errors = report.verify.as_ref().map_or(0, |v| v.errors);
+        if job.json {
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        } else {
+            print!("{}", report.to_text());
+        }
+        Ok((report, errors))
+    })?;
+    if verify_errors > 0 {
+        bail!(
+            "verify: {verify_errors} bad blocks (seed {:#x})",
+            report.verify.map_or(0, |v| v.seed)
+        );
+    }
+    Ok(())
+}
+
+async fn measure_reference(secs: Option<f64>) -> Result<Option<Reference>> {
+    let Some(secs) = secs else { return Ok(None) };
+    let reference = tokio::task::spawn_blocking(move || reference::measure(secs))
+        .await?
+        .context("measuring raw loopback TCP")?;
+    Ok(Some(reference))
+}
+
+/// Runs `work` on a runtime of its own with one worker thread per bench thread.
+pub fn on_bench_runtime<T: Send + 'static>(
+    threads: usize,
+    work: impl std::future::Future<Output = Result<T>> + Send + 'static,
+) -> Result<T> {
+    std::thread::scope(|scope| {
+        scope
+            .spawn(move || {
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(threads.max(1))
+                    .enable_all()
+                    .build()?
+                    .block_on(work)
+            })
+            .join()
+            .unwrap_or_else(|_| bail!("the benchmark thread panicked"))
+    })
+}
+
+pub fn spec_from(job: &JobArgs) -> Result<Spec> {
+    if job.mem != "host" {
+        bail!(
+            "--mem {}: only host memory in this build (gpu joins with GPU support)",
+            job.mem
+        );
+    }
+    let bs = u32::try_from(job.bs).context("--bs is over 4 GiB")?;
+    if job.verify && !job.no_prefill && !job.rw.writes() && job.size.is_none() {
+        bail!("--verify on a read workload writes its region first: say how much with --size");
+    }
+    let time = match (job.time, job.size) {
+        (Some(t), _) if !(t > 0.0 && t.is_finite()) => bail!("--time must be positive seconds"),
+        (Some(t), _) => Some(Duration::from_secs_f64(t)),
+        (None, Some(_)) => None,
+        (None, None) => Some(Duration::from_secs(10)),
+    };
+    Ok(Spec {
+        rw: job.rw,
+        read_percent: job.rwmixread,
+        bs,
+        iodepth: job.iodepth,
+        threads: job.threads,
+        size: job.size,
+        time,
+        offset: 0,
+        verify: job.verify.then(|| VerifySpec {
+            seed: job.verify_seed.unwrap_or_else(random_seed),
+            prefill: !job.no_prefill,
+        }),
+    })
+}
+
+/// Runs one spec with a progress bar on stderr (unless `quiet`).
+pub async fn run_spec(drives: &[Drive], spec: Spec, quiet: bool) -> Result<Report> {
+    let progress = Arc::new(Progress::default());
+    let done = Arc::new(AtomicBool::new(false));
+    let bar = (!quiet).then(|| spawn_progress_bar(progress.clone(), done.clone()));
+    let result = bench::run(drives.to_vec(), spec, progress).await;
+    done.store(true, Ordering::Relaxed);
+    if let Some(bar) = bar {
+        let _ = bar.join();
+    }
+    Ok(result?)
+}
+
+fn spawn_progress_bar(
+    progress: Arc<Progress>,
+    done: Arc<AtomicBool>,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let bar = ProgressBar::new(1000);
+        bar.set_style(
+            ProgressStyle::with_template("{prefix:>8} [{bar:40}] {percent:>3}% {msg}")
+                .expect("valid template")
+                .progress_chars("=> "),
+        );
+        while !done.load(Ordering::Relaxed) {
+            let phase = progress.phase();
+            let bytes = progress.bytes.load(Ordering::Relaxed);
+            let elapsed = phase.started.elapsed();
+            let fraction = match (phase.total_bytes, phase.duration) {
+                (Some(total), _) if total > 0 => bytes as f64 / total as f64,
+                (_, Some(d)) => elapsed.as_secs_f64() / d.as_secs_f64(),
+                _ => 0.0,
+            };
+            bar.set_prefix(phase.name);
+            bar.set_position((fraction.clamp(0.0, 1.0) * 1000.0) as u64);
+            bar.set_message(format!(
+                "{}/s",
+                bench::report::human_bytes(bytes as f64 / elapsed.as_secs_f64().max(1e-3))
+            ));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        bar.finish_and_clear();
+    })
+}
+
+/// Connects to every subsystem named (or offered, with --all) and lists their namespaces.
+pub async fn open_drives(
+    address: &AddressArgs,
+    threads: usize,
+    iodepth: u32,
+) -> Result<Vec<Drive>> {
+    match address.transport.as_str() {
+        "tcp" => {}
+        "rdma" => bail!("-t rdma: not in this build yet (NVMe/RDMA host support is coming)"),
+        other => bail!("-t {other}: unknown transport (tcp or rdma)"),
+    }
+    let mut host = address
+        .hostnqn
+        .clone()
+        .map(HostIdentity::with_nqn)
+        .unwrap_or_else(HostIdentity::random);
+    if let Some(id) = &address.hostid {
+        host.id = parse_uuid(id).with_context(|| format!("--hostid {id:?} is not a UUID"))?;
+    }
+    let host_name = address.traddr.trim_start_matches('[').trim_end_matches(']');
+    let targets: Vec<(Vec<SocketAddr>, String)> = if address.all {
+        let port = address.trsvcid.unwrap_or(DISCOVERY_PORT);
+        let addr = resolve(host_name, port).await?;
+        discover_all(addr, &host.nqn).await?
+    } else {
+        let addr = resolve(host_name, address.trsvcid.unwrap_or(IO_PORT)).await?;
+        address
+            .nqns
+            .iter()
+            .map(|n| (vec![addr], n.clone()))
+            .collect()
+    };
+    if targets.is_empty() {
+        bail!("no NVMe/TCP subsystems to run on");
+    }
+
+    let mut drives = Vec::new();
+    for (mut paths, nqn) in targets {
+        if address.drives.is_some_and(|n| drives.len() >= n) {
+            break;
+        }
+        let addr = paths[0];
+        // --path adds paths to every subsystem: one multipath session each.
+        for extra in &address.paths {
+            let (h, p) = extra
+                .rsplit_once(':')
+                .with_context(|| format!("--path {extra}: HOST:PORT"))?;
+            let port: u16 = p.parse().with_context(|| format!("--path {extra}: port"))?;
+            let path = resolve(h.trim_start_matches('[').trim_end_matches(']'), port).await?;
+            if !paths.contains(&path) {
+                paths.push(path);
+            }
+        }
+        let mut connected = Vec::new();
+        for path in paths {
+            let mut opts = ConnectOptions::new(path, &nqn).with_host(&host);
+            opts.io_queues = threads as u16;
+            opts.queue_size = address.queue_size.unwrap_or(
+                opts.queue_size
+                    .max(iodepth.saturating_add(1).min(u16::MAX as u32) as u16),
+            );
+            opts.kato_ms = address.keep_alive_tmo.saturating_mul(1000);
+            opts.digests = Digests {
+                header: address.hdr_digest,
+                data: address.data_digest,
+            };
+            let ctrl = Controller::connect(opts.clone())
+                .await
+                .with_context(|| format!("connecting to {nqn} at {path}"))?;
+            if ctrl.io_queue_count() < threads {
+                bail!(
+                    "{nqn} at {path} granted {} I/O queues; --threads {threads} needs one each",
+                    ctrl.io_queue_count()
+                );
+            }
+            connected.push((opts, Some(ctrl)));
+        }
+        let policy = RecoveryPolicy {
+            reconnect_delay: Duration::from_secs_f64(address.reconnect_delay.max(0.0)),
+            ctrl_loss_tmo: (address.ctrl_loss_tmo >= 0.0)
+                .then(|| Duration::from_secs_f64(address.ctrl_loss_tmo)),
+        };
+        let session = Session::from_controllers(connected, policy)?;
+        let nsids = if address.nsid.is_empty() {
+            session
+                .with_path(|ctrl| async move { ctrl.active_namespaces().await })
+                .await?
+        } else {
+            address.nsid.clone()
+        };
+        for nsid in nsids {
+            if address.drives.is_some_and(|n| drives.len() >= n) {
+                break;
+            }
+            drives.push(
+                Drive::open(session.clone(), nsid)
+                    .await
+                    .with_context(|| format!("namespace {nsid} of {nqn} at {addr}"))?,
+            );
+        }
+    }
+    if drives.is_empty() {
+        bail!("no namespaces to run on");
+    }
+    Ok(drives)
+}
+
+/// Prints what happens to the sessions (paths lost and back, namespaces added or removed) on
+/// stderr while the benchmark runs, and keeps it for the report.
+pub fn report_session_events(drives: &[Drive]) -> Arc<std::sync::Mutex<Vec<String>>> {
+    let log: Arc<std::sync::Mutex<Vec<String>>> = Arc::default();
+    let mut seen: Vec<Arc<Session>> = Vec::new();
+    for d in drives {
+        if seen.iter().any(|s| Arc::ptr_eq(s, &d.session)) {
+            continue;
+        }
+        seen.push(d.session.clone());
+        let mut events = d.session.events();
+        let session = d.session.clone();
+        let log = log.clone();
+        tokio::spawn(async move {
+            while let Ok(event) = events.recv().await {
+                let path = |p: usize| {
+                    session
+                        .path_options(p)
+                        .map_or(String::new(), |o| o.addr.to_string())
+                };
+                let text = match event {
+                    SessionEvent::PathDown { path: p, error } => {
+                        format!("path {p} ({}) down: {error}; reconnecting", path(p))
+                    }
+                    SessionEvent::PathUp { path: p, cntlid } => {
+                        format!("path {p} ({}) back (cntlid {cntlid})", path(p))
+                    }
+                    SessionEvent::PathGivenUp { path: p } => {
+                        format!("path {p} ({}) given up (controller loss timeout)", path(p))
+                    }
+                    SessionEvent::NamespaceAdded { nsid } => format!("namespace {nsid} added"),
+                    SessionEvent::NamespaceRemoved { nsid } => {
+                        format!("namespace {nsid} removed")
+                    }
+                };
+                let text = format!("{}: {text}", session.subnqn());
+                eprintln!("{text}");
+                log.lock().unwrap().push(text);
+            }
+        });
+    }
+    log
+}
+
+/// Every NVMe/TCP subsystem the discovery controller at `addr` offers this host, referrals
+/// followed (each discovery controller once); a subsystem offered through several ports is one
+/// entry with several paths.
+pub async fn discover_all(
+    addr: SocketAddr,
+    hostnqn: &str,
+) -> Result<Vec<(Vec<SocketAddr>, String)>> {
+    /// Referral chains longer than this are a loop or a misconfiguration.
+    const MAX_DISCOVERY_CONTROLLERS: usize = 16;
+    let mut targets: Vec<(Vec<SocketAddr>, String)> = Vec::new();
+    let mut pending = vec![addr];
+    let mut visited = Vec::new();
+    while let Some(at) = pending.pop() {
+        if visited.contains(&at) {
+            continue;
+        }
+        if visited.len() == MAX_DISCOVERY_CONTROLLERS {
+            bail!("more than {MAX_DISCOVERY_CONTROLLERS} discovery controllers through referrals from {addr}");
+        }
+        visited.push(at);
+        let log = discover(at, hostnqn)
+            .await
+            .with_context(|| format!("discovery at {at}"))?;
+        for e in log.entries {
+            if e.trtype != trtype::TCP || !matches!(e.subtype, subtype::NVM | subtype::REFERRAL) {
+                continue;
+            }
+            let port: u16 = e.trsvcid.trim().parse().with_context(|| {
+                format!("discovery entry for {} has port {:?}", e.subnqn, e.trsvcid)
+            })?;
+            let path = resolve(e.traddr.trim(), port).await?;
+            if e.subtype == subtype::REFERRAL {
+                pending.push(path);
+                continue;
+            }
+            match targets.iter_mut().find(|(_, nqn)| *nqn == e.subnqn) {
+                Some((paths, _)) => {
+                    if !paths.contains(&path) {
+                        paths.push(path);
+                    }
+                }
+                None => targets.push((vec![path], e.subnqn)),
+            }
+        }
+    }
+    Ok(targets)
+}
+
+/// Shuts every session down (errors are only logged: the results are in).
+pub async fn close_drives(drives: Vec<Drive>) {
+    let mut sessions: Vec<Arc<Session>> = Vec::new();
+    for d in drives {
+        if !sessions.iter().any(|s| Arc::ptr_eq(s, &d.session)) {
+            sessions.push(d.session.clone());
+        }
+    }
+    for session in sessions {
+        session.shutdown().await;
+    }
+}
+
+async fn resolve(host: &str, port: u16) -> Result<SocketAddr> {
+    tokio::net::lookup_host((host, port))
+        .await
+        .with_context(|| format!("resolving {host}"))?
+        .next()
+        .with_context(|| format!("{host} has no address"))
+}
+
+/// A UUID as 16 bytes (hyphens optional).
+fn parse_uuid(text: &str) -> Option<[u8; 16]> {
+    let hex: String = text.chars().filter(|&c| c != '-').collect();
+    if hex.len() != 32 {
+        return None;
+    }
+    let mut id = [0u8; 16];
+    for (i, byte) in id.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(id)
+}
+
+fn random_seed() -> u64 {
+    let id = fabrik_initiator::host::options::random_uuid();
+    u64::from_le_bytes(id[..8].try_into().expect("8 bytes"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_ids_parse_as_uuids() {
+        let id = parse_uuid("123e4567-e89b-42d3-a456-426614174000").unwrap();
+        assert_eq!(
+            fabrik_initiator::host::options::format_uuid(&id),
+            "123e4567-e89b-42d3-a456-426614174000"
+        );
+        assert!(parse_uuid("123e4567").is_none());
+        assert!(parse_uuid("zz3e4567-e89b-42d3-a456-426614174000").is_none());
+    }
+}

@@ -1,0 +1,100 @@
+//! `fabrik connect-all`: kernel sessions to every subsystem a discovery controller offers this
+//! host, as `nvme connect-all` (the discovery log is read by fabrik's own host, the sessions are
+//! the kernel's).
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use fabrik_initiator::host::kernel;
+use fabrik_initiator::HostIdentity;
+
+use super::args::DISCOVERY_PORT;
+use super::bench::discover_all;
+use super::connect::KernelKnobs;
+
+#[derive(Args)]
+pub struct ConnectAllArgs {
+    /// Transport: tcp (rdma discovery is not in this build yet).
+    #[arg(short = 't', long, default_value = "tcp")]
+    transport: String,
+    /// Discovery controller address.
+    #[arg(short = 'a', long)]
+    traddr: String,
+    /// Discovery port [default: 8009].
+    #[arg(short = 's', long)]
+    trsvcid: Option<u16>,
+    #[command(flatten)]
+    knobs: KernelKnobs,
+}
+
+pub async fn run(args: ConnectAllArgs) -> Result<()> {
+    if args.transport != "tcp" {
+        bail!(
+            "-t {}: discovery over this transport is not in this build yet",
+            args.transport
+        );
+    }
+    let host = args.traddr.trim_start_matches('[').trim_end_matches(']');
+    let port = args.trsvcid.unwrap_or(DISCOVERY_PORT);
+    let addr = tokio::net::lookup_host((host, port))
+        .await
+        .with_context(|| format!("resolving {host}"))?
+        .next()
+        .with_context(|| format!("{host} has no address"))?;
+    // The discovery log offers what the kernel's host NQN may use: ask as that host.
+    let hostnqn = args
+        .knobs
+        .hostnqn
+        .clone()
+        .or(kernel::default_host().0)
+        .map(HostIdentity::with_nqn)
+        .unwrap_or_else(HostIdentity::random);
+    // Referrals are followed; a subsystem offered on several ports gets a controller on each
+    // (the kernel's native multipath makes them one namespace device).
+    let targets = discover_all(addr, &hostnqn.nqn).await?;
+    let mut connected = Vec::new();
+    let mut failed = 0;
+    for (paths, subnqn) in targets {
+        for path in paths {
+            let request = args.knobs.request(
+                "tcp",
+                &path.ip().to_string(),
+                Some(path.port().to_string()),
+                &subnqn,
+            );
+            let device = args.knobs.device.clone();
+            let result =
+                tokio::task::spawn_blocking(move || kernel::connect(&device, &request)).await?;
+            match result {
+                Ok(c) => {
+                    if !args.knobs.json {
+                        println!(
+                            "connected: {} (cntlid {}) to {subnqn} at {path}",
+                            c.device(),
+                            c.cntlid
+                        );
+                    }
+                    connected.push(serde_json::json!({
+                        "device": c.device(), "cntlid": c.cntlid, "subnqn": subnqn,
+                        "traddr": path.ip().to_string(), "trsvcid": path.port().to_string(),
+                    }));
+                }
+                Err(err) if err.contains("already connected") => {
+                    if !args.knobs.json {
+                        println!("already connected: {subnqn} at {path}");
+                    }
+                }
+                Err(err) => {
+                    eprintln!("{subnqn} at {path}: {err}");
+                    failed += 1;
+                }
+            }
+        }
+    }
+    if args.knobs.json {
+        println!("{}", serde_json::to_string_pretty(&connected)?);
+    }
+    if failed > 0 {
+        bail!("{failed} subsystem(s) could not be connected");
+    }
+    Ok(())
+}

@@ -1,0 +1,488 @@
+//! A session to one subsystem that outlives its connections: one or more paths (controllers of
+//! the same subsystem, e.g. through two ports), I/O spread over the live ones, a lost path
+//! re-established every reconnect delay, and commands retried on a surviving or re-established
+//! path until the controller loss timeout, then failed: never silently dropped.
+//!
+//! As the Linux host: only failures of the path (connection lost, timeout, a path-related
+//! status) are retried; an NVMe error status of the command itself is returned at once. A
+//! retried write sends the same data to the same blocks, which is harmless if the first try
+//! had reached the media.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use fabrik_proto::nvme::status::sct;
+use tokio::sync::{broadcast, Notify};
+
+use crate::error::HostError;
+use crate::host::controller::Controller;
+use crate::host::events::{self, KnownNamespaces};
+use crate::host::options::ConnectOptions;
+
+/// Tries of one command on failing connections before it fails (an outage in between costs
+/// none: commands wait for a live path without trying).
+const MAX_PATH_FAILURES: u32 = 8;
+
+/// `nvme connect`'s reconnect knobs (the Linux defaults: 10 s, 600 s).
+#[derive(Debug, Clone, Copy)]
+pub struct RecoveryPolicy {
+    /// Wait between reconnect attempts of a lost path.
+    pub reconnect_delay: Duration,
+    /// How long a path may stay lost before it is given up (None: never). When every path is
+    /// given up the session is lost and waiting commands fail.
+    pub ctrl_loss_tmo: Option<Duration>,
+}
+
+impl Default for RecoveryPolicy {
+    fn default() -> RecoveryPolicy {
+        RecoveryPolicy {
+            reconnect_delay: Duration::from_secs(10),
+            ctrl_loss_tmo: Some(Duration::from_secs(600)),
+        }
+    }
+}
+
+/// What happened to a session, for whoever listens (`Session::events`).
+#[derive(Debug, Clone)]
+pub enum SessionEvent {
+    /// Path `path` failed; its commands go to other paths or wait for it.
+    PathDown { path: usize, error: HostError },
+    /// Path `path` is connected again (a new controller).
+    PathUp { path: usize, cntlid: u16 },
+    /// Path `path` stayed lost past the controller loss timeout.
+    PathGivenUp { path: usize },
+    /// A namespace appeared (seen through an asynchronous event).
+    NamespaceAdded { nsid: u32 },
+    /// A namespace went away.
+    NamespaceRemoved { nsid: u32 },
+}
+
+struct Path {
+    opts: ConnectOptions,
+    state: Mutex<PathState>,
+}
+
+enum PathState {
+    Live {
+        ctrl: Arc<Controller>,
+        generation: u64,
+    },
+    Reconnecting {
+        since: Instant,
+        last_error: HostError,
+    },
+    GivenUp {
+        last_error: HostError,
+    },
+}
+
+/// A multipath, self-healing session. Share it with `Arc`.
+pub struct Session {
+    paths: Vec<Path>,
+    policy: RecoveryPolicy,
+    next: AtomicUsize,
+    /// Woken whenever a path comes back or is given up.
+    changed: Notify,
+    events: broadcast::Sender<SessionEvent>,
+    namespaces: KnownNamespaces,
+}
+
+impl Session {
+    /// Connects every path (all must be the same subsystem); fails if none connects.
+    pub async fn connect(
+        paths: Vec<ConnectOptions>,
+        policy: RecoveryPolicy,
+    ) -> Result<Arc<Session>, HostError> {
+        let mut ctrls = Vec::new();
+        let mut first_error = None;
+        for opts in &paths {
+            match Controller::connect(opts.clone()).await {
+                Ok(c) => ctrls.push(Some(c)),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                    ctrls.push(None);
+                }
+            }
+        }
+        if ctrls.iter().all(Option::is_none) {
+            return Err(first_error.unwrap_or_else(|| {
+                HostError::Invalid("a session needs at least one path".into())
+            }));
+        }
+        Session::from_controllers(paths.into_iter().zip(ctrls).collect(), policy)
+    }
+
+    /// A session over controllers already connected (`None`: a path to re-establish).
+    pub fn from_controllers(
+        paths: Vec<(ConnectOptions, Option<Controller>)>,
+        policy: RecoveryPolicy,
+    ) -> Result<Arc<Session>, HostError> {
+        let subnqn = paths
+            .first()
+            .map(|(o, _)| o.subnqn.clone())
+            .unwrap_or_default();
+        if let Some((o, _)) = paths.iter().find(|(o, _)| o.subnqn != subnqn) {
+            return Err(HostError::Invalid(format!(
+                "the paths of a session lead to one subsystem, not {subnqn} and {}",
+                o.subnqn
+            )));
+        }
+        let (events, _) = broadcast::channel(64);
+        let mut missing = Vec::new();
+        let paths = paths
+            .into_iter()
+            .enumerate()
+            .map(|(index, (opts, ctrl))| {
+                let state = match ctrl {
+                    Some(ctrl) => PathState::Live {
+                        ctrl: Arc::new(ctrl),
+                        generation: 0,
+                    },
+                    None => {
+                        missing.push(index);
+                        PathState::Reconnecting {
+                            since: Instant::now(),
+                            last_error: HostError::Invalid("not connected at start".into()),
+                        }
+                    }
+                };
+                Path {
+                    opts,
+                    state: Mutex::new(state),
+                }
+            })
+            .collect();
+        let session = Arc::new(Session {
+            paths,
+            policy,
+            next: AtomicUsize::new(0),
+            changed: Notify::new(),
+            events,
+            namespaces: KnownNamespaces::default(),
+        });
+        for index in 0..session.paths.len() {
+            if let Some((ctrl, _)) = session.live(index) {
+                session.watch_events(&ctrl);
+            }
+        }
+        for index in missing {
+            session.clone().spawn_reconnect(index, 0);
+        }
+        Ok(session)
+    }
+
+    pub fn subnqn(&self) -> &str {
+        &self.paths[0].opts.subnqn
+    }
+
+    pub fn path_count(&self) -> usize {
+        self.paths.len()
+    }
+
+    /// Options of path `path`.
+    pub fn path_options(&self, path: usize) -> Option<&ConnectOptions> {
+        self.paths.get(path).map(|p| &p.opts)
+    }
+
+    /// How many paths are live now.
+    pub fn live_paths(&self) -> usize {
+        (0..self.paths.len())
+            .filter(|&i| self.live(i).is_some())
+            .count()
+    }
+
+    /// A live controller, if any (for admin commands; I/O should use the methods below).
+    pub fn controller(&self) -> Option<Arc<Controller>> {
+        (0..self.paths.len()).find_map(|i| self.live(i).map(|(c, _)| c))
+    }
+
+    /// The active namespaces as last listed (None before the first listing).
+    pub fn namespaces(&self) -> Option<Vec<u32>> {
+        let known = self.namespaces.lock().unwrap();
+        known.as_ref().map(|set| set.iter().copied().collect())
+    }
+
+    /// Subscribes to path and namespace events.
+    pub fn events(&self) -> broadcast::Receiver<SessionEvent> {
+        self.events.subscribe()
+    }
+
+    /// "NQN via ADDR[, ADDR...]", for messages.
+    pub fn describe(&self) -> String {
+        let addrs: Vec<String> = self.paths.iter().map(|p| p.opts.addr.to_string()).collect();
+        format!("{} via {}", self.subnqn(), addrs.join(", "))
+    }
+
+    fn live(&self, path: usize) -> Option<(Arc<Controller>, u64)> {
+        match &*self.paths[path].state.lock().unwrap() {
+            PathState::Live { ctrl, generation } => Some((ctrl.clone(), *generation)),
+            _ => None,
+        }
+    }
+
+    /// Reads `nlb` blocks on I/O queue `queue` (modulo the controller's count) of a live path.
+    pub async fn read(
+        self: &Arc<Self>,
+        queue: usize,
+        nsid: u32,
+        slba: u64,
+        nlb: u32,
+    ) -> Result<Bytes, HostError> {
+        self.with_path(|ctrl| async move {
+            ctrl.io_queue(queue % ctrl.io_queue_count().max(1))?
+                .read(nsid, slba, nlb)
+                .await
+        })
+        .await
+    }
+
+    pub async fn write(
+        self: &Arc<Self>,
+        queue: usize,
+        nsid: u32,
+        slba: u64,
+        data: Bytes,
+        fua: bool,
+    ) -> Result<(), HostError> {
+        self.with_path(|ctrl| {
+            let data = data.clone();
+            async move {
+                ctrl.io_queue(queue % ctrl.io_queue_count().max(1))?
+                    .write(nsid, slba, data, fua)
+                    .await
+            }
+        })
+        .await
+    }
+
+    pub async fn flush(self: &Arc<Self>, queue: usize, nsid: u32) -> Result<(), HostError> {
+        self.with_path(|ctrl| async move {
+            ctrl.io_queue(queue % ctrl.io_queue_count().max(1))?
+                .flush(nsid)
+                .await
+        })
+        .await
+    }
+
+    /// Runs `op` on a live path (round-robin); on a path failure, marks the path down and runs
+    /// it again on another live path, or waits for one to come back; fails when every path is
+    /// given up.
+    pub async fn with_path<T, F, Fut>(self: &Arc<Self>, op: F) -> Result<T, HostError>
+    where
+        F: Fn(Arc<Controller>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, HostError>>,
+    {
+        let mut failures = 0;
+        loop {
+            let start = self.next.fetch_add(1, Ordering::Relaxed);
+            let n = self.paths.len();
+            let picked = (0..n).find_map(|k| {
+                let i = (start + k) % n;
+                self.live(i).map(|(c, g)| (i, c, g))
+            });
+            let Some((path, ctrl, generation)) = picked else {
+                if let Some(err) = self.all_given_up() {
+                    return Err(err);
+                }
+                // Wait for a path to come back (or be given up); poll as a backstop.
+                let _ =
+                    tokio::time::timeout(Duration::from_millis(200), self.changed.notified()).await;
+                continue;
+            };
+            match op(ctrl).await {
+                Err(e) if is_path_error(&e) => {
+                    failures += 1;
+                    if failures == MAX_PATH_FAILURES {
+                        // A failure that follows the command to every new connection is the
+                        // command's (a target that always breaks on it), not the path's.
+                        return Err(HostError::QueueClosed {
+                            qid: 0,
+                            reason: format!(
+                                "{}: the command failed on {failures} connections in turn; last on path {path}: {e}",
+                                self.subnqn()
+                            ),
+                        });
+                    }
+                    self.path_failed(path, generation, e)
+                }
+                result => return result,
+            }
+        }
+    }
+
+    /// The error to fail commands with once every path is given up.
+    fn all_given_up(&self) -> Option<HostError> {
+        let mut last = None;
+        for (i, p) in self.paths.iter().enumerate() {
+            match &*p.state.lock().unwrap() {
+                PathState::GivenUp { last_error } => {
+                    last = Some((i, last_error.clone()));
+                }
+                _ => return None,
+            }
+        }
+        last.map(|(i, e)| HostError::QueueClosed {
+            qid: 0,
+            reason: format!(
+                "{}: every path lost for longer than the controller loss timeout ({:?}); last error on path {i}: {e}",
+                self.subnqn(),
+                self.policy.ctrl_loss_tmo.unwrap_or_default()
+            ),
+        })
+    }
+
+    fn path_failed(self: &Arc<Self>, path: usize, generation: u64, error: HostError) {
+        {
+            let mut state = self.paths[path].state.lock().unwrap();
+            match &*state {
+                PathState::Live { generation: g, .. } if *g == generation => {}
+                _ => return, // already handled
+            }
+            tracing::warn!(
+                "{} path {path} ({}) failed: {error}; reconnecting every {:?}",
+                self.subnqn(),
+                self.paths[path].opts.addr,
+                self.policy.reconnect_delay
+            );
+            *state = PathState::Reconnecting {
+                since: Instant::now(),
+                last_error: error.clone(),
+            };
+        }
+        let _ = self.events.send(SessionEvent::PathDown { path, error });
+        self.clone().spawn_reconnect(path, generation);
+    }
+
+    /// Asynchronous events of a live controller become session events.
+    fn watch_events(&self, ctrl: &Arc<Controller>) {
+        let events = self.events.clone();
+        events::spawn_watcher(ctrl, self.namespaces.clone(), move |event| {
+            tracing::info!("{event:?}");
+            let _ = events.send(event);
+        });
+    }
+
+    /// Re-establishes path `path` in the background. The task holds the session weakly: a
+    /// session dropped by its users stops reconnecting.
+    fn spawn_reconnect(self: Arc<Self>, path: usize, generation: u64) {
+        let weak = Arc::downgrade(&self);
+        let (delay, opts) = (self.policy.reconnect_delay, self.paths[path].opts.clone());
+        drop(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(delay).await;
+                let Some(session) = weak.upgrade() else {
+                    return;
+                };
+                let Some(since) = session.reconnecting_since(path) else {
+                    return;
+                };
+                drop(session);
+                let attempt = Controller::connect(opts.clone()).await;
+                let Some(session) = weak.upgrade() else {
+                    return;
+                };
+                if session.reconnected(path, generation, since, attempt) {
+                    return;
+                }
+            }
+        });
+    }
+
+    fn reconnecting_since(&self, path: usize) -> Option<Instant> {
+        match &*self.paths[path].state.lock().unwrap() {
+            PathState::Reconnecting { since, .. } => Some(*since),
+            _ => None,
+        }
+    }
+
+    /// Takes the result of a reconnect attempt; true when the path is settled (back, given up,
+    /// or no longer waiting because the session was shut down).
+    fn reconnected(
+        &self,
+        path: usize,
+        generation: u64,
+        since: Instant,
+        attempt: Result<Controller, HostError>,
+    ) -> bool {
+        let mut state = self.paths[path].state.lock().unwrap();
+        if !matches!(&*state, PathState::Reconnecting { .. }) {
+            return true; // shut down meanwhile: the new controller, if any, is dropped
+        }
+        match attempt {
+            Ok(ctrl) => {
+                let cntlid = ctrl.cntlid();
+                let ctrl = Arc::new(ctrl);
+                self.watch_events(&ctrl);
+                *state = PathState::Live {
+                    ctrl,
+                    generation: generation + 1,
+                };
+                drop(state);
+                tracing::info!("{} path {path} is back (cntlid {cntlid})", self.subnqn());
+                let _ = self.events.send(SessionEvent::PathUp { path, cntlid });
+                self.changed.notify_waiters();
+                true
+            }
+            Err(e) => {
+                let expired = self
+                    .policy
+                    .ctrl_loss_tmo
+                    .is_some_and(|tmo| since.elapsed() >= tmo);
+                if expired {
+                    tracing::warn!("{} path {path} given up: {e}", self.subnqn());
+                    *state = PathState::GivenUp { last_error: e };
+                    drop(state);
+                    let _ = self.events.send(SessionEvent::PathGivenUp { path });
+                    self.changed.notify_waiters();
+                    return true;
+                }
+                if let PathState::Reconnecting { last_error, .. } = &mut *state {
+                    *last_error = e;
+                }
+                false
+            }
+        }
+    }
+
+    /// Shuts every live controller down (in-flight commands on them fail).
+    pub async fn shutdown(&self) {
+        for p in &self.paths {
+            let state = std::mem::replace(
+                &mut *p.state.lock().unwrap(),
+                PathState::GivenUp {
+                    last_error: HostError::QueueClosed {
+                        qid: 0,
+                        reason: "session shut down".into(),
+                    },
+                },
+            );
+            if let PathState::Live { ctrl, .. } = state {
+                if let Ok(ctrl) = Arc::try_unwrap(ctrl) {
+                    if let Err(e) = ctrl.shutdown().await {
+                        tracing::warn!("shutdown of {}: {e}", p.opts.addr);
+                    }
+                }
+            }
+        }
+        self.changed.notify_waiters();
+    }
+}
+
+/// Whether a failure is the path's (worth retrying elsewhere or later) rather than the
+/// command's.
+pub fn is_path_error(err: &HostError) -> bool {
+    match err {
+        HostError::Status { status, .. } => status.sct() == sct::PATH && !status.is_dnr(),
+        HostError::Invalid(_) => false,
+        HostError::Io { .. }
+        | HostError::ConnectionClosed { .. }
+        | HostError::Protocol { .. }
+        | HostError::Terminated { .. }
+        | HostError::DataDigest { .. }
+        | HostError::Timeout { .. }
+        | HostError::QueueClosed { .. } => true,
+    }
+}

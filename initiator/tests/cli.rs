@@ -1,0 +1,413 @@
+//! The `fabrik` binary against an in-process fabrikd: `bench --json` figures consistent with
+//! the bytes moved, verify failures exit non-zero and name the block, dd-like write/read round
+//! trips a file, id-ns/smart-log JSON, and clear refusals (rdma, bad sizes).
+//!
+//! These live here, not in tests/, because only this package's tests get the binary's path.
+
+use std::process::Command;
+
+use fabrik_target::backend::BackendKind;
+use fabrik_target::config::Config;
+use fabrik_target::Target;
+
+const MIB: u64 = 1 << 20;
+
+async fn target(dir: &std::path::Path, drives: u32) -> Target {
+    target_on(dir, drives, 1).await
+}
+
+async fn target_on(dir: &std::path::Path, drives: u32, ports: usize) -> Target {
+    let mut cfg = Config::default_jbof(dir.to_path_buf());
+    cfg.listen = vec!["127.0.0.1:0".parse().unwrap(); ports];
+    cfg.box_name = "clitest".into();
+    cfg.drives = drives;
+    cfg.drive_size = 32 * MIB;
+    cfg.backend = BackendKind::Ram;
+    Target::start(cfg).await.expect("target starts")
+}
+
+struct Output {
+    ok: bool,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `fabrik ARGS` off the runtime (the target keeps serving meanwhile).
+async fn fabrik(args: Vec<String>) -> Output {
+    tokio::task::spawn_blocking(move || {
+        let out = Command::new(env!("CARGO_BIN_EXE_fabrik"))
+            .args(&args)
+            .env_remove("RUST_BACKTRACE")
+            .env_remove("RUST_LIB_BACKTRACE")
+            .output()
+            .expect("fabrik runs");
+        Output {
+            ok: out.status.success(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    })
+    .await
+    .unwrap()
+}
+
+fn args(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+fn address(target: &Target, drive: usize) -> Vec<String> {
+    let mut nqns = target.subsystem_nqns();
+    nqns.sort();
+    let addr = target.listen_addrs()[0];
+    args(&[
+        "-a",
+        &addr.ip().to_string(),
+        "-s",
+        &addr.port().to_string(),
+        "-n",
+        &nqns[drive],
+    ])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_json_is_consistent_with_the_bytes_moved() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = target(dir.path(), 2).await;
+    let addr = target.listen_addrs()[0];
+    // --all: every subsystem of the discovery log (on the I/O port here), striped.
+    let out = fabrik(args(&[
+        "bench",
+        "-a",
+        "127.0.0.1",
+        "-s",
+        &addr.port().to_string(),
+        "--all",
+        "--rw",
+        "randwrite",
+        "--bs",
+        "8k",
+        "--iodepth",
+        "4",
+        "--threads",
+        "2",
+        "--size",
+        "4m",
+        "--json",
+    ]))
+    .await;
+    assert!(out.ok, "{}", out.stderr);
+    let json: serde_json::Value = serde_json::from_str(&out.stdout).expect("JSON on stdout");
+    assert_eq!(json["drives"], 2);
+    assert_eq!(json["bytes"].as_u64(), Some(4 * MIB));
+    assert_eq!(json["ios"].as_u64(), Some(512));
+    let runtime = json["runtime_s"].as_f64().unwrap();
+    let bps = json["bytes_per_sec"].as_f64().unwrap();
+    assert!((bps * runtime - (4 * MIB) as f64).abs() < 1.0);
+    assert!((json["iops"].as_f64().unwrap() * runtime - 512.0).abs() < 0.5);
+    let lat = &json["lat_us"];
+    let field = |k: &str| lat[k].as_f64().unwrap_or_else(|| panic!("lat_us.{k}"));
+    assert!(field("p50") <= field("p99") && field("p99") <= field("p999"));
+    assert!(field("p999") <= field("max") && field("avg") > 0.0);
+    assert!(json["write"]["ios"].as_u64() == Some(512) && json["read"].is_null());
+    assert!(json["cpu"]["percent"].as_f64().unwrap() > 0.0);
+    target.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_verify_names_a_corrupted_block_and_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = target(dir.path(), 1).await;
+    let a = address(&target, 0);
+    let bench = |extra: &[&str]| {
+        let mut v = args(&[
+            "bench",
+            "--quiet",
+            "--bs",
+            "16k",
+            "--size",
+            "2m",
+            "--verify",
+            "--verify-seed",
+            "77",
+        ]);
+        v.extend(a.clone());
+        v.extend(args(extra));
+        v
+    };
+    let written = fabrik(bench(&["--rw", "write"])).await;
+    assert!(written.ok, "{}", written.stderr);
+    assert!(
+        written.stdout.contains("512 blocks checked, 0 errors"),
+        "{}",
+        written.stdout
+    );
+
+    // Overwrite block 33 with a file's bytes through `fabrik write`.
+    let junk = dir.path().join("junk");
+    std::fs::write(&junk, vec![0x42u8; 4096]).unwrap();
+    let mut w = args(&["write", "--slba", "33", "-d", junk.to_str().unwrap()]);
+    w.extend(a.clone());
+    assert!(fabrik(w).await.ok);
+
+    let read = fabrik(bench(&["--rw", "read", "--no-prefill"])).await;
+    assert!(!read.ok, "a verify error fails the run");
+    assert!(read.stdout.contains("1 errors"), "{}", read.stdout);
+    assert!(
+        read.stdout.contains("LBA 33: no verify header"),
+        "{}",
+        read.stdout
+    );
+    assert!(
+        read.stderr.contains("verify: 1 bad blocks"),
+        "{}",
+        read.stderr
+    );
+    target.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_and_read_round_trip_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = target(dir.path(), 1).await;
+    let a = address(&target, 0);
+    // Not a whole number of blocks: the last one is padded with zeroes.
+    let data: Vec<u8> = (0..3 * MIB as usize + 1000)
+        .map(|i| (i * 7 % 251) as u8)
+        .collect();
+    let input = dir.path().join("in");
+    let output = dir.path().join("out");
+    std::fs::write(&input, &data).unwrap();
+    let mut w = args(&["write", "--slba", "100", "-d", input.to_str().unwrap()]);
+    w.extend(a.clone());
+    let out = fabrik(w).await;
+    assert!(out.ok, "{}", out.stderr);
+    let mut r = args(&[
+        "read",
+        "--slba",
+        "100",
+        "-z",
+        &(data.len() + 100).to_string(),
+        "-d",
+        output.to_str().unwrap(),
+    ]);
+    r.extend(a.clone());
+    let out = fabrik(r).await;
+    assert!(out.ok, "{}", out.stderr);
+    let back = std::fs::read(&output).unwrap();
+    assert_eq!(back.len(), data.len() + 100);
+    assert!(back[..data.len()] == data[..], "data read back differs");
+    assert!(
+        back[data.len()..].iter().all(|&b| b == 0),
+        "padding is zeroes"
+    );
+    target.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn id_ns_and_smart_log_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = target(dir.path(), 1).await;
+    let mut id = args(&["id-ns", "--json"]);
+    id.extend(address(&target, 0));
+    let out = fabrik(id).await;
+    assert!(out.ok, "{}", out.stderr);
+    let json: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(json["nsze"].as_u64(), Some(32 * MIB / 4096));
+    assert_eq!(json["lba_size"], 4096);
+    let mut smart = args(&["smart-log", "--json"]);
+    smart.extend(address(&target, 0));
+    let out = fabrik(smart).await;
+    assert!(out.ok, "{}", out.stderr);
+    let json: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert!(json["avail_spare"].as_u64().is_some() && json["media_errors"].as_u64().is_some());
+    target.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_are_clear() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = target(dir.path(), 1).await;
+    let a = address(&target, 0);
+    for (extra, says) in [
+        (vec!["-t", "rdma"], "rdma: not in this build yet"),
+        (
+            vec!["--bs", "1000", "--time", "1"],
+            "not a multiple of the 4096-byte blocks",
+        ),
+        (vec!["--size", "1g"], "the smallest has"),
+        (vec!["--mem", "gpu"], "only host memory"),
+        (vec!["--rw", "sideways"], "unknown --rw"),
+        (vec!["--rw", "read", "--verify"], "say how much with --size"),
+    ] {
+        let mut v = args(&["bench", "--quiet"]);
+        v.extend(a.clone());
+        v.extend(args(&extra));
+        let out = fabrik(v).await;
+        assert!(!out.ok, "{extra:?} is refused");
+        assert!(out.stderr.contains(says), "{extra:?}: {}", out.stderr);
+        assert!(!out.stderr.contains("panicked"), "{}", out.stderr);
+    }
+    target.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subsystem_on_two_ports_is_one_drive_with_two_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = target_on(dir.path(), 2, 2).await;
+    let ports = target.listen_addrs();
+    assert_eq!(ports.len(), 2);
+    let out = fabrik(args(&[
+        "bench",
+        "-a",
+        "127.0.0.1",
+        "-s",
+        &ports[0].port().to_string(),
+        "--all",
+        "--rw",
+        "randread",
+        "--size",
+        "1m",
+        "--json",
+    ]))
+    .await;
+    assert!(out.ok, "{}", out.stderr);
+    let json: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(json["drives"], 2, "2 subsystems x 2 ports = 2 drives");
+    assert_eq!(json["bytes"].as_u64(), Some(MIB));
+    target.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sweep_writes_a_table_json_and_heatmaps() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = target(dir.path(), 1).await;
+    let svg = dir.path().join("sweep.svg");
+    let mut v = args(&[
+        "bench",
+        "--sweep",
+        "--sweep-bs",
+        "4k,64k",
+        "--sweep-threads",
+        "1,2",
+        "--sweep-iodepth",
+        "1,4",
+        "--time",
+        "0.2",
+        "--json",
+        "--svg",
+        svg.to_str().unwrap(),
+    ]);
+    v.extend(address(&target, 0));
+    let out = fabrik(v).await;
+    assert!(out.ok, "{}", out.stderr);
+    let json: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let points = json.as_array().expect("one entry per point");
+    assert_eq!(points.len(), 8);
+    assert_eq!(points[7]["point"]["bs"], 65536);
+    assert_eq!(points[7]["point"]["threads"], 2);
+    assert_eq!(points[7]["report"]["iodepth"], 4);
+    assert!(points.iter().all(|p| p["report"]["ios"].as_u64() > Some(0)));
+    let picture = std::fs::read_to_string(&svg).unwrap();
+    assert_eq!(
+        picture.matches("<rect x=").count(),
+        16,
+        "8 points x 2 heatmaps"
+    );
+    target.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoint_reports_every_iteration() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = target(dir.path(), 2).await;
+    let addr = target.listen_addrs()[0];
+    let out = fabrik(args(&[
+        "bench",
+        "checkpoint",
+        "-a",
+        "127.0.0.1",
+        "-s",
+        &addr.port().to_string(),
+        "--all",
+        "--count",
+        "3",
+        "--size",
+        "4m",
+        "--bs",
+        "256k",
+        "--json",
+    ]))
+    .await;
+    assert!(out.ok, "{}", out.stderr);
+    let json: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(json["drives"], 2);
+    assert_eq!(json["shard_bytes"].as_u64(), Some(2 * MIB));
+    let checkpoints = json["checkpoints"].as_array().unwrap();
+    assert_eq!(checkpoints.len(), 3);
+    for (i, c) in checkpoints.iter().enumerate() {
+        assert_eq!(c["index"], i);
+        assert_eq!(c["bytes"].as_u64(), Some(4 * MIB));
+        assert_eq!(c["drive_offset"].as_u64(), Some(i as u64 * 2 * MIB));
+    }
+    target.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_rides_out_a_target_restart_with_no_verify_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = Config::default_jbof(dir.path().to_path_buf());
+    cfg.listen = vec!["127.0.0.1:0".parse().unwrap()];
+    cfg.box_name = "clitest".into();
+    cfg.drives = 1;
+    cfg.drive_size = 32 * MIB;
+    cfg.backend = BackendKind::File; // the data outlives the restart
+    let target = Target::start(cfg.clone()).await.unwrap();
+    cfg.listen = target.listen_addrs();
+    let mut v = args(&[
+        "bench",
+        "--rw",
+        "randrw",
+        "--bs",
+        "16k",
+        "--iodepth",
+        "4",
+        "--size",
+        "8m",
+        "--time",
+        "3",
+        "--verify",
+        "-c",
+        "0.2",
+        "--json",
+    ]);
+    v.extend(address(&target, 0));
+    let run = tokio::spawn(fabrik(v));
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    target.shutdown().await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let target = Target::start(cfg).await.unwrap();
+    let out = run.await.unwrap();
+    assert!(out.ok, "{}", out.stderr);
+    let json: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    assert_eq!(json["verify"]["errors"], 0, "{}", json["verify"]);
+    let events: Vec<&str> = json["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e.as_str())
+        .collect();
+    assert!(
+        events
+            .iter()
+            .any(|e| e.contains("path 0") && e.contains("down")),
+        "{events:?}"
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e.contains("path 0") && e.contains("back")),
+        "{events:?}"
+    );
+    assert!(out.stderr.contains("back (cntlid"), "{}", out.stderr);
+    target.shutdown().await;
+}

@@ -1,0 +1,373 @@
+//! Sessions that outlive their connections: a target restarted in the middle of a verified
+//! benchmark (the session reconnects, nothing acknowledged is lost, no command is dropped), a
+//! path pulled during a multipath run (I/O continues on the survivor), and a target gone for
+//! good (commands fail after the controller loss timeout, naming it, instead of hanging).
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use fabrik_initiator::bench::{self, Drive, Progress, Rw, Spec, VerifySpec};
+use fabrik_initiator::host::session::{RecoveryPolicy, Session, SessionEvent};
+use fabrik_initiator::ConnectOptions;
+use fabrik_target::backend::BackendKind;
+use fabrik_target::config::Config;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+
+const MIB: u64 = 1 << 20;
+
+fn quick_policy(ctrl_loss: Duration) -> RecoveryPolicy {
+    RecoveryPolicy {
+        reconnect_delay: Duration::from_millis(100),
+        ctrl_loss_tmo: Some(ctrl_loss),
+    }
+}
+
+fn path_options(addr: SocketAddr, nqn: &str) -> ConnectOptions {
+    let mut opts = options(addr, nqn);
+    opts.io_queues = 2;
+    opts.command_timeout = Duration::from_secs(5);
+    opts
+}
+
+/// A TCP forwarder standing for a network path that can be pulled.
+struct Proxy {
+    addr: SocketAddr,
+    tasks: Arc<Mutex<Vec<JoinHandle<()>>>>,
+}
+
+impl Proxy {
+    async fn start(to: SocketAddr) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let tasks: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
+        let accept = tokio::spawn({
+            let tasks = tasks.clone();
+            async move {
+                while let Ok((mut inbound, _)) = listener.accept().await {
+                    let conn = tokio::spawn(async move {
+                        if let Ok(mut outbound) = TcpStream::connect(to).await {
+                            let _ = outbound.set_nodelay(true);
+                            let _ = inbound.set_nodelay(true);
+                            let _ =
+                                tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                        }
+                    });
+                    tasks.lock().unwrap().push(conn);
+                }
+            }
+        });
+        tasks.lock().unwrap().push(accept);
+        Proxy { addr, tasks }
+    }
+
+    /// Pulls the path: no more connections, and the open ones are cut.
+    fn pull(&self) {
+        for t in self.tasks.lock().unwrap().drain(..) {
+            t.abort();
+        }
+    }
+}
+
+async fn run_spec(drives: Vec<Drive>, spec: Spec) -> bench::Report {
+    bench::run(drives, spec, Arc::new(Progress::default()))
+        .await
+        .expect("the run completes")
+}
+
+fn verified_mix(secs: f64) -> Spec {
+    Spec {
+        rw: Rw::RandRw,
+        read_percent: 50,
+        bs: 16384,
+        iodepth: 4,
+        threads: 2,
+        size: Some(8 * MIB),
+        time: Some(Duration::from_secs_f64(secs)),
+        verify: Some(VerifySpec {
+            seed: 0xfab,
+            prefill: true,
+        }),
+        ..Spec::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn target_restart_mid_run_reconnects_with_no_verify_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg: Config = config(dir.path(), BackendKind::File, 1, 64 * MIB);
+    let target = start(cfg.clone()).await;
+    let addr = addr(&target);
+    cfg.listen = vec![addr]; // the restarted target comes back on the same port
+    let nqn = nqns(&target)[0].clone();
+    let session = Session::connect(
+        vec![path_options(addr, &nqn)],
+        quick_policy(Duration::from_secs(30)),
+    )
+    .await
+    .unwrap();
+    let mut events = session.events();
+    let drive = Drive::open(session.clone(), 1).await.unwrap();
+
+    let run = tokio::spawn(run_spec(vec![drive], verified_mix(3.0)));
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    target.shutdown().await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let target = start(cfg).await;
+    let report = run.await.unwrap();
+
+    let v = report.verify.expect("verify results");
+    assert_eq!(v.errors, 0, "{:?}", v.first_errors);
+    assert!(v.blocks_checked > 0);
+    let (r, w) = (report.read.unwrap(), report.write.unwrap());
+    assert!(r.ios > 0 && w.ios > 0);
+    let mut down = false;
+    let mut up = false;
+    while let Ok(e) = events.try_recv() {
+        match e {
+            SessionEvent::PathDown { path: 0, .. } => down = true,
+            SessionEvent::PathUp { path: 0, .. } => up = true,
+            _ => {}
+        }
+    }
+    assert!(down && up, "the session saw the path go down and come back");
+    assert_eq!(session.live_paths(), 1);
+    session.shutdown().await;
+    target.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pulled_path_loses_no_io_in_a_multipath_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = start(config(dir.path(), BackendKind::Ram, 1, 64 * MIB)).await;
+    let nqn = nqns(&target)[0].clone();
+    let proxy = Proxy::start(addr(&target)).await;
+    let host = fabrik_initiator::HostIdentity::random();
+    let paths = vec![
+        path_options(addr(&target), &nqn).with_host(&host),
+        path_options(proxy.addr, &nqn).with_host(&host),
+    ];
+    // The proxied path never comes back: it is given up after a second, the run goes on.
+    let session = Session::connect(paths, quick_policy(Duration::from_secs(1)))
+        .await
+        .unwrap();
+    assert_eq!(session.live_paths(), 2, "one device, two paths");
+    let mut events = session.events();
+    let drive = Drive::open(session.clone(), 1).await.unwrap();
+
+    let started = Instant::now();
+    let run = tokio::spawn(run_spec(vec![drive], verified_mix(2.5)));
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    proxy.pull();
+    let report = run.await.unwrap();
+    assert!(started.elapsed() < Duration::from_secs(15));
+    let v = report.verify.expect("verify results");
+    assert_eq!(v.errors, 0, "{:?}", v.first_errors);
+    assert!(report.ios > 0);
+    assert_eq!(session.live_paths(), 1, "the survivor");
+    let mut seen = Vec::new();
+    while let Ok(e) = events.try_recv() {
+        seen.push(format!("{e:?}"));
+    }
+    assert!(
+        seen.iter().any(|e| e.starts_with("PathDown { path: 1")),
+        "{seen:?}"
+    );
+    assert!(
+        seen.iter().any(|e| e.starts_with("PathGivenUp { path: 1")),
+        "{seen:?}"
+    );
+    assert!(!seen.iter().any(|e| e.contains("path: 0")), "{seen:?}");
+    session.shutdown().await;
+    target.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_fail_after_the_controller_loss_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = start(config(dir.path(), BackendKind::Ram, 1, 16 * MIB)).await;
+    let nqn = nqns(&target)[0].clone();
+    let session = Session::connect(
+        vec![path_options(addr(&target), &nqn)],
+        quick_policy(Duration::from_millis(800)),
+    )
+    .await
+    .unwrap();
+    session
+        .read(0, 1, 0, 1)
+        .await
+        .expect("a read while the target is up");
+    target.shutdown().await;
+
+    let started = Instant::now();
+    let err = session
+        .read(0, 1, 0, 1)
+        .await
+        .expect_err("no target, no path: the read fails");
+    let waited = started.elapsed();
+    assert!(
+        waited < Duration::from_secs(8),
+        "failed after {waited:?}, not hung"
+    );
+    let text = err.to_string();
+    assert!(
+        text.contains("controller loss timeout") && text.contains(&nqn),
+        "{text}"
+    );
+    // A command error (not a path error) comes back at once, not retried: a fresh session
+    // to a live target, an LBA past the end.
+    let target = start(config(dir.path(), BackendKind::Ram, 1, 16 * MIB)).await;
+    let session = Session::connect(
+        vec![path_options(addr(&target), &nqns(&target)[0])],
+        quick_policy(Duration::from_secs(5)),
+    )
+    .await
+    .unwrap();
+    let err = session
+        .read(0, 1, 1 << 40, 1)
+        .await
+        .expect_err("out of range");
+    assert!(err.status().is_some(), "an NVMe status: {err}");
+    assert!(
+        err.to_string()
+            .contains("Read (NSID 1, SLBA 1099511627776)"),
+        "{err}"
+    );
+    session.shutdown().await;
+    target.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespace_changes_are_surfaced_once_per_session() {
+    use fabrik_target::backend::ram::RamDrive;
+    use fabrik_target::model::Namespace;
+
+    let dir = tempfile::tempdir().unwrap();
+    let target = start(config(dir.path(), BackendKind::Ram, 1, 16 * MIB)).await;
+    let nqn = nqns(&target)[0].clone();
+    let host = fabrik_initiator::HostIdentity::random();
+    // Two paths (two controllers): each gets the notice, the session reports it once.
+    let session = Session::connect(
+        vec![
+            path_options(addr(&target), &nqn).with_host(&host),
+            path_options(addr(&target), &nqn).with_host(&host),
+        ],
+        quick_policy(Duration::from_secs(5)),
+    )
+    .await
+    .unwrap();
+    let mut events = session.events();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while session.namespaces().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the session lists its namespaces"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(session.namespaces(), Some(vec![1]));
+
+    let subsystem = target.state().subsystem(&nqn).unwrap();
+    let drive = Arc::new(RamDrive::new(8 * MIB, 4096).unwrap());
+    subsystem.add_namespace(Arc::new(Namespace::new(2, "extra", drive, "testbox:extra")));
+    let event = tokio::time::timeout(Duration::from_secs(10), events.recv())
+        .await
+        .expect("an event in time")
+        .unwrap();
+    assert!(
+        matches!(event, SessionEvent::NamespaceAdded { nsid: 2 }),
+        "{event:?}"
+    );
+    // The namespace is usable through the session right away.
+    session
+        .write(0, 2, 0, bytes::Bytes::from(vec![7u8; 4096]), false)
+        .await
+        .unwrap();
+    assert_eq!(
+        &session.read(0, 2, 0, 1).await.unwrap()[..],
+        &[7u8; 4096][..]
+    );
+
+    subsystem.remove_namespace(1);
+    let event = tokio::time::timeout(Duration::from_secs(10), events.recv())
+        .await
+        .expect("an event in time")
+        .unwrap();
+    assert!(
+        matches!(event, SessionEvent::NamespaceRemoved { nsid: 1 }),
+        "{event:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        events.try_recv().is_err(),
+        "the other path's notices added nothing"
+    );
+    assert_eq!(session.namespaces(), Some(vec![2]));
+    session.shutdown().await;
+    target.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_failing_on_every_connection_is_failed_not_retried_forever() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use fabrik_initiator::proto::Status;
+    use fabrik_initiator::HostError;
+
+    let dir = tempfile::tempdir().unwrap();
+    let target = start(config(dir.path(), BackendKind::Ram, 1, 16 * MIB)).await;
+    let nqn = nqns(&target)[0].clone();
+    let policy = RecoveryPolicy {
+        reconnect_delay: Duration::from_millis(30),
+        ctrl_loss_tmo: Some(Duration::from_secs(30)),
+    };
+    let session = Session::connect(vec![path_options(addr(&target), &nqn)], policy)
+        .await
+        .unwrap();
+    let mut events = session.events();
+
+    // A path failure every time: retried on a new connection each time, then failed.
+    let tries = AtomicUsize::new(0);
+    let err = session
+        .with_path(|_ctrl| {
+            tries.fetch_add(1, Ordering::Relaxed);
+            async { Err::<(), _>(HostError::ConnectionClosed { qid: 1 }) }
+        })
+        .await
+        .expect_err("given up");
+    assert_eq!(tries.load(Ordering::Relaxed), 8);
+    assert!(
+        err.to_string().contains("failed on 8 connections in turn"),
+        "{err}"
+    );
+    let mut ups = 0;
+    while let Ok(e) = events.try_recv() {
+        ups += matches!(e, SessionEvent::PathUp { .. }) as usize;
+    }
+    assert_eq!(ups, 7, "a new connection before each retry");
+
+    // The command's own error status: returned at once.
+    let tries = AtomicUsize::new(0);
+    let err = session
+        .with_path(|_ctrl| {
+            tries.fetch_add(1, Ordering::Relaxed);
+            async {
+                Err::<(), _>(HostError::Status {
+                    status: Status::LBA_OUT_OF_RANGE,
+                    command: "Read (NSID 1, SLBA 99)".into(),
+                    qid: 1,
+                    result: 0,
+                })
+            }
+        })
+        .await
+        .expect_err("the status");
+    assert_eq!(tries.load(Ordering::Relaxed), 1);
+    assert_eq!(err.status(), Some(Status::LBA_OUT_OF_RANGE));
+    session.shutdown().await;
+    target.shutdown().await;
+}
