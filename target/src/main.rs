@@ -22,9 +22,10 @@ struct Args {
     /// NVMe/TCP listener, ADDR:PORT or tcp:ADDR:PORT (repeatable) [default: 127.0.0.1:4420].
     #[arg(long, value_name = "ADDR:PORT")]
     listen: Vec<String>,
-    /// REST API address (the management API is not part of this build yet).
+    /// Management REST API address, or "off" [default: 127.0.0.1:8080; when that default is
+    /// taken fabrikd runs without the API and says so].
     #[arg(long, value_name = "ADDR:PORT")]
-    api: Option<SocketAddr>,
+    api: Option<String>,
     /// Number of drives to create, exported as one subsystem each [default: 24].
     #[arg(long, value_name = "N")]
     drives: Option<u32>,
@@ -65,6 +66,7 @@ fn main() -> anyhow::Result<()> {
 
 fn build_config(args: &Args) -> anyhow::Result<Config> {
     let mut config = Config::default_jbof(default_data_dir());
+    config.persist_state = true;
     if let Some(path) = &args.config {
         config.apply_file(&ConfigFile::load(path)?)?;
     }
@@ -77,7 +79,14 @@ fn build_config(args: &Args) -> anyhow::Result<Config> {
             .iter()
             .map(|l| parse_listen(l))
             .collect::<anyhow::Result<_>>()?;
+        config.explicit.listen = true;
     }
+    config.explicit.drives |= args.drives.is_some()
+        || args.drive_size.is_some()
+        || args.backend.is_some()
+        || args.block_size.is_some()
+        || args.box_name.is_some();
+    config.explicit.hosts |= args.allow_any_host || !args.host.is_empty();
     if let Some(n) = args.drives {
         config.drives = n;
     }
@@ -100,18 +109,69 @@ fn build_config(args: &Args) -> anyhow::Result<Config> {
     } else if !args.host.is_empty() {
         config.allowed_hosts = Some(args.host.clone());
     }
-    if args.api.is_some() {
-        tracing::warn!("--api: the REST API is not available in this build yet; ignoring");
+    if let Some(api) = &args.api {
+        config.api = Some(api.clone());
     }
     Ok(config)
 }
 
+/// Where the API listens: None when off. `explicit` says whether the address was asked for (a
+/// taken default is not an error).
+fn api_addr(config: &Config) -> anyhow::Result<Option<(SocketAddr, bool)>> {
+    match config.api.as_deref() {
+        None => Ok(Some((DEFAULT_API.parse().unwrap(), false))),
+        Some("off") => Ok(None),
+        Some(a) => Ok(Some((
+            a.parse()
+                .with_context(|| format!("--api {a:?}: expected ADDR:PORT or off"))?,
+            true,
+        ))),
+    }
+}
+
+const DEFAULT_API: &str = "127.0.0.1:8080";
+
 async fn run(config: Config) -> anyhow::Result<()> {
-    let drives = config.drive_list();
+    let api = api_addr(&config)?;
     let target = Target::start(config.clone()).await?;
-    print_banner(&config, &target, drives.len());
+    let drives = target.manager().state().drives.len();
+    print_banner(&config, &target, drives);
+    let api_stop = tokio_util::sync::CancellationToken::new();
+    let mut api_task = None;
+    if let Some((addr, explicit)) = api {
+        match tokio::net::TcpListener::bind(addr).await {
+            Ok(listener) => {
+                let token =
+                    fabrik_target::state::api_token(&config.data_dir, config.api_token.as_deref())?;
+                let app = target.api_router(token);
+                let bound = listener.local_addr()?;
+                if !bound.ip().is_loopback() {
+                    tracing::warn!(%bound, "the management API listens beyond loopback: every call needs the token");
+                }
+                eprintln!(
+                    "  management API http://{bound}/api/v1 (docs /api/v1/docs; token in {})",
+                    config
+                        .data_dir
+                        .join(fabrik_target::state::TOKEN_FILE)
+                        .display()
+                );
+                let stop = api_stop.clone();
+                api_task = Some(tokio::spawn(fabrik_api::serve(listener, app, async move {
+                    stop.cancelled().await
+                })));
+            }
+            Err(e) if !explicit => {
+                tracing::warn!("management API not started: cannot listen on the default {addr}: {e} (give --api ADDR:PORT)");
+            }
+            Err(e) => return Err(e).with_context(|| format!("cannot listen on {addr} (--api)")),
+        }
+    }
     wait_for_signal().await?;
     tracing::info!("shutting down: finishing in-flight I/O");
+    api_stop.cancel();
+    if let Some(t) = api_task {
+        let _ = t.await;
+    }
     target.shutdown().await;
     tracing::info!("stopped");
     Ok(())
@@ -121,20 +181,29 @@ fn print_banner(config: &Config, target: &Target, drives: usize) {
     let addrs = target.listen_addrs();
     let first = addrs[0];
     let nqns = target.subsystem_nqns();
+    let state = target.manager().state();
+    let (backend, size) = state
+        .drives
+        .first()
+        .map_or(("none".to_string(), 0), |d| (d.backend.clone(), d.size));
     eprintln!(
-        "fabrikd {} serving {drives} drive(s) ({} backend, {} each) from {}",
+        "fabrikd {} serving {drives} drive(s) ({backend} backend, {} each) from {}",
         env!("CARGO_PKG_VERSION"),
-        config.backend.name(),
-        human_size(config.drive_size),
+        human_size(size),
         config.data_dir.display()
     );
     for a in &addrs {
         eprintln!("  NVMe/TCP listener {a} (discovery: nqn.2014-08.org.nvmexpress.discovery)");
     }
-    match &config.allowed_hosts {
-        None => eprintln!("  hosts: any host may connect"),
-        Some(h) => eprintln!("  hosts: only {}", h.join(", ")),
-    }
+    let open = state
+        .subsystems
+        .iter()
+        .filter(|s| state.effective_hosts(s).is_none())
+        .count();
+    eprintln!(
+        "  hosts: any host may connect to {open} of {} subsystem(s); the others admit listed or composed hosts",
+        state.subsystems.len()
+    );
     eprintln!("Connect from a Linux host (nvme-cli):");
     eprintln!(
         "  nvme discover -t tcp -a {} -s {}",

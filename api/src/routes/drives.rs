@@ -1,0 +1,25 @@
+//! `/drives`: the storage of the box, with health and who uses it.
+
+use axum::extract::State;
+use axum::Json;
+
+use super::Mgmt;
+use crate::error::{ApiError, PathParam};
+use crate::models::{Drive, Problem};
+
+#[utoipa::path(get, path = "/api/v1/drives", tag = "drives",
+    responses((status = 200, description = "Every drive", body = Vec<Drive>)))]
+pub async fn list(State(m): State<Mgmt>) -> Json<Vec<Drive>> {
+    Json(m.drives())
+}
+
+#[utoipa::path(get, path = "/api/v1/drives/{id}", tag = "drives",
+    params(("id" = String, Path, description = "Drive ID")),
+    responses((status = 200, body = Drive),
+        (status = 404, description = "No such drive", body = Problem, content_type = "application/problem+json")))]
+pub async fn get(
+    State(m): State<Mgmt>,
+    PathParam(id): PathParam<String>,
+) -> Result<Json<Drive>, ApiError> {
+    Ok(Json(m.drive(&id)?))
+}
