@@ -48,7 +48,8 @@ impl Client {
         }
     }
 
-    async fn call<T: DeserializeOwned>(
+    /// Any call: `body` is JSON.
+    pub async fn request<T: DeserializeOwned>(
         &self,
         method: Method,
         path: &str,
@@ -107,7 +108,7 @@ impl Client {
     }
 
     pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
-        self.call(Method::GET, path, None).await
+        self.request(Method::GET, path, None).await
     }
 
     pub async fn post<T: DeserializeOwned>(
@@ -116,7 +117,7 @@ impl Client {
         body: &impl Serialize,
     ) -> Result<T, ClientError> {
         let body = serde_json::to_vec(body).expect("request serializes");
-        self.call(Method::POST, path, Some(body)).await
+        self.request(Method::POST, path, Some(body)).await
     }
 
     pub async fn put<T: DeserializeOwned>(
@@ -125,11 +126,11 @@ impl Client {
         body: &impl Serialize,
     ) -> Result<T, ClientError> {
         let body = serde_json::to_vec(body).expect("request serializes");
-        self.call(Method::PUT, path, Some(body)).await
+        self.request(Method::PUT, path, Some(body)).await
     }
 
     pub async fn delete(&self, path: &str) -> Result<(), ClientError> {
-        self.call::<()>(Method::DELETE, path, None).await
+        self.request::<()>(Method::DELETE, path, None).await
     }
 
     pub async fn drives(&self) -> Result<Vec<Drive>, ClientError> {
@@ -160,8 +161,12 @@ impl Client {
         self.get("/controllers").await
     }
 
+    pub async fn controller(&self, id: u64) -> Result<Controller, ClientError> {
+        self.get(&format!("/controllers/{id}")).await
+    }
+
     pub async fn disconnect_controller(&self, id: u64) -> Result<(), ClientError> {
-        self.call::<()>(Method::POST, &format!("/controllers/{id}/disconnect"), None)
+        self.request::<()>(Method::POST, &format!("/controllers/{id}/disconnect"), None)
             .await
     }
 

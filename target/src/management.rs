@@ -7,7 +7,8 @@
 //! Compositions: a drive keeps its subsystem (one per drive by default, so its NQN never
 //! changes); composing drives to a host makes their subsystems admit that host only (every
 //! composed host, for shared drives) until decomposed, when the subsystem's configured access
-//! (any host by default) returns. Hosts losing access are disconnected on the spot.
+//! (any host by default) returns. Hosts losing access are disconnected on the spot, and so are
+//! the composed host's controllers when its composition is removed.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
@@ -819,15 +820,36 @@ impl Management for Manager {
         self.composition(&id)
     }
 
+    /// Also ends the host's controllers of these drives when their subsystem stays open to it
+    /// (configured to admit any host): what the composition gave is taken back either way.
     fn decompose(&self, id: &str) -> MgmtResult<()> {
-        self.mutate(|st| {
-            let before = st.compositions.len();
-            st.compositions.retain(|c| c.id != id);
-            if st.compositions.len() == before {
-                return Err(not_found(format!("no composition {id:?}")));
+        let (gone, subsystems) = self.mutate(|st| {
+            let i = st
+                .compositions
+                .iter()
+                .position(|c| c.id == id)
+                .ok_or_else(|| not_found(format!("no composition {id:?}")))?;
+            let gone = st.compositions.remove(i);
+            let subsystems: BTreeSet<String> = gone
+                .drives
+                .iter()
+                .filter_map(|d| st.subsystem_of_drive(d).map(|s| s.nqn.clone()))
+                .collect();
+            Ok((gone, subsystems))
+        })?;
+        for nqn in subsystems {
+            for ctrl in self
+                .target
+                .subsystem(&nqn)
+                .iter()
+                .flat_map(|s| s.controllers())
+            {
+                if ctrl.hostnqn == gone.host_nqn {
+                    ctrl.shut_down("its composition was removed");
+                }
             }
-            Ok(())
-        })
+        }
+        Ok(())
     }
 }
 
