@@ -200,10 +200,14 @@ fn print_banner(config: &Config, target: &Target, drives: usize) {
         .iter()
         .filter(|s| state.effective_hosts(s).is_none())
         .count();
-    eprintln!(
-        "  hosts: any host may connect to {open} of {} subsystem(s); the others admit listed or composed hosts",
-        state.subsystems.len()
-    );
+    if open == state.subsystems.len() {
+        eprintln!("  hosts: any host may connect");
+    } else {
+        eprintln!(
+            "  hosts: {open} of {} subsystem(s) admit any host; the others only listed or composed hosts",
+            state.subsystems.len()
+        );
+    }
     eprintln!("Connect from a Linux host (nvme-cli):");
     eprintln!(
         "  nvme discover -t tcp -a {} -s {}",
