@@ -6,7 +6,7 @@ use std::sync::Arc;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{header, Method, StatusCode};
 use axum::middleware::Next;
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -120,7 +120,20 @@ pub fn router(m: Arc<dyn Management>, auth: Auth) -> Router {
             Arc::new(auth),
             check_token,
         ));
-    Router::new().nest("/api/v1", api)
+    with_swagger_ui(Router::new().nest("/api/v1", api))
+}
+
+#[cfg(feature = "vendored")]
+fn with_swagger_ui(app: Router) -> Router {
+    app.merge(
+        utoipa_swagger_ui::SwaggerUi::new("/api/v1/swagger-ui")
+            .config(utoipa_swagger_ui::Config::from("/api/v1/openapi.json")),
+    )
+}
+
+#[cfg(not(feature = "vendored"))]
+fn with_swagger_ui(app: Router) -> Router {
+    app
 }
 
 fn token_ok(req: &Request, token: &str) -> bool {
@@ -168,7 +181,7 @@ async fn check_token(State(auth): State<Arc<Auth>>, req: Request, next: Next) ->
 async fn docs_page() -> impl IntoResponse {
     // Swagger UI from a CDN: the browser fetches it, fabrikd embeds nothing (feature `vendored`
     // embeds the assets instead).
-    Html(
+    axum::response::Html(
         r##"<!doctype html>
 <html><head><meta charset="utf-8"><title>fabrik API</title>
 <link rel="stylesheet" href="https://unpkg.com/swagger-ui-dist@5/swagger-ui.css"></head>
