@@ -31,6 +31,7 @@ pub async fn get(
     security(("bearer" = [])),
     responses((status = 201, body = Composition),
         (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Body is not application/json", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No or wrong token", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "Unknown drive or port", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "A drive is composed to another host and not shared", body = Problem, content_type = "application/problem+json"),

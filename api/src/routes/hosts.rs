@@ -29,6 +29,7 @@ pub async fn get(
     security(("bearer" = [])),
     responses((status = 201, body = Host),
         (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Body is not application/json", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No or wrong token", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Already registered", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Malformed NQN", body = Problem, content_type = "application/problem+json")))]

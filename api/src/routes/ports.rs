@@ -14,7 +14,7 @@ pub async fn list(State(m): State<Mgmt>) -> Json<Vec<Port>> {
 }
 
 #[utoipa::path(get, path = "/api/v1/ports/{id}", tag = "ports",
-    params(("id" = u16, Path, description = "Port ID")),
+    params(("id" = u16, Path, description = "Port ID", minimum = 0, maximum = 65535)),
     responses((status = 200, body = Port),
         (status = 400, description = "Not a port ID", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such port", body = Problem, content_type = "application/problem+json")))]

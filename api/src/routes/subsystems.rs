@@ -31,6 +31,7 @@ pub async fn get(
     security(("bearer" = [])),
     responses((status = 201, body = Subsystem),
         (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Body is not application/json", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No or wrong token", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "Unknown drive", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "NQN taken, or a drive already exported", body = Problem, content_type = "application/problem+json"),
@@ -67,9 +68,11 @@ pub async fn delete(
     security(("bearer" = [])),
     responses((status = 200, body = Subsystem),
         (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Body is not application/json", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No or wrong token", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such subsystem", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Composed: access follows the composition", body = Problem, content_type = "application/problem+json")))]
+        (status = 409, description = "Composed: access follows the composition", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "JSON of the wrong shape", body = Problem, content_type = "application/problem+json")))]
 pub async fn set_access(
     State(m): State<Mgmt>,
     PathParam(nqn): PathParam<String>,
@@ -85,6 +88,7 @@ pub async fn set_access(
     security(("bearer" = [])),
     responses((status = 200, body = Subsystem),
         (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Body is not application/json", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No or wrong token", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such subsystem", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Already allowed", body = Problem, content_type = "application/problem+json"),
@@ -133,6 +137,7 @@ pub async fn namespaces(
     security(("bearer" = [])),
     responses((status = 201, body = Namespace),
         (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Body is not application/json", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No or wrong token", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such subsystem or drive", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Drive exported elsewhere, or NSID taken", body = Problem, content_type = "application/problem+json"),
