@@ -157,6 +157,10 @@ impl Client {
         self.get("/ports").await
     }
 
+    pub async fn port(&self, id: u16) -> Result<Port, ClientError> {
+        self.get(&format!("/ports/{id}")).await
+    }
+
     pub async fn controllers(&self) -> Result<Vec<Controller>, ClientError> {
         self.get("/controllers").await
     }

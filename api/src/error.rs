@@ -28,14 +28,16 @@ impl ApiError {
         }
     }
 
+    /// Type `about:blank`: the title is the status phrase, the detail says what was wrong
+    /// (RFC 9457 section 4.2.1).
     pub fn problem(&self) -> Problem {
-        let title = self.status.canonical_reason().unwrap_or("Error");
         Problem {
-            kind: format!(
-                "https://fabrik.io/problems/{}",
-                title.to_ascii_lowercase().replace(' ', "-")
-            ),
-            title: title.to_string(),
+            kind: "about:blank".into(),
+            title: self
+                .status
+                .canonical_reason()
+                .unwrap_or("Error")
+                .to_string(),
             status: self.status.as_u16(),
             detail: self.detail.clone(),
         }

@@ -53,6 +53,11 @@ pub trait Management: Send + Sync + 'static {
 
     fn ports(&self) -> Vec<Port>;
     fn port(&self, id: u16) -> MgmtResult<Port>;
+    /// Binds a new listener; 409 when the address is in use.
+    fn add_port(&self, req: PortRequest) -> MgmtResult<Port>;
+    /// Stops a listener (its connections close); refused (409) for the last port or one a
+    /// composition names.
+    fn delete_port(&self, id: u16) -> MgmtResult<()>;
 
     fn controllers(&self) -> Vec<Controller>;
     fn controller(&self, id: u64) -> MgmtResult<Controller>;

@@ -102,6 +102,18 @@ pub struct Port {
     pub controllers: u32,
 }
 
+/// Adds a listener.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PortRequest {
+    /// "tcp" (the default).
+    #[serde(default)]
+    pub transport: Option<String>,
+    /// IP address to listen on.
+    pub address: String,
+    pub service_id: u16,
+}
+
 /// A live controller: one host association.
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema, PartialEq)]
 pub struct Controller {
@@ -214,7 +226,7 @@ pub struct AccessRequest {
 /// An RFC 9457 problem: every error answer (`application/problem+json`).
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema, PartialEq)]
 pub struct Problem {
-    /// A URI naming the problem type.
+    /// A URI naming the problem type: `about:blank`, the status says it all.
     #[serde(rename = "type")]
     pub kind: String,
     pub title: String,

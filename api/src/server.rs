@@ -26,7 +26,7 @@ use crate::routes::{self, compositions, controllers, drives, hosts, ports, subsy
         subsystems::set_access, subsystems::allow_host, subsystems::disallow_host,
         subsystems::namespaces, subsystems::add_namespace, subsystems::remove_namespace,
         hosts::list, hosts::get, hosts::create, hosts::delete,
-        ports::list, ports::get,
+        ports::list, ports::get, ports::create, ports::delete,
         controllers::list, controllers::get, controllers::disconnect,
         compositions::list, compositions::get, compositions::create, compositions::delete,
     ),
@@ -90,8 +90,8 @@ pub fn router(m: Arc<dyn Management>, auth: Auth) -> Router {
         )
         .route("/hosts", get(hosts::list).post(hosts::create))
         .route("/hosts/{nqn}", get(hosts::get).delete(hosts::delete))
-        .route("/ports", get(ports::list))
-        .route("/ports/{id}", get(ports::get))
+        .route("/ports", get(ports::list).post(ports::create))
+        .route("/ports/{id}", get(ports::get).delete(ports::delete))
         .route("/controllers", get(controllers::list))
         .route("/controllers/{id}", get(controllers::get))
         .route(

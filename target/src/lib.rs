@@ -22,8 +22,6 @@ use backend::{BackendKind, Drive};
 use config::{Config, DriveSpec};
 use model::TargetState;
 use state::State;
-use transport::tcp::TcpListenerPort;
-use transport::Listener;
 
 /// A running target.
 pub struct Target {
@@ -31,7 +29,6 @@ pub struct Target {
     manager: Arc<management::Manager>,
     listen_addrs: Vec<SocketAddr>,
     stop: CancellationToken,
-    listeners: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Target {
@@ -66,29 +63,27 @@ impl Target {
         }
         let target = Arc::new(TargetState::new(persisted.box_name.clone()));
         let ports = persisted.ports.clone();
+        let stop = CancellationToken::new();
         let manager = Arc::new(management::Manager::new(
             target.clone(),
             drives,
             persisted,
             state_path,
+            stop.clone(),
         ));
-        let stop = CancellationToken::new();
-        let mut listeners = Vec::new();
         let mut listen_addrs = Vec::new();
         for p in &ports {
-            let port = TcpListenerPort::bind(p.address, p.id)
+            let addr = manager
+                .listen(p)
                 .await
                 .with_context(|| format!("cannot listen on {} (NVMe/TCP)", p.address))?;
-            listen_addrs.push(port.port().addr);
-            target.add_port(port.port().clone());
-            listeners.push(Box::new(port).serve(target.clone(), stop.clone()));
+            listen_addrs.push(addr);
         }
         Ok(Target {
             state: target,
             manager,
             listen_addrs,
             stop,
-            listeners,
         })
     }
 
@@ -123,9 +118,7 @@ impl Target {
     /// closes every connection, then flushes every drive.
     pub async fn shutdown(self) {
         self.stop.cancel();
-        for l in self.listeners {
-            let _ = l.await;
-        }
+        self.manager.join_listeners().await;
         for sub in self.state.subsystems() {
             for ns in sub.namespaces() {
                 if let Err(e) = ns.drive.flush().await {

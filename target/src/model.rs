@@ -284,6 +284,11 @@ impl TargetState {
         self.discovery_changed();
     }
 
+    pub fn remove_port(&self, id: u16) {
+        self.ports.write().unwrap().retain(|p| p.id != id);
+        self.discovery_changed();
+    }
+
     pub fn ports(&self) -> Vec<Port> {
         self.ports.read().unwrap().clone()
     }
