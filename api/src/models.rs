@@ -28,12 +28,18 @@ pub struct Drive {
     pub composed_to: Vec<String>,
 }
 
-/// Drive health. Fields a backend cannot measure (no sensor on file, RAM or null drives) are
-/// null; counters are tracked by fabrikd since it started.
+/// Drive health: from the device's SMART log for NVMe drives (`source` "smart"), else what
+/// fabrikd tracks (`source` "fabrikd"; no sensor on file, RAM or null drives: those fields are
+/// null). Command and byte counters are fabrikd's, since it started.
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema, PartialEq)]
 pub struct DriveHealth {
-    /// "ok", or "not_ready" while the drive cannot serve I/O.
+    /// "ok", "warning" (SMART critical warning bits set), or "not_ready" while the drive cannot
+    /// serve I/O.
     pub state: String,
+    /// "smart" or "fabrikd".
+    pub source: String,
+    /// Why SMART data could not be read, when the drive has it but reading failed.
+    pub source_error: Option<String>,
     pub temperature_celsius: Option<i32>,
     pub percentage_used: Option<u8>,
     pub media_errors: u64,

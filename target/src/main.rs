@@ -182,10 +182,11 @@ fn print_banner(config: &Config, target: &Target, drives: usize) {
     let first = addrs[0];
     let nqns = target.subsystem_nqns();
     let state = target.manager().state();
-    let (backend, size) = state
-        .drives
-        .first()
-        .map_or(("none".to_string(), 0), |d| (d.backend.clone(), d.size));
+    // The opened drive's capacity: a block device has its own size, not the configured one.
+    let (backend, size) = state.drives.first().map_or(("none".to_string(), 0), |d| {
+        let capacity = target.manager().drive_capacity(&d.id).unwrap_or(d.size);
+        (d.backend.clone(), capacity)
+    });
     eprintln!(
         "fabrikd {} serving {drives} drive(s) ({backend} backend, {} each) from {}",
         env!("CARGO_PKG_VERSION"),

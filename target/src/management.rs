@@ -87,6 +87,11 @@ impl Manager {
         m
     }
 
+    /// Bytes of an opened drive.
+    pub fn drive_capacity(&self, id: &str) -> Option<u64> {
+        self.drives.get(id).map(|d| d.info().capacity)
+    }
+
     pub fn state(&self) -> State {
         self.state.lock().unwrap().clone()
     }

@@ -152,6 +152,11 @@ async fn read_resources() {
     assert_eq!(d.subsystems, vec![nqn("02")]);
     assert_eq!(d.hosts, None, "any host by default");
     assert_eq!(d.health.state, "ok");
+    assert_eq!(
+        (d.health.source.as_str(), d.health.temperature_celsius),
+        ("fabrikd", None),
+        "RAM drives have no SMART log"
+    );
     assert_problem(c.drive("99").await, 404, "99");
 
     let subs = c.subsystems().await.unwrap();

@@ -3,14 +3,15 @@
 use axum::extract::State;
 use axum::Json;
 
-use super::Mgmt;
+use super::{blocking, Mgmt};
 use crate::error::{ApiError, PathParam};
 use crate::models::{Drive, Problem};
 
 #[utoipa::path(get, path = "/api/v1/drives", tag = "drives",
     responses((status = 200, description = "Every drive", body = Vec<Drive>)))]
-pub async fn list(State(m): State<Mgmt>) -> Json<Vec<Drive>> {
-    Json(m.drives())
+pub async fn list(State(m): State<Mgmt>) -> Result<Json<Vec<Drive>>, ApiError> {
+    // On the blocking pool: health may come from a SMART ioctl.
+    Ok(Json(blocking(&m, |m| Ok(m.drives())).await?))
 }
 
 #[utoipa::path(get, path = "/api/v1/drives/{id}", tag = "drives",
@@ -21,5 +22,5 @@ pub async fn get(
     State(m): State<Mgmt>,
     PathParam(id): PathParam<String>,
 ) -> Result<Json<Drive>, ApiError> {
-    Ok(Json(m.drive(&id)?))
+    Ok(Json(blocking(&m, move |m| m.drive(&id)).await?))
 }

@@ -16,7 +16,8 @@ use crate::management::{Management, MgmtResult};
 
 pub type Mgmt = Arc<dyn Management>;
 
-/// Runs a mutation on the blocking pool: it writes and syncs the state file.
+/// Runs a call on the blocking pool: mutations write and sync the state file, drive health
+/// may ask the device.
 pub(crate) async fn blocking<T: Send + 'static>(
     m: &Mgmt,
     f: impl FnOnce(&dyn Management) -> MgmtResult<T> + Send + 'static,

@@ -374,7 +374,7 @@ mod tests {
         serde_json::from_value(serde_json::json!({
             "id": id, "slot": 0, "serial": "", "model": "", "backend": "ram", "path": null,
             "capacity_bytes": 0, "block_size": 4096,
-            "health": {"state": "ok", "temperature_celsius": null, "percentage_used": null,
+            "health": {"state": "ok", "source": "fabrikd", "source_error": null, "temperature_celsius": null, "percentage_used": null,
                 "media_errors": 0, "critical_warnings": 0, "power_on_hours": 0, "read_commands": 0,
                 "write_commands": 0, "bytes_read": 0, "bytes_written": 0},
             "subsystems": [], "hosts": null, "composed_to": []

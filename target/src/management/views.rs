@@ -18,7 +18,6 @@ impl Manager {
             .and_then(|s| self.target.subsystem(&s.nqn))
             .and_then(|live| live.namespaces().into_iter().find(|n| n.drive_id == d.id));
         let info = self.drives.get(&d.id).map(|x| x.info().clone());
-        let count = |f: fn(&Namespace) -> u64| ns.as_deref().map_or(0, f);
         api::Drive {
             id: d.id.clone(),
             slot: slot as u32,
@@ -28,24 +27,7 @@ impl Manager {
             path: d.path.as_ref().map(|p| p.display().to_string()),
             capacity_bytes: info.as_ref().map_or(d.size, |i| i.capacity),
             block_size: info.as_ref().map_or(d.block_size, |i| i.block_size),
-            health: api::DriveHealth {
-                state: if ns.as_deref().is_none_or(Namespace::is_ready) {
-                    "ok".into()
-                } else {
-                    "not_ready".into()
-                },
-                // No sensor and no wear on file, RAM and null drives; SMART passthrough of
-                // block devices is not implemented.
-                temperature_celsius: None,
-                percentage_used: None,
-                media_errors: count(|n| n.stats.media_errors.load(Relaxed)),
-                critical_warnings: 0,
-                power_on_hours: self.target.started.elapsed().as_secs() / 3600,
-                read_commands: count(|n| n.stats.read_commands.load(Relaxed)),
-                write_commands: count(|n| n.stats.write_commands.load(Relaxed)),
-                bytes_read: count(|n| n.stats.bytes_read.load(Relaxed)),
-                bytes_written: count(|n| n.stats.bytes_written.load(Relaxed)),
-            },
+            health: self.health(&d.id, ns.as_deref()),
             subsystems: sub.iter().map(|s| s.nqn.clone()).collect(),
             hosts: sub.and_then(|s| st.effective_hosts(s)),
             composed_to: st
@@ -55,6 +37,44 @@ impl Manager {
                 .map(|c| c.host_nqn.clone())
                 .collect(),
         }
+    }
+
+    /// Health from the device's SMART log where it has one, else from fabrikd's counters.
+    fn health(&self, drive: &str, ns: Option<&Namespace>) -> api::DriveHealth {
+        let count = |f: fn(&Namespace) -> u64| ns.map_or(0, f);
+        let ready = ns.is_none_or(Namespace::is_ready);
+        let mut h = api::DriveHealth {
+            state: if ready { "ok" } else { "not_ready" }.into(),
+            source: "fabrikd".into(),
+            source_error: None,
+            temperature_celsius: None,
+            percentage_used: None,
+            media_errors: count(|n| n.stats.media_errors.load(Relaxed)),
+            critical_warnings: 0,
+            power_on_hours: self.target.started.elapsed().as_secs() / 3600,
+            read_commands: count(|n| n.stats.read_commands.load(Relaxed)),
+            write_commands: count(|n| n.stats.write_commands.load(Relaxed)),
+            bytes_read: count(|n| n.stats.bytes_read.load(Relaxed)),
+            bytes_written: count(|n| n.stats.bytes_written.load(Relaxed)),
+        };
+        match self.drives.get(drive).and_then(|d| d.smart_log()) {
+            None => {}
+            Some(Err(e)) => h.source_error = Some(format!("SMART log unreadable: {e}")),
+            Some(Ok(log)) => {
+                h.source = "smart".into();
+                // 0 K means the device reports no temperature.
+                h.temperature_celsius =
+                    (log.temperature_k != 0).then(|| log.temperature_k as i32 - 273);
+                h.percentage_used = Some(log.percentage_used);
+                h.media_errors = log.media_errors.min(u64::MAX as u128) as u64;
+                h.critical_warnings = log.critical_warning;
+                h.power_on_hours = log.power_on_hours.min(u64::MAX as u128) as u64;
+                if ready && log.critical_warning != 0 {
+                    h.state = "warning".into();
+                }
+            }
+        }
+        h
     }
 
     pub(super) fn namespace_view(&self, ns: &Namespace) -> api::Namespace {
