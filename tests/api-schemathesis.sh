@@ -4,7 +4,9 @@
 # headers and body as documented.
 #   tests/api-schemathesis.sh FABRIKD_BINARY [VENV_DIR]
 # The positive_data_acceptance check is left out: a schema-valid body may still name a drive
-# that does not exist or a malformed NQN, and is rightly refused (404/409/422).
+# that does not exist or a malformed NQN, and is rightly refused (404/409/422). POST /ports is
+# left out: fuzzed addresses could open listeners beyond loopback (tests/integration/api.rs
+# covers it).
 set -uo pipefail
 FABRIKD=${1:?usage: $0 FABRIKD_BINARY [VENV_DIR]}
 VENV=${2:-${TMPDIR:-/tmp}/fabrik-schemathesis-venv}
@@ -31,7 +33,8 @@ for _ in $(seq 1 100); do
 done
 "$VENV/bin/schemathesis" run "http://127.0.0.1:$API_PORT/api/v1/openapi.json" \
   -H "Authorization: Bearer $(cat "$DATA/api-token")" \
-  --checks all --exclude-checks positive_data_acceptance -n "$EXAMPLES"
+  --checks all --exclude-checks positive_data_acceptance --exclude-name "POST /api/v1/ports" \
+  -n "$EXAMPLES"
 rc=$?
 kill -0 $FPID 2>/dev/null || { echo "fabrikd died during the run:"; tail -50 "$DATA/fabrikd.log"; rc=1; }
 if grep -q panicked "$DATA/fabrikd.log"; then echo "fabrikd panicked:"; grep -A5 panicked "$DATA/fabrikd.log"; rc=1; fi
