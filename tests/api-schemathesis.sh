@@ -31,6 +31,8 @@ for _ in $(seq 1 100); do
   kill -0 $FPID 2>/dev/null || { echo "fabrikd exited:"; cat "$DATA/fabrikd.log"; exit 1; }
   sleep 0.1
 done
+# From the temp dir: schemathesis keeps a .schemathesis cache in its working directory.
+cd "$DATA" || exit 1
 "$VENV/bin/schemathesis" run "http://127.0.0.1:$API_PORT/api/v1/openapi.json" \
   -H "Authorization: Bearer $(cat "$DATA/api-token")" \
   --checks all --exclude-checks positive_data_acceptance --exclude-name "POST /api/v1/ports" \
