@@ -132,39 +132,45 @@ fn api_addr(config: &Config) -> anyhow::Result<Option<(SocketAddr, bool)>> {
 const DEFAULT_API: &str = "127.0.0.1:8080";
 
 async fn run(config: Config) -> anyhow::Result<()> {
-    let api = api_addr(&config)?;
+    // The API's socket first: an address asked for and taken stops fabrikd before it starts.
+    let api_listener = match api_addr(&config)? {
+        None => None,
+        Some((addr, explicit)) => match tokio::net::TcpListener::bind(addr).await {
+            Ok(listener) => Some(listener),
+            Err(e) if !explicit => {
+                tracing::warn!("management API not started: cannot listen on the default {addr}: {e} (give --api ADDR:PORT)");
+                None
+            }
+            Err(e) => return Err(e).with_context(|| format!("cannot listen on {addr} (--api)")),
+        },
+    };
     let target = Target::start(config.clone()).await?;
     let drives = target.manager().state().drives.len();
     print_banner(&config, &target, drives);
     let api_stop = tokio_util::sync::CancellationToken::new();
     let mut api_task = None;
-    if let Some((addr, explicit)) = api {
-        match tokio::net::TcpListener::bind(addr).await {
-            Ok(listener) => {
-                let token =
-                    fabrik_target::state::api_token(&config.data_dir, config.api_token.as_deref())?;
-                let app = target.api_router(token);
-                let bound = listener.local_addr()?;
-                if !bound.ip().is_loopback() {
-                    tracing::warn!(%bound, "the management API listens beyond loopback: every call needs the token");
-                }
-                eprintln!(
-                    "  management API http://{bound}/api/v1 (docs /api/v1/docs; token in {})",
-                    config
-                        .data_dir
-                        .join(fabrik_target::state::TOKEN_FILE)
-                        .display()
-                );
-                let stop = api_stop.clone();
-                api_task = Some(tokio::spawn(fabrik_api::serve(listener, app, async move {
-                    stop.cancelled().await
-                })));
-            }
-            Err(e) if !explicit => {
-                tracing::warn!("management API not started: cannot listen on the default {addr}: {e} (give --api ADDR:PORT)");
-            }
-            Err(e) => return Err(e).with_context(|| format!("cannot listen on {addr} (--api)")),
+    if let Some(listener) = api_listener {
+        let token = fabrik_target::state::api_token(&config.data_dir, config.api_token.as_deref())?;
+        let app = target.api_router(token);
+        let bound = listener.local_addr()?;
+        if !bound.ip().is_loopback() {
+            tracing::warn!(%bound, "the management API listens beyond loopback: every call needs the token");
         }
+        let token_from = match config.api_token {
+            Some(_) => "the config file".to_string(),
+            None => config
+                .data_dir
+                .join(fabrik_target::state::TOKEN_FILE)
+                .display()
+                .to_string(),
+        };
+        eprintln!(
+            "  management API http://{bound}/api/v1 (docs /api/v1/docs; token in {token_from})"
+        );
+        let stop = api_stop.clone();
+        api_task = Some(tokio::spawn(fabrik_api::serve(listener, app, async move {
+            stop.cancelled().await
+        })));
     }
     wait_for_signal().await?;
     tracing::info!("shutting down: finishing in-flight I/O");
