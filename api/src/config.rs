@@ -6,6 +6,8 @@
 //! data_dir = "/var/lib/fabrik"        # state and drive files
 //! listen = ["127.0.0.1:4420"]         # NVMe/TCP listeners ("tcp:ADDR:PORT" also accepted)
 //! hosts = ["nqn.2014-08.org.nvmexpress:uuid:..."]   # absent or empty: any host
+//! api = "127.0.0.1:8080"              # management REST API; "off" disables it
+//! api_token = "..."                   # default: generated into <data_dir>/api-token (0600)
 //!
 //! [drives]                            # the generated drives 00..count-1
 //! count = 24
@@ -35,6 +37,8 @@ pub struct ConfigFile {
     pub data_dir: Option<PathBuf>,
     pub listen: Option<Vec<String>>,
     pub hosts: Option<Vec<String>>,
+    pub api: Option<String>,
+    pub api_token: Option<String>,
     pub drives: Option<GeneratedDrives>,
     #[serde(default, rename = "drive")]
     pub drive: Vec<DriveEntry>,

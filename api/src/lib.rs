@@ -1,5 +1,33 @@
-//! fabrik-api: the management models shared by `fabrikd` and fabrik's tools: the configuration
-//! file schema today, the REST resources next.
+//! fabrik-api: fabrik's management models and REST API, shared by `fabrikd` and fabrik's tools:
+//! the configuration file schema, the REST resources, the `/api/v1` router (served by fabrikd
+//! over a `Management` implementation) and a typed client.
 
+pub mod client;
 pub mod config;
+pub mod error;
+pub mod management;
 pub mod metrics;
+pub mod models;
+pub mod routes;
+pub mod server;
+
+pub use management::{Management, MgmtError, MgmtResult};
+pub use server::{openapi, router, Auth};
+
+/// The HTTP framework the router is made with, for merging routes into it.
+pub use axum;
+
+/// Serves `app` on `listener` until `stop` completes, telling handlers each peer's address
+/// (reads without a token are open to loopback peers only).
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(stop)
+    .await
+}

@@ -56,6 +56,24 @@ pub struct Config {
     /// Explicit subsystems (from the config file); without them every drive is exported as
     /// its own subsystem.
     pub subsystem_specs: Vec<SubsystemSpec>,
+    /// Keep the configuration in `<data_dir>/state.json` (see `state`): fabrikd does, in-process
+    /// test targets need not.
+    pub persist_state: bool,
+    /// What the command line or config file set explicitly (how they meet an existing state).
+    pub explicit: Explicit,
+    /// The management API token; None: the `api-token` file in the data directory.
+    pub api_token: Option<String>,
+    /// The management API address from the config file (`--api` overrides it).
+    pub api: Option<String>,
+}
+
+/// Settings given explicitly rather than defaulted.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Explicit {
+    /// Drives or box name (flags or config file).
+    pub drives: bool,
+    pub listen: bool,
+    pub hosts: bool,
 }
 
 impl Config {
@@ -72,6 +90,10 @@ impl Config {
             drive_specs: Vec::new(),
             allowed_hosts: None,
             subsystem_specs: Vec::new(),
+            persist_state: false,
+            explicit: Explicit::default(),
+            api_token: None,
+            api: None,
         }
     }
 
@@ -79,6 +101,13 @@ impl Config {
     pub fn apply_file(&mut self, file: &ConfigFile) -> anyhow::Result<()> {
         if let Some(name) = &file.box_name {
             self.box_name = sanitize_box_name(name)?;
+            self.explicit.drives = true;
+        }
+        if file.api_token.is_some() {
+            self.api_token = file.api_token.clone();
+        }
+        if file.api.is_some() {
+            self.api = file.api.clone();
         }
         if let Some(dir) = &file.data_dir {
             self.data_dir = dir.clone();
@@ -88,13 +117,18 @@ impl Config {
                 .iter()
                 .map(|l| parse_listen(l))
                 .collect::<anyhow::Result<_>>()?;
+            self.explicit.listen = true;
         }
         if let Some(hosts) = &file.hosts {
+            self.explicit.hosts = true;
             self.allowed_hosts = if hosts.is_empty() {
                 None
             } else {
                 Some(hosts.clone())
             };
+        }
+        if file.drives.is_some() || !file.drive.is_empty() || !file.subsystem.is_empty() {
+            self.explicit.drives = true;
         }
         if let Some(d) = &file.drives {
             if let Some(n) = d.count {

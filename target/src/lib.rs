@@ -6,86 +6,85 @@
 pub mod backend;
 pub mod config;
 pub mod controller;
+pub mod management;
 pub mod metrics;
 pub mod model;
+pub mod state;
 pub mod transport;
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context;
-use fabrik_proto::fabrics::nqn::Nqn;
 use tokio_util::sync::CancellationToken;
 
 use backend::{BackendKind, Drive};
 use config::{Config, DriveSpec};
-use model::{Namespace, Subsystem, TargetState};
-use transport::tcp::TcpListenerPort;
-use transport::Listener;
+use model::TargetState;
+use state::State;
 
 /// A running target.
 pub struct Target {
     state: Arc<TargetState>,
+    manager: Arc<management::Manager>,
     listen_addrs: Vec<SocketAddr>,
     stop: CancellationToken,
-    listeners: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Target {
-    /// Opens every drive, builds the subsystems, binds every listener and starts serving.
+    /// Restores the persisted state (or seeds it from `config`), opens every drive, builds the
+    /// subsystems, binds every listener and starts serving.
     pub async fn start(config: Config) -> anyhow::Result<Target> {
         config.validate()?;
-        let state = Arc::new(TargetState::new(config.box_name.clone()));
-        let mut drives = std::collections::HashMap::new();
-        for spec in config.drive_list() {
+        let state_path = config
+            .persist_state
+            .then(|| config.data_dir.join(state::STATE_FILE));
+        let persisted = match &state_path {
+            Some(path) => match state::load(path)? {
+                Some(mut restored) => {
+                    restored.reconcile(&config, path)?;
+                    tracing::info!(path = %path.display(), "configuration restored from the state file");
+                    restored
+                }
+                None => State::seed(&config),
+            },
+            None => State::seed(&config),
+        };
+        persisted.validate()?;
+        let mut drives = BTreeMap::new();
+        for d in &persisted.drives {
+            let spec = d.spec()?;
             let drive = open_drive(&spec).with_context(|| format!("drive {}", spec.id))?;
-            drives.insert(spec.id.clone(), (spec, drive));
+            drives.insert(spec.id.clone(), drive);
         }
-        for sub in config.subsystem_list() {
-            let nqn = Nqn::new(&sub.nqn).with_context(|| format!("subsystem NQN {:?}", sub.nqn))?;
-            let first = &drives[&sub.drives[0]].0;
-            let serial_key = if sub.drives.len() == 1 {
-                first.id.clone()
-            } else {
-                let h = model::stable_id(&sub.nqn, b"serial");
-                format!("S{:02X}{:02X}{:02X}", h[0], h[1], h[2])
-            };
-            let subsystem = Subsystem::new(
-                nqn,
-                serial_number(&config.box_name, &serial_key),
-                sub.model
-                    .clone()
-                    .unwrap_or_else(|| format!("fabrik {} drive", first.backend.name())),
-                config.allowed_hosts_for(&sub),
-            );
-            for (i, id) in sub.drives.iter().enumerate() {
-                let (spec, drive) = &drives[id];
-                let identity = format!("{}:{}", config.box_name, spec.id);
-                subsystem.add_namespace(Arc::new(Namespace::new(
-                    i as u32 + 1,
-                    &spec.id,
-                    drive.clone(),
-                    &identity,
-                )));
-            }
-            state.add_subsystem(Arc::new(subsystem));
+        if let Some(path) = &state_path {
+            state::save(path, &persisted)
+                .with_context(|| format!("cannot write the state file {}", path.display()))?;
         }
+        let target = Arc::new(TargetState::new(persisted.box_name.clone()));
+        let ports = persisted.ports.clone();
         let stop = CancellationToken::new();
-        let mut listeners = Vec::new();
+        let manager = Arc::new(management::Manager::new(
+            target.clone(),
+            drives,
+            persisted,
+            state_path,
+            stop.clone(),
+        ));
         let mut listen_addrs = Vec::new();
-        for addr in &config.listen {
-            let port = TcpListenerPort::bind(*addr, state.next_port_id())
+        for p in &ports {
+            let addr = manager
+                .listen(p)
                 .await
-                .with_context(|| format!("cannot listen on {addr} (NVMe/TCP)"))?;
-            listen_addrs.push(port.port().addr);
-            state.add_port(port.port().clone());
-            listeners.push(Box::new(port).serve(state.clone(), stop.clone()));
+                .with_context(|| format!("cannot listen on {} (NVMe/TCP)", p.address))?;
+            listen_addrs.push(addr);
         }
         Ok(Target {
-            state,
+            state: target,
+            manager,
             listen_addrs,
             stop,
-            listeners,
         })
     }
 
@@ -106,13 +105,27 @@ impl Target {
         &self.state
     }
 
+    /// The management operations (what the REST API calls).
+    pub fn manager(&self) -> Arc<management::Manager> {
+        self.manager.clone()
+    }
+
+    /// The `/api/v1` router over this target; merge other routes into it freely.
+    pub fn api_router(&self, token: String) -> fabrik_api::axum::Router {
+        fabrik_api::router(self.manager.clone(), fabrik_api::Auth { token })
+    }
+
+    /// `GET /metrics` over this target's counters, to merge into the API's router.
+    pub fn metrics_router(&self) -> fabrik_api::axum::Router {
+        let state = self.state.clone();
+        fabrik_api::metrics::router(move || metrics::snapshot(&state))
+    }
+
     /// Stops accepting, lets in-flight commands complete and their answers reach the hosts,
     /// closes every connection, then flushes every drive.
     pub async fn shutdown(self) {
         self.stop.cancel();
-        for l in self.listeners {
-            let _ = l.await;
-        }
+        self.manager.join_listeners().await;
         for sub in self.state.subsystems() {
             for ns in sub.namespaces() {
                 if let Err(e) = ns.drive.flush().await {
@@ -146,19 +159,4 @@ fn open_drive(spec: &DriveSpec) -> anyhow::Result<Arc<dyn Drive>> {
         BackendKind::Ram => Arc::new(backend::ram::RamDrive::new(spec.size, spec.block_size)?),
         BackendKind::Null => Arc::new(backend::null::NullDrive::new(spec.size, spec.block_size)?),
     })
-}
-
-/// A 20-character serial number, stable for a box and drive.
-fn serial_number(box_name: &str, drive_id: &str) -> String {
-    let h = model::stable_id(box_name, b"serial");
-    let mut s = format!(
-        "FBK{:02X}{:02X}{:02X}{:02X}-{}",
-        h[0],
-        h[1],
-        h[2],
-        h[3],
-        drive_id.to_ascii_uppercase()
-    );
-    s.truncate(20);
-    s
 }

@@ -23,9 +23,10 @@ struct Args {
     /// NVMe/TCP listener, ADDR:PORT or tcp:ADDR:PORT (repeatable) [default: 127.0.0.1:4420].
     #[arg(long, value_name = "ADDR:PORT")]
     listen: Vec<String>,
-    /// REST API address (the management API is not part of this build yet).
+    /// Management REST API address, or "off" [default: 127.0.0.1:8080; when that default is
+    /// taken fabrikd runs without the API and says so].
     #[arg(long, value_name = "ADDR:PORT")]
-    api: Option<SocketAddr>,
+    api: Option<String>,
     /// Prometheus metrics at http://ADDR:PORT/metrics, or "off" [default: 127.0.0.1:9420].
     #[arg(long, value_name = "ADDR:PORT|off")]
     metrics: Option<String>,
@@ -91,6 +92,7 @@ fn metrics_addr(arg: Option<&str>) -> anyhow::Result<Option<(SocketAddr, bool)>>
 
 fn build_config(args: &Args) -> anyhow::Result<Config> {
     let mut config = Config::default_jbof(default_data_dir());
+    config.persist_state = true;
     if let Some(path) = &args.config {
         config.apply_file(&ConfigFile::load(path)?)?;
     }
@@ -103,7 +105,14 @@ fn build_config(args: &Args) -> anyhow::Result<Config> {
             .iter()
             .map(|l| parse_listen(l))
             .collect::<anyhow::Result<_>>()?;
+        config.explicit.listen = true;
     }
+    config.explicit.drives |= args.drives.is_some()
+        || args.drive_size.is_some()
+        || args.backend.is_some()
+        || args.block_size.is_some()
+        || args.box_name.is_some();
+    config.explicit.hosts |= args.allow_any_host || !args.host.is_empty();
     if let Some(n) = args.drives {
         config.drives = n;
     }
@@ -126,15 +135,43 @@ fn build_config(args: &Args) -> anyhow::Result<Config> {
     } else if !args.host.is_empty() {
         config.allowed_hosts = Some(args.host.clone());
     }
-    if args.api.is_some() {
-        tracing::warn!("--api: the REST API is not available in this build yet; ignoring");
+    if let Some(api) = &args.api {
+        config.api = Some(api.clone());
     }
     Ok(config)
 }
 
+/// Where the API listens: None when off. `explicit` says whether the address was asked for (a
+/// taken default is not an error).
+fn api_addr(config: &Config) -> anyhow::Result<Option<(SocketAddr, bool)>> {
+    match config.api.as_deref() {
+        None => Ok(Some((DEFAULT_API.parse().unwrap(), false))),
+        Some("off") => Ok(None),
+        Some(a) => Ok(Some((
+            a.parse()
+                .with_context(|| format!("--api {a:?}: expected ADDR:PORT or off"))?,
+            true,
+        ))),
+    }
+}
+
+const DEFAULT_API: &str = "127.0.0.1:8080";
+
 async fn run(config: Config, metrics: Option<(SocketAddr, bool)>) -> anyhow::Result<()> {
-    let drives = config.drive_list();
+    // The API's socket first: an address asked for and taken stops fabrikd before it starts.
+    let api_listener = match api_addr(&config)? {
+        None => None,
+        Some((addr, explicit)) => match tokio::net::TcpListener::bind(addr).await {
+            Ok(listener) => Some(listener),
+            Err(e) if !explicit => {
+                tracing::warn!("management API not started: cannot listen on the default {addr}: {e} (give --api ADDR:PORT)");
+                None
+            }
+            Err(e) => return Err(e).with_context(|| format!("cannot listen on {addr} (--api)")),
+        },
+    };
     let target = Target::start(config.clone()).await?;
+    let drives = target.manager().state().drives.len();
     let metrics = match metrics {
         None => None,
         Some((addr, asked)) => match MetricsEndpoint::start(target.state().clone(), addr).await {
@@ -148,14 +185,44 @@ async fn run(config: Config, metrics: Option<(SocketAddr, bool)>) -> anyhow::Res
             }
         },
     };
-    print_banner(&config, &target, drives.len());
+    print_banner(&config, &target, drives);
     if let Some(m) = &metrics {
         eprintln!("  Prometheus metrics: http://{}/metrics", m.addr());
     }
+    let api_stop = tokio_util::sync::CancellationToken::new();
+    let mut api_task = None;
+    if let Some(listener) = api_listener {
+        let token = fabrik_target::state::api_token(&config.data_dir, config.api_token.as_deref())?;
+        // The API serves /metrics too, so one address is enough where that suits.
+        let app = target.api_router(token).merge(target.metrics_router());
+        let bound = listener.local_addr()?;
+        if !bound.ip().is_loopback() {
+            tracing::warn!(%bound, "the management API listens beyond loopback: every call needs the token");
+        }
+        let token_from = match config.api_token {
+            Some(_) => "the config file".to_string(),
+            None => config
+                .data_dir
+                .join(fabrik_target::state::TOKEN_FILE)
+                .display()
+                .to_string(),
+        };
+        eprintln!(
+            "  management API http://{bound}/api/v1 (docs /api/v1/docs; token in {token_from})"
+        );
+        let stop = api_stop.clone();
+        api_task = Some(tokio::spawn(fabrik_api::serve(listener, app, async move {
+            stop.cancelled().await
+        })));
+    }
     wait_for_signal().await?;
     tracing::info!("shutting down: finishing in-flight I/O");
+    api_stop.cancel();
     if let Some(m) = metrics {
         m.shutdown().await;
+    }
+    if let Some(t) = api_task {
+        let _ = t.await;
     }
     target.shutdown().await;
     tracing::info!("stopped");
@@ -166,19 +233,33 @@ fn print_banner(config: &Config, target: &Target, drives: usize) {
     let addrs = target.listen_addrs();
     let first = addrs[0];
     let nqns = target.subsystem_nqns();
+    let state = target.manager().state();
+    // The opened drive's capacity: a block device has its own size, not the configured one.
+    let (backend, size) = state.drives.first().map_or(("none".to_string(), 0), |d| {
+        let capacity = target.manager().drive_capacity(&d.id).unwrap_or(d.size);
+        (d.backend.clone(), capacity)
+    });
     eprintln!(
-        "fabrikd {} serving {drives} drive(s) ({} backend, {} each) from {}",
+        "fabrikd {} serving {drives} drive(s) ({backend} backend, {} each) from {}",
         env!("CARGO_PKG_VERSION"),
-        config.backend.name(),
-        human_size(config.drive_size),
+        human_size(size),
         config.data_dir.display()
     );
     for a in &addrs {
         eprintln!("  NVMe/TCP listener {a} (discovery: nqn.2014-08.org.nvmexpress.discovery)");
     }
-    match &config.allowed_hosts {
-        None => eprintln!("  hosts: any host may connect"),
-        Some(h) => eprintln!("  hosts: only {}", h.join(", ")),
+    let open = state
+        .subsystems
+        .iter()
+        .filter(|s| state.effective_hosts(s).is_none())
+        .count();
+    if open == state.subsystems.len() {
+        eprintln!("  hosts: any host may connect");
+    } else {
+        eprintln!(
+            "  hosts: {open} of {} subsystem(s) admit any host; the others only listed or composed hosts",
+            state.subsystems.len()
+        );
     }
     eprintln!("Connect from a Linux host (nvme-cli):");
     eprintln!(

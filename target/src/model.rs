@@ -100,8 +100,9 @@ pub struct Subsystem {
     pub nqn: Nqn,
     pub serial: String,
     pub model: String,
-    /// None: any host may connect. Some(list): only these host NQNs.
-    pub allowed_hosts: Option<Vec<String>>,
+    /// None: any host may connect. Some(list): only these host NQNs. Changed live by the
+    /// management API.
+    allowed_hosts: RwLock<Option<Vec<String>>>,
     namespaces: RwLock<BTreeMap<u32, Arc<Namespace>>>,
     controllers: Mutex<HashMap<u16, Weak<Controller>>>,
     next_cntlid: AtomicU16,
@@ -121,7 +122,7 @@ impl Subsystem {
             nqn,
             serial,
             model,
-            allowed_hosts,
+            allowed_hosts: RwLock::new(allowed_hosts),
             namespaces: RwLock::new(BTreeMap::new()),
             controllers: Mutex::new(HashMap::new()),
             next_cntlid: AtomicU16::new(1),
@@ -129,9 +130,24 @@ impl Subsystem {
     }
 
     pub fn host_allowed(&self, hostnqn: &str) -> bool {
-        match &self.allowed_hosts {
+        match &*self.allowed_hosts.read().unwrap() {
             None => true,
             Some(list) => list.iter().any(|h| h == hostnqn),
+        }
+    }
+
+    pub fn allowed_hosts(&self) -> Option<Vec<String>> {
+        self.allowed_hosts.read().unwrap().clone()
+    }
+
+    /// Changes who may connect. Controllers of hosts no longer allowed are torn down; the caller
+    /// tells discovery controllers (`TargetState::discovery_changed`).
+    pub fn set_allowed_hosts(&self, hosts: Option<Vec<String>>) {
+        *self.allowed_hosts.write().unwrap() = hosts;
+        for ctrl in self.controllers() {
+            if !self.host_allowed(&ctrl.hostnqn) {
+                ctrl.shut_down("the host's access to the subsystem was removed");
+            }
         }
     }
 
@@ -231,6 +247,8 @@ pub struct TargetState {
     discovery_controllers: Mutex<HashMap<u16, Weak<Controller>>>,
     next_discovery_cntlid: AtomicU16,
     pub started: Instant,
+    /// Source of `Controller::id`: unique over fabrikd's lifetime.
+    next_controller_id: AtomicU64,
     /// Set when fabrikd is shutting down: queues stop taking new commands.
     pub shutting_down: AtomicBool,
     pub metrics: crate::metrics::TargetMetrics,
@@ -246,6 +264,7 @@ impl TargetState {
             discovery_controllers: Mutex::new(HashMap::new()),
             next_discovery_cntlid: AtomicU16::new(1),
             started: Instant::now(),
+            next_controller_id: AtomicU64::new(1),
             shutting_down: AtomicBool::new(false),
             metrics: crate::metrics::TargetMetrics::default(),
         }
@@ -257,6 +276,18 @@ impl TargetState {
             .unwrap()
             .insert(s.nqn.as_str().to_string(), s);
         self.discovery_changed();
+    }
+
+    /// Removes a subsystem, tearing its controllers down.
+    pub fn remove_subsystem(&self, nqn: &str) -> Option<Arc<Subsystem>> {
+        let removed = self.subsystems.write().unwrap().remove(nqn);
+        if let Some(sub) = &removed {
+            for ctrl in sub.controllers() {
+                ctrl.shut_down("the subsystem was removed");
+            }
+            self.discovery_changed();
+        }
+        removed
     }
 
     pub fn subsystem(&self, nqn: &str) -> Option<Arc<Subsystem>> {
@@ -272,12 +303,21 @@ impl TargetState {
         self.discovery_changed();
     }
 
+    pub fn remove_port(&self, id: u16) {
+        self.ports.write().unwrap().retain(|p| p.id != id);
+        self.discovery_changed();
+    }
+
     pub fn ports(&self) -> Vec<Port> {
         self.ports.read().unwrap().clone()
     }
 
     pub fn next_port_id(&self) -> u16 {
         self.ports.read().unwrap().len() as u16 + 1
+    }
+
+    pub fn next_controller_id(&self) -> u64 {
+        self.next_controller_id.fetch_add(1, Ordering::Relaxed)
     }
 
     pub fn discovery_genctr(&self) -> u64 {

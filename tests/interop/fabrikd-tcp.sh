@@ -113,7 +113,88 @@ s_block() {
   assert "disconnected" wait_no_ctrls 30 || return 1
   assert "fabrikd stops cleanly" target_stop
 }
+# Composition through the management API (the `fabrik` CLI as client): compose a drive to this
+# host, connect with the exact command fabrikd answers, do I/O; a second host NQN can neither see
+# nor reach the drive; decomposing takes it away again (the kernel's controller is torn down).
+s_compose() {
+  local fabrik me other ou nqn out cmd rc n refused
+  case $FABRIKD in */fake-fabrikd) echo "  fake-fabrikd has no management API: nothing to test"; return 0 ;; esac
+  fabrik=$(command -v fabrik) || { echo "  no fabrik binary in the guest"; return 1; }
+  me=$(host_nqn); ou=$(cat /proc/sys/kernel/random/uuid)
+  other=nqn.2014-08.org.nvmexpress:uuid:$ou
+  nqn=$(drive_nqn 3)
+  [ "$(ctrl_count)" = 0 ] || { timeout 60 nvme disconnect-all; wait_no_ctrls 30; }
+  [ -z "$FPID" ] || target_stop || return 1
+  # Free drives admit only $other, so what this host reaches below it owes to the composition.
+  assert "target starts allowing only $other" target_start "$other" || return 1
+  export FABRIK_DATA_DIR=$DATA FABRIK_API=http://127.0.0.1:8080
+  out=$(x "$fabrik" compose --host "$me" --drives 3 2>&1); rc=$?
+  echo "$out" | sed 's/^/  | /'
+  assert "fabrik compose succeeds" [ $rc = 0 ] || return 1
+  cmd=$(grep -m1 '^  nvme connect ' <<<"$out" | sed 's/^ *//')
+  assert "compose answers the nvme connect command for $nqn" grep -qF -- "-n $nqn --hostnqn $me" <<<"$cmd" || return 1
+  n=$(disc_nqns "${FAB[@]}" --hostnqn="$other" --hostid="$ou" | grep -cxF "$nqn")
+  assert "the other host does not see $nqn in discovery" [ "$n" = 0 ] || return 1
+  n=$(disc_nqns "${FAB[@]}" --hostnqn="$other" --hostid="$ou" | grep -c "^$NQN_PREFIX")
+  assert "the other host still sees the other $((NDRIVES - 1)) drives" [ "$n" = $((NDRIVES - 1)) ] || return 1
+  refused=$(grep -c "connect refused: host not allowed" $LOGF)
+  x timeout 60 nvme connect -n "$nqn" "${FAB[@]}" --hostnqn="$other" --hostid="$ou" --ctrl-loss-tmo=1; rc=$?
+  assert "the other host cannot connect to $nqn" [ $rc != 0 ] || { nvme disconnect-all; return 1; }
+  assert "fabrikd refused it (host not allowed)" [ "$(grep -c "connect refused: host not allowed" $LOGF)" -gt "$refused" ] || return 1
+  assert "no controller left" [ "$(ctrl_count)" = 0 ] || return 1
+  x timeout 60 $cmd "${CONN_OPTS[@]}"; rc=$?
+  assert "the answered nvme connect command works" [ $rc = 0 ] || return 1
+  for _ in $(seq 1 150); do DEV=$(ns_dev "$nqn") && break; sleep 0.1; done
+  assert "namespace of $nqn appears" [ -n "$DEV" ] || return 1
+  fio_verify compose-4k 4k 1 8 8 "$DEV" || return 1
+  "$fabrik" controllers | sed 's/^/  | /'
+  assert "fabrik controllers lists this host" bash -c "'$fabrik' controllers --json | grep -qF '$me'" || return 1
+  x "$fabrik" decompose --host "$me"; rc=$?
+  assert "fabrik decompose succeeds" [ $rc = 0 ] || return 1
+  # fabrikd tears the controller down; the kernel's reconnects are refused, so it gives up.
+  assert "the composed drive is taken away (controller gone)" wait_no_ctrls 60 || return 1
+  x timeout 60 nvme connect -n "$nqn" "${FAB[@]}" "${CONN_OPTS[@]}"; rc=$?
+  assert "this host cannot connect after decompose" [ $rc != 0 ] || { nvme disconnect-all; return 1; }
+  assert "fabrikd stops cleanly" target_stop
+}
+# Drive health from SMART: a second fabrikd serves the kernel's NVMe namespace (itself drive 1
+# of the first fabrikd) with the block backend; its API reports that device's SMART log (read
+# through the admin passthrough ioctl), the numbers nvme-cli reads.
+s_smart() {
+  local fabrik conf=/tmp/fabrikd-smart.toml api=http://127.0.0.1:8081 pid out i rc ours theirs
+  local FABRIKD_ARGS="${FABRIKD_ARGS:-} --allow-any-host"
+  case $FABRIKD in */fake-fabrikd) echo "  fake-fabrikd has no management API: nothing to test"; return 0 ;; esac
+  fabrik=$(command -v fabrik) || { echo "  no fabrik binary in the guest"; return 1; }
+  [ "$(ctrl_count)" = 0 ] || { timeout 60 nvme disconnect-all; wait_no_ctrls 30; }
+  [ -z "$FPID" ] || target_stop || return 1
+  assert "target starts" target_start || return 1
+  nvme_connect_find "$(drive_nqn 1)" "${FAB[@]}" "${CONN_OPTS[@]}"; rc=$?
+  assert "connect $(drive_nqn 1)" [ $rc = 0 ] || return 1
+  printf '%s\n' 'box_name = "smartbox"' 'listen = ["127.0.0.1:4421"]' "api = \"127.0.0.1:8081\"" \
+    '[[drive]]' 'id = "n0"' 'backend = "block"' "path = \"$DEV\"" > $conf
+  echo "===== fabrikd (SMART, on $DEV) start $(date +%T) =====" >> $LOGF
+  "$FABRIKD" --config $conf --data-dir "$DATA/smart" >> $LOGF 2>&1 &
+  pid=$!
+  for i in $(seq 1 100); do out=$("$fabrik" drives --api $api --json 2>/dev/null) && break; sleep 0.1; done
+  echo "$out" | grep -E '"(source|source_error|power_on_hours|percentage_used|media_errors|temperature_celsius)"' | sed 's/^ */  | /'
+  assert "drive health comes from the device's SMART log" grep -q '"source": "smart"' <<<"$out" ||
+    { kill $pid; wait $pid; return 1; }
+  timeout 30 nvme smart-log "$CTRL" > /tmp/smart.out 2>&1
+  grep -E '^(critical_warning|percentage_used|media_errors|power_on_hours)' /tmp/smart.out | sed 's/^/  nvme-cli | /'
+  theirs=$(awk -F: '/^power_on_hours/ {gsub(/[^0-9]/, "", $2); print $2}' /tmp/smart.out)
+  ours=$(sed -n 's/.*"power_on_hours": *\([0-9]*\).*/\1/p' <<<"$out")
+  assert "nvme smart-log $CTRL reports power-on hours" [ -n "$theirs" ] || { kill $pid; wait $pid; return 1; }
+  assert "power-on hours as nvme smart-log reads them ($ours = $theirs)" [ "$ours" = "$theirs" ] ||
+    { kill $pid; wait $pid; return 1; }
+  kill -TERM $pid; wait $pid; rc=$?
+  assert "the second fabrikd stops cleanly" [ $rc = 0 ] || return 1
+  x timeout 60 nvme disconnect-all
+  assert "disconnected" wait_no_ctrls 30 || return 1
+  assert "fabrikd stops cleanly" target_stop
+}
 suite_extra_steps() {
+  skipped compose || step "compose a drive through the API, kernel connect + I/O, decompose" s_compose
+  skipped smart || step "drive health from the SMART log of an NVMe drive (block backend)" s_smart
   skipped block || step "block backend on kernel block devices (null_blk)" s_block
   step "fabrikd log has no panic" s_log
 }

@@ -1,5 +1,6 @@
 //! The `fabrik` subcommands: this file names them and dispatches; each lives in its own file.
 
+mod admin;
 mod args;
 mod bench;
 mod bench_checkpoint;
@@ -57,6 +58,18 @@ enum Command {
     Topo(topo::TopoArgs),
     /// Plan which NIC ports, target ports and drives each GPU uses (and connect them).
     Place(place::PlaceArgs),
+    /// List fabrikd's drives with health and who may reach them (management API).
+    Drives(admin::ListArgs),
+    /// Make drives reachable by a host; prints the connect commands (management API).
+    Compose(admin::ComposeArgs),
+    /// Take composed drives away from a host again (management API).
+    Decompose(admin::DecomposeArgs),
+    /// List compositions (management API).
+    Compositions(admin::ListArgs),
+    /// List subsystems, their namespaces and allowed hosts (management API).
+    Subsystems(admin::ListArgs),
+    /// List live controllers, or disconnect one (management API).
+    Controllers(admin::ControllersArgs),
 }
 
 pub async fn run() -> Result<()> {
@@ -75,5 +88,11 @@ pub async fn run() -> Result<()> {
         Command::IoCheck(args) => io_check::run(args).await,
         Command::Topo(args) => topo::run(args).await,
         Command::Place(args) => place::run(args).await,
+        Command::Drives(args) => admin::drives(args).await,
+        Command::Compose(args) => admin::compose(args).await,
+        Command::Decompose(args) => admin::decompose(args).await,
+        Command::Compositions(args) => admin::compositions(args).await,
+        Command::Subsystems(args) => admin::subsystems(args).await,
+        Command::Controllers(args) => admin::controllers(args).await,
     }
 }

@@ -37,6 +37,8 @@ const IOC_READ: u32 = if cfg!(any(
 
 pub struct BlockDrive {
     io: EngineFile,
+    /// The NVMe controller to ask for SMART data, when the device is an NVMe namespace.
+    nvme_ctrl: Option<std::path::PathBuf>,
 }
 
 struct Geometry {
@@ -89,6 +91,9 @@ impl BlockDrive {
                 file: Arc::new(file),
                 engine,
             },
+            nvme_ctrl: is_device
+                .then(|| super::nvme_smart::controller_of(path))
+                .flatten(),
         })
     }
 
@@ -235,6 +240,11 @@ impl BlockDrive {
 impl Drive for BlockDrive {
     fn info(&self) -> &DriveInfo {
         &self.io.info
+    }
+
+    fn smart_log(&self) -> Option<std::io::Result<fabrik_proto::nvme::log::SmartLog>> {
+        let ctrl = self.nvme_ctrl.as_ref()?;
+        Some(super::nvme_smart::read_smart_log(ctrl))
     }
 
     fn read(&self, offset: u64, len: usize) -> BoxFuture<'_, Result<Bytes, DriveError>> {

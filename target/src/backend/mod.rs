@@ -7,6 +7,7 @@ pub mod block;
 mod engine;
 pub mod file;
 pub mod null;
+mod nvme_smart;
 pub mod ram;
 #[cfg(test)]
 mod testkit;
@@ -90,6 +91,12 @@ pub struct DriveInfo {
 /// All methods may be called concurrently from many queues.
 pub trait Drive: Send + Sync + 'static {
     fn info(&self) -> &DriveInfo;
+
+    /// The device's own SMART / health log, for drives that have one (NVMe namespaces behind
+    /// the block backend); None otherwise. Blocking (an ioctl).
+    fn smart_log(&self) -> Option<std::io::Result<fabrik_proto::nvme::log::SmartLog>> {
+        None
+    }
 
     /// Reads `len` bytes at `offset`. Never-written ranges read as zeros.
     fn read(&self, offset: u64, len: usize) -> BoxFuture<'_, Result<Bytes, DriveError>>;

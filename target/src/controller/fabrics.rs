@@ -168,18 +168,32 @@ impl Queue {
                 });
             }
             let s = sub.clone();
-            sub.register_controller(|id| {
-                Arc::new(Controller::new(
-                    id,
-                    ControllerKind::Io(s),
-                    hostnqn.clone(),
-                    cd.host_id,
-                    port,
-                    target,
-                    kato,
-                ))
-            })
-            .ok_or_else(|| Response::status(Status::CONNECT_CONTROLLER_BUSY))?
+            let ctrl = sub
+                .register_controller(|id| {
+                    Arc::new(Controller::new(
+                        id,
+                        ControllerKind::Io(s),
+                        hostnqn.clone(),
+                        cd.host_id,
+                        port,
+                        target,
+                        kato,
+                    ))
+                })
+                .ok_or_else(|| Response::status(Status::CONNECT_CONTROLLER_BUSY))?;
+            // The management API may have taken the host's access or the subsystem away while
+            // this Connect was checked: it sweeps registered controllers after the change, so
+            // looking again after registering closes the gap.
+            let current = self.target.subsystem(cd.subnqn.as_str());
+            if !sub.host_allowed(&hostnqn) || !current.is_some_and(|c| Arc::ptr_eq(&c, &sub)) {
+                ctrl.shut_down("access changed during Connect");
+                return Err(Response {
+                    result: invalid_parameter_result(true, connect::OFFSET_HOSTNQN) as u64,
+                    status: Status::CONNECT_INVALID_HOST,
+                    ..Response::default()
+                });
+            }
+            ctrl
         };
         tracing::info!(cntlid = ctrl.cntlid, subnqn = %cd.subnqn, hostnqn = %ctrl.hostnqn, peer = %self.peer_addr, kato, "controller created");
         keepalive::start(&ctrl);

@@ -69,6 +69,8 @@ pub struct PortInfo {
 }
 
 pub struct Controller {
+    /// Unique among every controller of this fabrikd run (the management API's handle).
+    pub id: u64,
     pub cntlid: u16,
     pub kind: ControllerKind,
     pub hostnqn: String,
@@ -120,6 +122,7 @@ impl Controller {
             ControllerKind::Discovery => false,
         };
         Controller {
+            id: target.next_controller_id(),
             cntlid,
             kind,
             hostnqn,

@@ -2,6 +2,8 @@
 //! connect options, random data, and a background host that keeps doing verified I/O.
 #![allow(dead_code)] // each test binary uses its own subset
 
+pub mod api;
+
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

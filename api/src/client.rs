@@ -1,0 +1,201 @@
+//! A typed client of the `/api/v1` API over plain HTTP/1.1 (loopback or a trusted network).
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::{Method, Request, StatusCode};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client as HyperClient;
+use hyper_util::rt::TokioExecutor;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::models::*;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The API answered with a problem.
+    #[error("{} {}: {}", .0.status, .0.title, .0.detail)]
+    Api(Problem),
+    #[error("cannot reach the fabrik API at {url}: {message}")]
+    Transport { url: String, message: String },
+    #[error("unexpected answer from {url}: {message}")]
+    Protocol { url: String, message: String },
+}
+
+impl ClientError {
+    /// The HTTP status of an API error.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            ClientError::Api(p) => Some(p.status),
+            _ => None,
+        }
+    }
+}
+
+pub struct Client {
+    base: String,
+    token: Option<String>,
+    http: HyperClient<HttpConnector, Full<Bytes>>,
+}
+
+impl Client {
+    /// `base` is e.g. `http://127.0.0.1:8080`; `token` is needed for changes.
+    pub fn new(base: &str, token: Option<String>) -> Client {
+        Client {
+            base: base.trim_end_matches('/').to_string(),
+            token,
+            http: HyperClient::builder(TokioExecutor::new()).build_http(),
+        }
+    }
+
+    /// Any call: `body` is JSON.
+    pub async fn request<T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<T, ClientError> {
+        let url = format!("{}/api/v1{path}", self.base);
+        let mut req = Request::builder().method(method).uri(&url);
+        if let Some(t) = &self.token {
+            req = req.header("authorization", format!("Bearer {t}"));
+        }
+        if body.is_some() {
+            req = req.header("content-type", "application/json");
+        }
+        let req = req
+            .body(Full::new(Bytes::from(body.unwrap_or_default())))
+            .map_err(|e| ClientError::Transport {
+                url: url.clone(),
+                message: e.to_string(),
+            })?;
+        let resp = self
+            .http
+            .request(req)
+            .await
+            .map_err(|e| ClientError::Transport {
+                url: url.clone(),
+                message: format!("{e:?}"),
+            })?;
+        let status = resp.status();
+        let bytes = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| ClientError::Transport {
+                url: url.clone(),
+                message: e.to_string(),
+            })?
+            .to_bytes();
+        if !status.is_success() {
+            return Err(match serde_json::from_slice::<Problem>(&bytes) {
+                Ok(p) => ClientError::Api(p),
+                Err(_) => ClientError::Protocol {
+                    url,
+                    message: format!("{status} without a problem body"),
+                },
+            });
+        }
+        let bytes = if status == StatusCode::NO_CONTENT {
+            Bytes::from_static(b"null")
+        } else {
+            bytes
+        };
+        serde_json::from_slice(&bytes).map_err(|e| ClientError::Protocol {
+            url,
+            message: e.to_string(),
+        })
+    }
+
+    pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, ClientError> {
+        self.request(Method::GET, path, None).await
+    }
+
+    pub async fn post<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &impl Serialize,
+    ) -> Result<T, ClientError> {
+        let body = serde_json::to_vec(body).expect("request serializes");
+        self.request(Method::POST, path, Some(body)).await
+    }
+
+    pub async fn put<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &impl Serialize,
+    ) -> Result<T, ClientError> {
+        let body = serde_json::to_vec(body).expect("request serializes");
+        self.request(Method::PUT, path, Some(body)).await
+    }
+
+    pub async fn delete(&self, path: &str) -> Result<(), ClientError> {
+        self.request::<()>(Method::DELETE, path, None).await
+    }
+
+    pub async fn drives(&self) -> Result<Vec<Drive>, ClientError> {
+        self.get("/drives").await
+    }
+
+    pub async fn drive(&self, id: &str) -> Result<Drive, ClientError> {
+        self.get(&format!("/drives/{}", seg(id))).await
+    }
+
+    pub async fn subsystems(&self) -> Result<Vec<Subsystem>, ClientError> {
+        self.get("/subsystems").await
+    }
+
+    pub async fn subsystem(&self, nqn: &str) -> Result<Subsystem, ClientError> {
+        self.get(&format!("/subsystems/{}", seg(nqn))).await
+    }
+
+    pub async fn hosts(&self) -> Result<Vec<Host>, ClientError> {
+        self.get("/hosts").await
+    }
+
+    pub async fn ports(&self) -> Result<Vec<Port>, ClientError> {
+        self.get("/ports").await
+    }
+
+    pub async fn port(&self, id: u16) -> Result<Port, ClientError> {
+        self.get(&format!("/ports/{id}")).await
+    }
+
+    pub async fn controllers(&self) -> Result<Vec<Controller>, ClientError> {
+        self.get("/controllers").await
+    }
+
+    pub async fn controller(&self, id: u64) -> Result<Controller, ClientError> {
+        self.get(&format!("/controllers/{id}")).await
+    }
+
+    pub async fn disconnect_controller(&self, id: u64) -> Result<(), ClientError> {
+        self.request::<()>(Method::POST, &format!("/controllers/{id}/disconnect"), None)
+            .await
+    }
+
+    pub async fn compositions(&self) -> Result<Vec<Composition>, ClientError> {
+        self.get("/compositions").await
+    }
+
+    pub async fn compose(&self, req: &CompositionRequest) -> Result<Composition, ClientError> {
+        self.post("/compositions", req).await
+    }
+
+    pub async fn decompose(&self, id: &str) -> Result<(), ClientError> {
+        self.delete(&format!("/compositions/{}", seg(id))).await
+    }
+}
+
+/// Percent-encodes a path segment (NQNs carry ':' which is fine, but not '/', '?', '#', ' ').
+pub fn seg(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~:@".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}

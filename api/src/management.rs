@@ -1,0 +1,70 @@
+//! What the REST routes ask of the target. `fabrikd` implements it over its live state; tests
+//! may implement it with a fake. Calls are synchronous and quick (mutations persist the state
+//! file before they return); the routes run mutations on the blocking pool.
+
+use crate::models::*;
+
+/// Why an operation failed; each kind maps to one HTTP status.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum MgmtError {
+    /// 404: the named resource does not exist.
+    #[error("{0}")]
+    NotFound(String),
+    /// 409: the request conflicts with the current state (drive composed to another host,
+    /// resource exists, port in use, ...).
+    #[error("{0}")]
+    Conflict(String),
+    /// 422: the request is well-formed JSON but a value is invalid (malformed NQN, empty list, ...).
+    #[error("{0}")]
+    Invalid(String),
+    /// 500: the target could not do it (state file not writable, ...); nothing was changed.
+    #[error("{0}")]
+    Internal(String),
+}
+
+pub type MgmtResult<T> = Result<T, MgmtError>;
+
+pub trait Management: Send + Sync + 'static {
+    fn box_name(&self) -> String;
+
+    fn drives(&self) -> Vec<Drive>;
+    fn drive(&self, id: &str) -> MgmtResult<Drive>;
+
+    fn subsystems(&self) -> Vec<Subsystem>;
+    fn subsystem(&self, nqn: &str) -> MgmtResult<Subsystem>;
+    fn create_subsystem(&self, req: SubsystemRequest) -> MgmtResult<Subsystem>;
+    /// Refused (409) while a composition uses it.
+    fn delete_subsystem(&self, nqn: &str) -> MgmtResult<()>;
+    fn set_subsystem_access(&self, nqn: &str, req: AccessRequest) -> MgmtResult<Subsystem>;
+    fn allow_host(&self, nqn: &str, host_nqn: &str) -> MgmtResult<Subsystem>;
+    /// Tears down the host's controllers of this subsystem.
+    fn disallow_host(&self, nqn: &str, host_nqn: &str) -> MgmtResult<Subsystem>;
+
+    fn namespaces(&self, nqn: &str) -> MgmtResult<Vec<Namespace>>;
+    fn add_namespace(&self, nqn: &str, req: NamespaceRequest) -> MgmtResult<Namespace>;
+    fn remove_namespace(&self, nqn: &str, nsid: u32) -> MgmtResult<()>;
+
+    fn hosts(&self) -> Vec<Host>;
+    fn host(&self, nqn: &str) -> MgmtResult<Host>;
+    fn add_host(&self, req: HostRequest) -> MgmtResult<Host>;
+    /// Removes the host from every allow list (tearing its controllers down); refused (409)
+    /// while a composition names it.
+    fn delete_host(&self, nqn: &str) -> MgmtResult<()>;
+
+    fn ports(&self) -> Vec<Port>;
+    fn port(&self, id: u16) -> MgmtResult<Port>;
+    /// Binds a new listener; 409 when the address is in use.
+    fn add_port(&self, req: PortRequest) -> MgmtResult<Port>;
+    /// Stops a listener (its connections close); refused (409) for the last port or one a
+    /// composition names.
+    fn delete_port(&self, id: u16) -> MgmtResult<()>;
+
+    fn controllers(&self) -> Vec<Controller>;
+    fn controller(&self, id: u64) -> MgmtResult<Controller>;
+    fn disconnect_controller(&self, id: u64) -> MgmtResult<()>;
+
+    fn compositions(&self) -> Vec<Composition>;
+    fn composition(&self, id: &str) -> MgmtResult<Composition>;
+    fn compose(&self, req: CompositionRequest) -> MgmtResult<Composition>;
+    fn decompose(&self, id: &str) -> MgmtResult<()>;
+}

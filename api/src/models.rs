@@ -1,0 +1,242 @@
+//! The REST resources, as the API answers and accepts them (JSON). Field names are the wire
+//! names; every type documents itself in the OpenAPI document.
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// A drive: the storage behind a namespace.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct Drive {
+    /// Drive ID, e.g. "07".
+    pub id: String,
+    /// Slot number in the box (position in the drive list, from 0).
+    pub slot: u32,
+    pub serial: String,
+    pub model: String,
+    /// Backend: file, block, ram or null.
+    pub backend: String,
+    /// Backing file or block device, if any.
+    pub path: Option<String>,
+    pub capacity_bytes: u64,
+    pub block_size: u32,
+    pub health: DriveHealth,
+    /// NQNs of the subsystems exporting this drive.
+    pub subsystems: Vec<String>,
+    /// Host NQNs that may reach this drive; absent when any host may.
+    pub hosts: Option<Vec<String>>,
+    /// Host NQNs this drive is composed to.
+    pub composed_to: Vec<String>,
+}
+
+/// Drive health: from the device's SMART log for NVMe drives (`source` "smart"), else what
+/// fabrikd tracks (`source` "fabrikd"; no sensor on file, RAM or null drives: those fields are
+/// null). Command and byte counters are fabrikd's, since it started.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct DriveHealth {
+    /// "ok", "warning" (SMART critical warning bits set), or "not_ready" while the drive cannot
+    /// serve I/O.
+    pub state: String,
+    /// "smart" or "fabrikd".
+    pub source: String,
+    /// Why SMART data could not be read, when the drive has it but reading failed.
+    pub source_error: Option<String>,
+    pub temperature_celsius: Option<i32>,
+    pub percentage_used: Option<u8>,
+    pub media_errors: u64,
+    /// NVMe SMART Critical Warning bits (0: none).
+    pub critical_warnings: u8,
+    pub power_on_hours: u64,
+    pub read_commands: u64,
+    pub write_commands: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+}
+
+/// An NVM subsystem: what a host connects to by NQN.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct Subsystem {
+    pub nqn: String,
+    pub serial: String,
+    pub model: String,
+    /// True when any host may connect (then `hosts` is empty).
+    pub allow_any_host: bool,
+    /// Host NQNs that may connect, in effect now (compositions included).
+    pub hosts: Vec<String>,
+    pub namespaces: Vec<Namespace>,
+    /// IDs of the ports it is reachable on (every port).
+    pub ports: Vec<u16>,
+    /// Live controllers.
+    pub controllers: u32,
+}
+
+/// A namespace: a drive inside a subsystem.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct Namespace {
+    pub nsid: u32,
+    pub drive: String,
+    /// 32 hex digits.
+    pub nguid: String,
+    /// 8-4-4-4-12 form.
+    pub uuid: String,
+    pub capacity_bytes: u64,
+    pub block_size: u32,
+}
+
+/// A host known to this box.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct Host {
+    pub nqn: String,
+    /// A name for people, e.g. "gpu-node-3".
+    pub name: Option<String>,
+    /// Subsystems this host may connect to (by composition or allow list; not "any host" ones).
+    pub subsystems: Vec<String>,
+    /// Live controllers of this host.
+    pub controllers: u32,
+}
+
+/// A transport listener.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct Port {
+    pub id: u16,
+    /// "tcp" or "rdma".
+    pub transport: String,
+    pub address: String,
+    pub service_id: u16,
+    /// "listening".
+    pub state: String,
+    /// Live controllers that came in through this port.
+    pub controllers: u32,
+}
+
+/// Adds a listener.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PortRequest {
+    /// "tcp" (the default).
+    #[serde(default)]
+    pub transport: Option<String>,
+    /// IP address to listen on.
+    pub address: String,
+    pub service_id: u16,
+}
+
+/// A live controller: one host association.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct Controller {
+    /// Unique while fabrikd runs; use it to disconnect.
+    pub id: u64,
+    pub cntlid: u16,
+    pub subsystem: String,
+    /// True for a discovery controller.
+    pub discovery: bool,
+    pub host_nqn: String,
+    /// The host's address.
+    pub address: String,
+    pub port_id: u16,
+    pub io_queues: u32,
+    pub keep_alive_ms: u32,
+    /// Seconds since the association was made.
+    pub connected_seconds: u64,
+}
+
+/// Makes drives reachable by a host.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CompositionRequest {
+    pub host_nqn: String,
+    /// Drive IDs.
+    pub drives: Vec<String>,
+    /// Port IDs to answer connect commands for (default: every port).
+    #[serde(default)]
+    pub ports: Option<Vec<u16>>,
+    /// Let other hosts be composed to these drives too (every composition of a shared drive must
+    /// say so).
+    #[serde(default)]
+    pub shared: bool,
+}
+
+/// Drives composed to a host, with how to connect to them.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct Composition {
+    pub id: String,
+    pub host_nqn: String,
+    pub drives: Vec<String>,
+    pub shared: bool,
+    /// Subsystems the host may now connect to.
+    pub subsystems: Vec<String>,
+    pub ports: Vec<u16>,
+    pub connect: Vec<ConnectCommand>,
+}
+
+/// How to reach one subsystem through one port.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct ConnectCommand {
+    pub subsystem: String,
+    pub port_id: u16,
+    pub transport: String,
+    pub address: String,
+    pub service_id: u16,
+    /// nvme-cli (Linux kernel host).
+    pub nvme_cli: String,
+    /// The fabrik CLI (userspace host).
+    pub fabrik: String,
+}
+
+/// Creates a subsystem.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SubsystemRequest {
+    /// Full NQN; or give `name` for `nqn.2024-01.io.fabrik:<box>:<name>`.
+    #[serde(default)]
+    pub nqn: Option<String>,
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Drives to export, namespace 1 first.
+    #[serde(default)]
+    pub drives: Vec<String>,
+    /// Hosts that may connect; empty or absent with `allow_any_host` false: none until added.
+    #[serde(default)]
+    pub hosts: Vec<String>,
+    #[serde(default)]
+    pub allow_any_host: bool,
+    #[serde(default)]
+    pub model: Option<String>,
+}
+
+/// Adds a drive to a subsystem as a namespace.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct NamespaceRequest {
+    pub drive: String,
+    /// Default: the lowest free NSID.
+    #[serde(default)]
+    pub nsid: Option<u32>,
+}
+
+/// Registers a host, or allows a host on a subsystem.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct HostRequest {
+    pub nqn: String,
+    #[serde(default)]
+    pub name: Option<String>,
+}
+
+/// Sets whether any host may connect to a subsystem.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AccessRequest {
+    pub allow_any_host: bool,
+}
+
+/// An RFC 9457 problem: every error answer (`application/problem+json`).
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct Problem {
+    /// A URI naming the problem type: `about:blank`, the status says it all.
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub title: String,
+    pub status: u16,
+    /// What exactly was wrong with this request.
+    pub detail: String,
+}

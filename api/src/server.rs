@@ -1,0 +1,198 @@
+//! The `/api/v1` router: routes, bearer-token check, OpenAPI document, Swagger UI page.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{header, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+use crate::error::ApiError;
+use crate::management::Management;
+use crate::models::*;
+use crate::routes::{self, compositions, controllers, drives, hosts, ports, subsystems};
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "fabrik management API", description = "Compose NVMe-oF drives to hosts. Mutations need `Authorization: Bearer <token>`; errors are RFC 9457 problem+json."),
+    paths(
+        drives::list, drives::get,
+        subsystems::list, subsystems::get, subsystems::create, subsystems::delete,
+        subsystems::set_access, subsystems::allow_host, subsystems::disallow_host,
+        subsystems::namespaces, subsystems::add_namespace, subsystems::remove_namespace,
+        hosts::list, hosts::get, hosts::create, hosts::delete,
+        ports::list, ports::get, ports::create, ports::delete,
+        controllers::list, controllers::get, controllers::disconnect,
+        compositions::list, compositions::get, compositions::create, compositions::delete,
+    ),
+    components(schemas(Problem)),
+    modifiers(&BearerAuth),
+)]
+pub struct ApiDoc;
+
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        let components = doc.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearer",
+            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+        );
+    }
+}
+
+/// The OpenAPI 3.1 document, as served at `/api/v1/openapi.json`.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    ApiDoc::openapi()
+}
+
+/// Who may call what.
+#[derive(Clone)]
+pub struct Auth {
+    /// Mutations need `Authorization: Bearer <token>`; so do reads from other than loopback.
+    pub token: String,
+}
+
+/// The whole API under `/api/v1`, ready to serve (merge it with other routers freely). Serve it
+/// with `into_make_service_with_connect_info::<SocketAddr>()`: reads without a token are only
+/// open to loopback peers, and a peer it cannot see is not loopback.
+pub fn router(m: Arc<dyn Management>, auth: Auth) -> Router {
+    let api = Router::new()
+        .route("/drives", get(drives::list))
+        .route("/drives/{id}", get(drives::get))
+        .route(
+            "/subsystems",
+            get(subsystems::list).post(subsystems::create),
+        )
+        .route(
+            "/subsystems/{nqn}",
+            get(subsystems::get).delete(subsystems::delete),
+        )
+        .route("/subsystems/{nqn}/access", put(subsystems::set_access))
+        .route("/subsystems/{nqn}/hosts", post(subsystems::allow_host))
+        .route(
+            "/subsystems/{nqn}/hosts/{host_nqn}",
+            axum::routing::delete(subsystems::disallow_host),
+        )
+        .route(
+            "/subsystems/{nqn}/namespaces",
+            get(subsystems::namespaces).post(subsystems::add_namespace),
+        )
+        .route(
+            "/subsystems/{nqn}/namespaces/{nsid}",
+            axum::routing::delete(subsystems::remove_namespace),
+        )
+        .route("/hosts", get(hosts::list).post(hosts::create))
+        .route("/hosts/{nqn}", get(hosts::get).delete(hosts::delete))
+        .route("/ports", get(ports::list).post(ports::create))
+        .route("/ports/{id}", get(ports::get).delete(ports::delete))
+        .route("/controllers", get(controllers::list))
+        .route("/controllers/{id}", get(controllers::get))
+        .route(
+            "/controllers/{id}/disconnect",
+            post(controllers::disconnect),
+        )
+        .route(
+            "/compositions",
+            get(compositions::list).post(compositions::create),
+        )
+        .route(
+            "/compositions/{id}",
+            get(compositions::get).delete(compositions::delete),
+        )
+        .with_state(m as routes::Mgmt)
+        .route("/openapi.json", get(|| async { Json(openapi()) }))
+        .route("/docs", get(docs_page))
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such resource") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "this resource does not take that method",
+            )
+        })
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::new(auth),
+            check_token,
+        ));
+    with_swagger_ui(Router::new().nest("/api/v1", api))
+}
+
+#[cfg(feature = "vendored")]
+fn with_swagger_ui(app: Router) -> Router {
+    app.merge(
+        utoipa_swagger_ui::SwaggerUi::new("/api/v1/swagger-ui")
+            .config(utoipa_swagger_ui::Config::from("/api/v1/openapi.json")),
+    )
+}
+
+#[cfg(not(feature = "vendored"))]
+fn with_swagger_ui(app: Router) -> Router {
+    app
+}
+
+fn token_ok(req: &Request, token: &str) -> bool {
+    let Some(given) = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+    else {
+        return false;
+    };
+    // Constant time in the token's content: no timing hint about how much matched.
+    given.len() == token.len()
+        && given
+            .bytes()
+            .zip(token.bytes())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
+}
+
+async fn check_token(State(auth): State<Arc<Auth>>, req: Request, next: Next) -> Response {
+    let read = matches!(*req.method(), Method::GET | Method::HEAD);
+    let loopback = req
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .is_some_and(|ConnectInfo(a)| a.ip().is_loopback());
+    if (read && loopback) || token_ok(&req, &auth.token) {
+        return next.run(req).await;
+    }
+    let mut resp = ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        if read {
+            "reads from other than loopback need Authorization: Bearer <token> (the api-token file in fabrikd's data directory)"
+        } else {
+            "changes need Authorization: Bearer <token> (the api-token file in fabrikd's data directory)"
+        },
+    )
+    .into_response();
+    resp.headers_mut()
+        .insert(header::WWW_AUTHENTICATE, "Bearer".parse().unwrap());
+    resp
+}
+
+#[cfg(not(feature = "vendored"))]
+async fn docs_page() -> impl IntoResponse {
+    // Swagger UI from a CDN: the browser fetches it, fabrikd embeds nothing (feature `vendored`
+    // embeds the assets instead).
+    axum::response::Html(
+        r##"<!doctype html>
+<html><head><meta charset="utf-8"><title>fabrik API</title>
+<link rel="stylesheet" href="https://unpkg.com/swagger-ui-dist@5/swagger-ui.css"></head>
+<body><div id="ui"></div>
+<script src="https://unpkg.com/swagger-ui-dist@5/swagger-ui-bundle.js"></script>
+<script>SwaggerUIBundle({url: "/api/v1/openapi.json", dom_id: "#ui"});</script>
+</body></html>"##,
+    )
+}
+
+#[cfg(feature = "vendored")]
+async fn docs_page() -> impl IntoResponse {
+    axum::response::Redirect::to("/api/v1/swagger-ui/")
+}

@@ -1,0 +1,121 @@
+//! The `fabrik` admin subcommands against an in-process fabrikd and its management API.
+
+use std::process::Output;
+
+use fabrik_api::models::{Composition, Drive};
+use fabrik_target::backend::BackendKind;
+use fabrik_target::config::Config;
+
+const TOKEN: &str = "cli-test-token";
+const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-0000000000c1";
+
+async fn fabrik(api: &str, home: &std::path::Path, args: &[&str]) -> Output {
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_fabrik"))
+        .args(args)
+        .env("FABRIK_API", api)
+        .env_remove("FABRIK_API_TOKEN")
+        .env("FABRIK_DATA_DIR", home)
+        .env("HOME", home)
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .await
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "fabrik failed: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compose_list_decompose() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let mut cfg = Config::default_jbof(dir.path().to_path_buf());
+    cfg.listen = vec!["127.0.0.1:0".parse().unwrap()];
+    cfg.box_name = "clibox".into();
+    cfg.drives = 3;
+    cfg.drive_size = 1 << 24;
+    cfg.backend = BackendKind::Ram;
+    let target = fabrik_target::Target::start(cfg).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let api = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(fabrik_api::serve(
+        listener,
+        target.api_router(TOKEN.into()),
+        std::future::pending(),
+    ));
+
+    let drives: Vec<Drive> = serde_json::from_str(&stdout(
+        &fabrik(&api, home.path(), &["drives", "--json"]).await,
+    ))
+    .unwrap();
+    assert_eq!(drives.len(), 3);
+    let table = stdout(&fabrik(&api, home.path(), &["drives"]).await);
+    assert!(
+        table.starts_with("ID") && table.contains("16 MiB") && table.lines().count() == 4,
+        "{table}"
+    );
+
+    // No token anywhere: a clear refusal, nothing composed.
+    let o = fabrik(
+        &api,
+        home.path(),
+        &["compose", "--host", HOST, "--drives", "0-1"],
+    )
+    .await;
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("token"),
+        "{o:?}"
+    );
+
+    // The token from the data directory's file, as fabrikd writes it.
+    std::fs::write(home.path().join("api-token"), format!("{TOKEN}\n")).unwrap();
+    let c: Composition = serde_json::from_str(&stdout(
+        &fabrik(
+            &api,
+            home.path(),
+            &["compose", "--host", HOST, "--drives", "0-1", "--json"],
+        )
+        .await,
+    ))
+    .unwrap();
+    assert_eq!(c.drives, ["00", "01"]);
+    let text = stdout(
+        &fabrik(
+            &api,
+            home.path(),
+            &["compose", "--host", HOST, "--drives", "2"],
+        )
+        .await,
+    );
+    assert!(
+        text.contains("nvme connect -t tcp") && text.contains("drive-02"),
+        "{text}"
+    );
+    let o = fabrik(
+        &api,
+        home.path(),
+        &["compose", "--host", HOST, "--drives", "1"],
+    )
+    .await;
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("409"), "{o:?}");
+
+    let subs = stdout(&fabrik(&api, home.path(), &["subsystems"]).await);
+    assert_eq!(subs.matches(HOST).count(), 3, "{subs}");
+    let list = stdout(&fabrik(&api, home.path(), &["compositions"]).await);
+    assert!(list.contains("c1") && list.contains("c2"), "{list}");
+    let ctrls = stdout(&fabrik(&api, home.path(), &["controllers", "--json"]).await);
+    assert_eq!(ctrls.trim(), "[]");
+
+    stdout(&fabrik(&api, home.path(), &["decompose", "--host", HOST]).await);
+    let left = stdout(&fabrik(&api, home.path(), &["compositions", "--json"]).await);
+    assert_eq!(left.trim(), "[]");
+    target.shutdown().await;
+}

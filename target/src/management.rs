@@ -1,0 +1,670 @@
+//! The management API over the live target: `fabrik_api::Management` for `TargetState`.
+//!
+//! Every mutation works on a copy of the persisted `State`: it validates, changes the copy,
+//! writes it (atomically) and only then applies the difference to the live target (`apply`), so
+//! a refused or failed call leaves no trace, and an acknowledged one survives a crash.
+//!
+//! Compositions: a drive keeps its subsystem (one per drive by default, so its NQN never
+//! changes); composing drives to a host makes their subsystems admit that host only (every
+//! composed host, for shared drives) until decomposed, when the subsystem's configured access
+//! (any host by default) returns. Hosts losing access are disconnected on the spot, and so are
+//! the composed host's controllers when its composition is removed.
+
+mod ports;
+mod views;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use fabrik_api::models as api;
+use fabrik_api::{Management, MgmtError, MgmtResult};
+use fabrik_proto::fabrics::nqn::Nqn;
+use tokio_util::sync::CancellationToken;
+
+use crate::backend::Drive;
+use crate::config::NQN_PREFIX;
+use crate::controller::limits::MAX_NAMESPACES;
+use crate::model::{Namespace, Subsystem, TargetState};
+use crate::state::{self, CompositionState, HostState, NamespaceState, State, SubsystemState};
+
+pub struct Manager {
+    target: Arc<TargetState>,
+    /// Opened at start; the drive set is fixed while fabrikd runs.
+    drives: BTreeMap<String, Arc<dyn Drive>>,
+    state: Mutex<State>,
+    /// Where the state is persisted (None: not persisted).
+    path: Option<PathBuf>,
+    /// Cancelled at shutdown: every listener stops.
+    stop: CancellationToken,
+    listeners: Mutex<Vec<ports::Listening>>,
+    /// Serializes port changes (they bind sockets before the state changes).
+    port_change: Mutex<()>,
+}
+
+fn not_found(what: impl Into<String>) -> MgmtError {
+    MgmtError::NotFound(what.into())
+}
+
+fn conflict(what: impl Into<String>) -> MgmtError {
+    MgmtError::Conflict(what.into())
+}
+
+fn invalid(what: impl Into<String>) -> MgmtError {
+    MgmtError::Invalid(what.into())
+}
+
+fn check_nqn(what: &str, nqn: &str) -> MgmtResult<()> {
+    Nqn::new(nqn)
+        .map(|_| ())
+        .map_err(|e| invalid(format!("{what} {nqn:?} is not a valid NQN: {e}")))
+}
+
+impl Manager {
+    /// Takes over `target` (empty of subsystems) and brings it to `state`.
+    pub fn new(
+        target: Arc<TargetState>,
+        drives: BTreeMap<String, Arc<dyn Drive>>,
+        state: State,
+        path: Option<PathBuf>,
+        stop: CancellationToken,
+    ) -> Manager {
+        let m = Manager {
+            target,
+            drives,
+            state: Mutex::new(state.clone()),
+            path,
+            stop,
+            listeners: Mutex::new(Vec::new()),
+            port_change: Mutex::new(()),
+        };
+        let empty = State {
+            subsystems: Vec::new(),
+            compositions: Vec::new(),
+            ..state.clone()
+        };
+        m.apply(&empty, &state);
+        m
+    }
+
+    /// Bytes of an opened drive.
+    pub fn drive_capacity(&self, id: &str) -> Option<u64> {
+        self.drives.get(id).map(|d| d.info().capacity)
+    }
+
+    pub fn state(&self) -> State {
+        self.state.lock().unwrap().clone()
+    }
+
+    /// Validates and applies a change: `change` edits a copy; the copy is checked, persisted,
+    /// then made live. Any error leaves everything as it was.
+    fn mutate<T>(&self, change: impl FnOnce(&mut State) -> MgmtResult<T>) -> MgmtResult<T> {
+        let mut cur = self.state.lock().unwrap();
+        let mut next = cur.clone();
+        let out = change(&mut next)?;
+        next.validate().map_err(|e| {
+            MgmtError::Internal(format!("refused: the result would be invalid: {e:#}"))
+        })?;
+        if let Some(path) = &self.path {
+            state::save(path, &next).map_err(|e| {
+                MgmtError::Internal(format!(
+                    "cannot write the state file {}: {e}; nothing was changed",
+                    path.display()
+                ))
+            })?;
+        }
+        self.apply(&cur, &next);
+        *cur = next;
+        Ok(out)
+    }
+
+    /// Makes the live target follow `new` (coming from `old`): subsystems, namespaces and access.
+    fn apply(&self, old: &State, new: &State) {
+        let old_subs: BTreeMap<&str, &SubsystemState> =
+            old.subsystems.iter().map(|s| (s.nqn.as_str(), s)).collect();
+        let new_subs: BTreeMap<&str, &SubsystemState> =
+            new.subsystems.iter().map(|s| (s.nqn.as_str(), s)).collect();
+        for nqn in old_subs.keys().filter(|n| !new_subs.contains_key(*n)) {
+            self.target.remove_subsystem(nqn);
+        }
+        let mut access_changed = false;
+        for (nqn, s) in &new_subs {
+            let hosts = new.effective_hosts(s);
+            let live = match self.target.subsystem(nqn) {
+                Some(live) => live,
+                None => {
+                    let Ok(parsed) = Nqn::new(nqn) else { continue };
+                    let live = Arc::new(Subsystem::new(
+                        parsed,
+                        s.serial.clone(),
+                        s.model.clone(),
+                        hosts.clone(),
+                    ));
+                    self.target.add_subsystem(live.clone());
+                    live
+                }
+            };
+            // Namespaces: removed first (a drive may move between NSIDs), then added.
+            let want: BTreeMap<u32, &str> = s
+                .namespaces
+                .iter()
+                .map(|n| (n.nsid, n.drive.as_str()))
+                .collect();
+            for ns in live.namespaces() {
+                if want.get(&ns.nsid) != Some(&ns.drive_id.as_str()) {
+                    live.remove_namespace(ns.nsid);
+                }
+            }
+            for (nsid, drive) in want {
+                if live.namespace(nsid).is_none() {
+                    if let Some(d) = self.drives.get(drive) {
+                        let identity = format!("{}:{drive}", new.box_name);
+                        live.add_namespace(Arc::new(Namespace::new(
+                            nsid,
+                            drive,
+                            d.clone(),
+                            &identity,
+                        )));
+                    }
+                }
+            }
+            if live.allowed_hosts() != hosts {
+                live.set_allowed_hosts(hosts);
+                access_changed = true;
+            }
+        }
+        if access_changed {
+            self.target.discovery_changed();
+        }
+    }
+
+    fn live_subsystem(&self, nqn: &str) -> MgmtResult<Arc<Subsystem>> {
+        self.target
+            .subsystem(nqn)
+            .ok_or_else(|| not_found(format!("no subsystem {nqn:?}")))
+    }
+}
+
+impl Management for Manager {
+    fn box_name(&self) -> String {
+        self.target.box_name.clone()
+    }
+
+    fn drives(&self) -> Vec<api::Drive> {
+        let st = self.state.lock().unwrap();
+        (0..st.drives.len())
+            .map(|i| self.drive_view(&st, i))
+            .collect()
+    }
+
+    fn drive(&self, id: &str) -> MgmtResult<api::Drive> {
+        let st = self.state.lock().unwrap();
+        let slot = st
+            .drives
+            .iter()
+            .position(|d| d.id == id)
+            .ok_or_else(|| not_found(format!("no drive {id:?}")))?;
+        Ok(self.drive_view(&st, slot))
+    }
+
+    fn subsystems(&self) -> Vec<api::Subsystem> {
+        let st = self.state.lock().unwrap();
+        st.subsystems
+            .iter()
+            .map(|s| self.subsystem_view(&st, s))
+            .collect()
+    }
+
+    fn subsystem(&self, nqn: &str) -> MgmtResult<api::Subsystem> {
+        let st = self.state.lock().unwrap();
+        let s = st
+            .subsystems
+            .iter()
+            .find(|s| s.nqn == nqn)
+            .ok_or_else(|| not_found(format!("no subsystem {nqn:?}")))?;
+        Ok(self.subsystem_view(&st, s))
+    }
+
+    fn create_subsystem(&self, req: api::SubsystemRequest) -> MgmtResult<api::Subsystem> {
+        let nqn = match (&req.nqn, &req.name) {
+            (Some(n), None) => n.clone(),
+            (None, Some(name)) => format!("{NQN_PREFIX}:{}:{name}", self.target.box_name),
+            _ => return Err(invalid("give exactly one of `nqn` or `name`")),
+        };
+        check_nqn("subsystem NQN", &nqn)?;
+        if Nqn::new(&nqn).is_ok_and(|n| n.is_discovery()) {
+            return Err(invalid("the discovery NQN cannot name a subsystem"));
+        }
+        for h in &req.hosts {
+            check_nqn("host NQN", h)?;
+        }
+        if req.allow_any_host && !req.hosts.is_empty() {
+            return Err(invalid("`hosts` must be empty with `allow_any_host`"));
+        }
+        if req.drives.len() as u32 > MAX_NAMESPACES {
+            return Err(invalid(format!("at most {MAX_NAMESPACES} drives")));
+        }
+        self.mutate(|st| {
+            if st.subsystems.iter().any(|s| s.nqn == nqn) {
+                return Err(conflict(format!("subsystem {nqn} exists")));
+            }
+            let mut seen = BTreeSet::new();
+            for d in &req.drives {
+                claim_drive(st, d)?;
+                if !seen.insert(d) {
+                    return Err(invalid(format!("drive {d:?} is listed twice")));
+                }
+            }
+            let h = crate::model::stable_id(&nqn, b"serial");
+            st.subsystems.push(SubsystemState {
+                nqn: nqn.clone(),
+                serial: state::serial_number(
+                    &st.box_name,
+                    &format!("S{:02X}{:02X}{:02X}", h[0], h[1], h[2]),
+                ),
+                model: req
+                    .model
+                    .clone()
+                    .unwrap_or_else(|| "fabrik subsystem".into()),
+                allow_any_host: req.allow_any_host,
+                hosts: req.hosts.clone(),
+                namespaces: req
+                    .drives
+                    .iter()
+                    .enumerate()
+                    .map(|(i, d)| NamespaceState {
+                        nsid: i as u32 + 1,
+                        drive: d.clone(),
+                    })
+                    .collect(),
+            });
+            Ok(())
+        })?;
+        self.subsystem(&nqn)
+    }
+
+    fn delete_subsystem(&self, nqn: &str) -> MgmtResult<()> {
+        self.mutate(|st| {
+            let i = st
+                .subsystems
+                .iter()
+                .position(|s| s.nqn == nqn)
+                .ok_or_else(|| not_found(format!("no subsystem {nqn:?}")))?;
+            let s = &st.subsystems[i];
+            if let Some(c) = st
+                .compositions
+                .iter()
+                .find(|c| c.drives.iter().any(|d| s.drives().any(|x| x == d)))
+            {
+                return Err(conflict(format!(
+                    "composition {} (host {}) uses subsystem {nqn}: decompose it first",
+                    c.id, c.host_nqn
+                )));
+            }
+            st.subsystems.remove(i);
+            Ok(())
+        })
+    }
+
+    fn set_subsystem_access(
+        &self,
+        nqn: &str,
+        req: api::AccessRequest,
+    ) -> MgmtResult<api::Subsystem> {
+        self.mutate(|st| {
+            let s = find_sub(st, nqn)?;
+            s.allow_any_host = req.allow_any_host;
+            if req.allow_any_host {
+                s.hosts.clear();
+            }
+            Ok(())
+        })?;
+        self.subsystem(nqn)
+    }
+
+    fn allow_host(&self, nqn: &str, host_nqn: &str) -> MgmtResult<api::Subsystem> {
+        check_nqn("host NQN", host_nqn)?;
+        self.mutate(|st| {
+            let s = find_sub(st, nqn)?;
+            if s.hosts.iter().any(|h| h == host_nqn) {
+                return Err(conflict(format!(
+                    "host {host_nqn} is already allowed on {nqn}"
+                )));
+            }
+            s.allow_any_host = false;
+            s.hosts.push(host_nqn.to_string());
+            Ok(())
+        })?;
+        self.subsystem(nqn)
+    }
+
+    fn disallow_host(&self, nqn: &str, host_nqn: &str) -> MgmtResult<api::Subsystem> {
+        self.mutate(|st| {
+            let s = find_sub(st, nqn)?.clone();
+            if let Some(c) = st.compositions.iter().find(|c| {
+                c.host_nqn == host_nqn && c.drives.iter().any(|d| s.drives().any(|x| x == d))
+            }) {
+                return Err(conflict(format!(
+                    "host {host_nqn} reaches {nqn} through composition {}: decompose it instead",
+                    c.id
+                )));
+            }
+            let s = find_sub(st, nqn)?;
+            let before = s.hosts.len();
+            s.hosts.retain(|h| h != host_nqn);
+            if s.hosts.len() == before {
+                return Err(not_found(format!(
+                    "host {host_nqn} is not on the allow list of {nqn}"
+                )));
+            }
+            Ok(())
+        })?;
+        self.subsystem(nqn)
+    }
+
+    fn namespaces(&self, nqn: &str) -> MgmtResult<Vec<api::Namespace>> {
+        let live = self.live_subsystem(nqn)?;
+        Ok(live
+            .namespaces()
+            .iter()
+            .map(|n| self.namespace_view(n))
+            .collect())
+    }
+
+    fn add_namespace(&self, nqn: &str, req: api::NamespaceRequest) -> MgmtResult<api::Namespace> {
+        if let Some(nsid) = req.nsid {
+            if nsid == 0 || nsid > MAX_NAMESPACES {
+                return Err(invalid(format!(
+                    "NSID {nsid} is out of range (1..={MAX_NAMESPACES})"
+                )));
+            }
+        }
+        let nsid = self.mutate(|st| {
+            find_sub(st, nqn)?;
+            claim_drive(st, &req.drive)?;
+            let s = find_sub(st, nqn)?;
+            let nsid = match req.nsid {
+                Some(n) if s.namespaces.iter().any(|x| x.nsid == n) => {
+                    return Err(conflict(format!("NSID {n} is taken in {nqn}")))
+                }
+                Some(n) => n,
+                None => (1..=MAX_NAMESPACES)
+                    .find(|n| !s.namespaces.iter().any(|x| x.nsid == *n))
+                    .ok_or_else(|| conflict(format!("{nqn} has no free NSID")))?,
+            };
+            s.namespaces.push(NamespaceState {
+                nsid,
+                drive: req.drive.clone(),
+            });
+            s.namespaces.sort_by_key(|n| n.nsid);
+            Ok(nsid)
+        })?;
+        let ns = self
+            .live_subsystem(nqn)?
+            .namespace(nsid)
+            .ok_or_else(|| MgmtError::Internal("namespace vanished".into()))?;
+        Ok(self.namespace_view(&ns))
+    }
+
+    fn remove_namespace(&self, nqn: &str, nsid: u32) -> MgmtResult<()> {
+        self.mutate(|st| {
+            let s = find_sub(st, nqn)?;
+            let i = s
+                .namespaces
+                .iter()
+                .position(|n| n.nsid == nsid)
+                .ok_or_else(|| not_found(format!("{nqn} has no namespace {nsid}")))?;
+            let drive = s.namespaces[i].drive.clone();
+            if let Some(c) = st.compositions.iter().find(|c| c.drives.contains(&drive)) {
+                return Err(conflict(format!(
+                    "drive {drive:?} is composed to {} (composition {}): decompose it first",
+                    c.host_nqn, c.id
+                )));
+            }
+            find_sub(st, nqn)?.namespaces.remove(i);
+            Ok(())
+        })
+    }
+
+    fn hosts(&self) -> Vec<api::Host> {
+        let st = self.state.lock().unwrap();
+        Self::known_hosts(&st)
+            .iter()
+            .map(|h| self.host_view(&st, h))
+            .collect()
+    }
+
+    fn host(&self, nqn: &str) -> MgmtResult<api::Host> {
+        let st = self.state.lock().unwrap();
+        if !Self::known_hosts(&st).contains(nqn) {
+            return Err(not_found(format!("unknown host {nqn:?}")));
+        }
+        Ok(self.host_view(&st, nqn))
+    }
+
+    fn add_host(&self, req: api::HostRequest) -> MgmtResult<api::Host> {
+        check_nqn("host NQN", &req.nqn)?;
+        self.mutate(|st| {
+            if st.hosts.iter().any(|h| h.nqn == req.nqn) {
+                return Err(conflict(format!("host {} is registered", req.nqn)));
+            }
+            st.hosts.push(HostState {
+                nqn: req.nqn.clone(),
+                name: req.name.clone(),
+            });
+            Ok(())
+        })?;
+        self.host(&req.nqn)
+    }
+
+    fn delete_host(&self, nqn: &str) -> MgmtResult<()> {
+        self.mutate(|st| {
+            if !Self::known_hosts(st).contains(nqn) {
+                return Err(not_found(format!("unknown host {nqn:?}")));
+            }
+            if let Some(c) = st.compositions.iter().find(|c| c.host_nqn == nqn) {
+                return Err(conflict(format!(
+                    "composition {} names host {nqn}: decompose it first",
+                    c.id
+                )));
+            }
+            st.hosts.retain(|h| h.nqn != nqn);
+            for s in &mut st.subsystems {
+                s.hosts.retain(|h| h != nqn);
+            }
+            Ok(())
+        })
+    }
+
+    fn ports(&self) -> Vec<api::Port> {
+        self.target
+            .ports()
+            .iter()
+            .map(|p| self.port_view(p))
+            .collect()
+    }
+
+    fn port(&self, id: u16) -> MgmtResult<api::Port> {
+        self.target
+            .ports()
+            .iter()
+            .find(|p| p.id == id)
+            .map(|p| self.port_view(p))
+            .ok_or_else(|| not_found(format!("no port {id}")))
+    }
+
+    fn add_port(&self, req: api::PortRequest) -> MgmtResult<api::Port> {
+        self.add_listener(req)
+    }
+
+    fn delete_port(&self, id: u16) -> MgmtResult<()> {
+        self.remove_listener(id)
+    }
+
+    fn controllers(&self) -> Vec<api::Controller> {
+        let mut all: Vec<_> = self
+            .target
+            .controllers()
+            .iter()
+            .map(|c| self.controller_view(c))
+            .collect();
+        all.sort_by_key(|c| c.id);
+        all
+    }
+
+    fn controller(&self, id: u64) -> MgmtResult<api::Controller> {
+        self.target
+            .controllers()
+            .iter()
+            .find(|c| c.id == id)
+            .map(|c| self.controller_view(c))
+            .ok_or_else(|| not_found(format!("no live controller {id}")))
+    }
+
+    fn disconnect_controller(&self, id: u64) -> MgmtResult<()> {
+        let ctrl = self
+            .target
+            .controllers()
+            .into_iter()
+            .find(|c| c.id == id)
+            .ok_or_else(|| not_found(format!("no live controller {id}")))?;
+        ctrl.shut_down("disconnected through the management API");
+        Ok(())
+    }
+
+    fn compositions(&self) -> Vec<api::Composition> {
+        let st = self.state.lock().unwrap();
+        st.compositions
+            .iter()
+            .map(|c| self.composition_view(&st, c))
+            .collect()
+    }
+
+    fn composition(&self, id: &str) -> MgmtResult<api::Composition> {
+        let st = self.state.lock().unwrap();
+        st.compositions
+            .iter()
+            .find(|c| c.id == id)
+            .map(|c| self.composition_view(&st, c))
+            .ok_or_else(|| not_found(format!("no composition {id:?}")))
+    }
+
+    fn compose(&self, req: api::CompositionRequest) -> MgmtResult<api::Composition> {
+        check_nqn("host NQN", &req.host_nqn)?;
+        if Nqn::new(&req.host_nqn).is_ok_and(|n| n.is_discovery()) {
+            return Err(invalid("the discovery NQN cannot name a host"));
+        }
+        if req.drives.is_empty() {
+            return Err(invalid("`drives` is empty: name at least one drive"));
+        }
+        let live_ports: Vec<u16> = self.target.ports().iter().map(|p| p.id).collect();
+        if let Some(ports) = &req.ports {
+            if ports.is_empty() {
+                return Err(invalid("`ports` is empty: omit it for every port"));
+            }
+            if let Some(p) = ports.iter().find(|p| !live_ports.contains(p)) {
+                return Err(not_found(format!("no port {p}")));
+            }
+        }
+        let id = self.mutate(|st| {
+            let mut seen = BTreeSet::new();
+            for d in &req.drives {
+                if !seen.insert(d) {
+                    return Err(invalid(format!("drive {d:?} is listed twice")));
+                }
+                if !st.drives.iter().any(|x| &x.id == d) {
+                    return Err(not_found(format!("no drive {d:?}")));
+                }
+                let Some(sub) = st.subsystem_of_drive(d) else {
+                    return Err(conflict(format!(
+                        "drive {d:?} is in no subsystem: add it to one first"
+                    )));
+                };
+                if let Some(other) = sub.drives().find(|x| !req.drives.iter().any(|r| r == x)) {
+                    return Err(conflict(format!(
+                        "drive {d:?} shares subsystem {} with drive {other:?}: compose them together",
+                        sub.nqn
+                    )));
+                }
+                for c in st.compositions.iter().filter(|c| c.drives.contains(d)) {
+                    if c.host_nqn == req.host_nqn {
+                        return Err(conflict(format!(
+                            "drive {d:?} is already composed to {} (composition {})",
+                            c.host_nqn, c.id
+                        )));
+                    }
+                    if !(c.shared && req.shared) {
+                        return Err(conflict(format!(
+                            "drive {d:?} is composed to {} (composition {}); both compositions must be shared to share it",
+                            c.host_nqn, c.id
+                        )));
+                    }
+                }
+            }
+            let id = format!("c{}", st.next_composition);
+            st.next_composition += 1;
+            st.compositions.push(CompositionState {
+                id: id.clone(),
+                host_nqn: req.host_nqn.clone(),
+                drives: req.drives.clone(),
+                shared: req.shared,
+                ports: req.ports.clone(),
+            });
+            Ok(id)
+        })?;
+        self.composition(&id)
+    }
+
+    /// Also ends the host's controllers of these drives when their subsystem stays open to it
+    /// (configured to admit any host): what the composition gave is taken back either way.
+    fn decompose(&self, id: &str) -> MgmtResult<()> {
+        let (gone, subsystems) = self.mutate(|st| {
+            let i = st
+                .compositions
+                .iter()
+                .position(|c| c.id == id)
+                .ok_or_else(|| not_found(format!("no composition {id:?}")))?;
+            let gone = st.compositions.remove(i);
+            let subsystems: BTreeSet<String> = gone
+                .drives
+                .iter()
+                .filter_map(|d| st.subsystem_of_drive(d).map(|s| s.nqn.clone()))
+                .collect();
+            Ok((gone, subsystems))
+        })?;
+        for nqn in subsystems {
+            for ctrl in self
+                .target
+                .subsystem(&nqn)
+                .iter()
+                .flat_map(|s| s.controllers())
+            {
+                if ctrl.hostnqn == gone.host_nqn {
+                    ctrl.shut_down("its composition was removed");
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn find_sub<'a>(st: &'a mut State, nqn: &str) -> MgmtResult<&'a mut SubsystemState> {
+    st.subsystems
+        .iter_mut()
+        .find(|s| s.nqn == nqn)
+        .ok_or_else(|| not_found(format!("no subsystem {nqn:?}")))
+}
+
+/// Checks that `drive` exists and is in no subsystem (a drive is one namespace of one subsystem).
+fn claim_drive(st: &State, drive: &str) -> MgmtResult<()> {
+    if !st.drives.iter().any(|d| d.id == drive) {
+        return Err(not_found(format!("no drive {drive:?}")));
+    }
+    if let Some(s) = st.subsystem_of_drive(drive) {
+        return Err(conflict(format!(
+            "drive {drive:?} is exported by {}: remove that namespace first",
+            s.nqn
+        )));
+    }
+    Ok(())
+}

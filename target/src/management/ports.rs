@@ -1,0 +1,131 @@
+//! Ports: listeners started at boot and added or removed live through the API.
+
+use std::net::SocketAddr;
+
+use fabrik_api::models as api;
+use fabrik_api::{MgmtError, MgmtResult};
+use tokio_util::sync::CancellationToken;
+
+use super::{conflict, invalid, not_found, Manager};
+use crate::state::PortState;
+use crate::transport::tcp::TcpListenerPort;
+use crate::transport::Listener;
+
+/// A serving listener.
+pub(super) struct Listening {
+    id: u16,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Manager {
+    /// Binds and serves a port of the state (at start); returns the address bound.
+    pub async fn listen(&self, p: &PortState) -> std::io::Result<SocketAddr> {
+        let port = TcpListenerPort::bind(p.address, p.id).await?;
+        Ok(self.serve(port))
+    }
+
+    fn serve(&self, port: TcpListenerPort) -> SocketAddr {
+        let addr = port.port().addr;
+        let id = port.port().id;
+        self.target.add_port(port.port().clone());
+        let stop = self.stop.child_token();
+        let task = Box::new(port).serve(self.target.clone(), stop.clone());
+        self.listeners
+            .lock()
+            .unwrap()
+            .push(Listening { id, stop, task });
+        addr
+    }
+
+    /// Waits for every listener (and its connections) to finish after the stop token.
+    pub async fn join_listeners(&self) {
+        let all: Vec<Listening> = std::mem::take(&mut *self.listeners.lock().unwrap());
+        for l in all {
+            let _ = l.task.await;
+        }
+    }
+
+    /// Binds first (a taken address is a 409 and changes nothing), then records the port, then
+    /// serves it.
+    pub(super) fn add_listener(&self, req: api::PortRequest) -> MgmtResult<api::Port> {
+        match req.transport.as_deref().unwrap_or("tcp") {
+            "tcp" => {}
+            "rdma" => return Err(invalid("the RDMA transport is not available in this build")),
+            other => return Err(invalid(format!("unknown transport {other:?} (tcp)"))),
+        }
+        let ip: std::net::IpAddr = req
+            .address
+            .parse()
+            .map_err(|_| invalid(format!("address {:?} is not an IP address", req.address)))?;
+        let addr = SocketAddr::new(ip, req.service_id);
+        let _serial = self.port_change.lock().unwrap();
+        let id = {
+            let st = self.state.lock().unwrap();
+            if req.service_id != 0 && st.ports.iter().any(|p| p.address == addr) {
+                return Err(conflict(format!("port {addr} exists")));
+            }
+            st.ports.iter().map(|p| p.id).max().unwrap_or(0) + 1
+        };
+        let bound = tokio::runtime::Handle::current()
+            .block_on(TcpListenerPort::bind(addr, id))
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::AddrInUse => conflict(format!("{addr} is in use")),
+                _ => invalid(format!("cannot listen on {addr}: {e}")),
+            })?;
+        // The address bound (port 0 picks one): what a restart must listen on again.
+        let address = bound.port().addr;
+        self.mutate(|st| {
+            st.ports.push(PortState {
+                id,
+                transport: "tcp".into(),
+                address,
+            });
+            Ok(())
+        })?;
+        self.serve(bound);
+        self.port(id)
+    }
+
+    /// Stops the listener; its connections finish their commands and close.
+    pub(super) fn remove_listener(&self, id: u16) -> MgmtResult<()> {
+        let _serial = self.port_change.lock().unwrap();
+        self.mutate(|st| {
+            if !st.ports.iter().any(|p| p.id == id) {
+                return Err(not_found(format!("no port {id}")));
+            }
+            if st.ports.len() == 1 {
+                return Err(conflict(format!("port {id} is the last port")));
+            }
+            if let Some(c) = st
+                .compositions
+                .iter()
+                .find(|c| c.ports.as_ref().is_some_and(|p| p.contains(&id)))
+            {
+                return Err(conflict(format!(
+                    "composition {} names port {id}: decompose it first",
+                    c.id
+                )));
+            }
+            st.ports.retain(|p| p.id != id);
+            Ok(())
+        })?;
+        let mut listeners = self.listeners.lock().unwrap();
+        if let Some(l) = listeners.iter().find(|l| l.id == id) {
+            l.stop.cancel();
+        }
+        self.target.remove_port(id);
+        // The task finishes on its own; `join_listeners` still awaits it at shutdown.
+        listeners.retain(|l| l.id != id || !l.task.is_finished());
+        Ok(())
+    }
+
+    fn port(&self, id: u16) -> MgmtResult<api::Port> {
+        self.target
+            .ports()
+            .iter()
+            .find(|p| p.id == id)
+            .map(|p| self.port_view(p))
+            .ok_or_else(|| MgmtError::Internal(format!("port {id} vanished")))
+    }
+}

@@ -1,0 +1,262 @@
+//! What the API shows: the live target and its persisted state as API models.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering::Relaxed;
+
+use fabrik_api::models as api;
+
+use super::Manager;
+use crate::model::{Namespace, TransportType};
+use crate::state::{self, CompositionState, State, SubsystemState};
+
+impl Manager {
+    pub(super) fn drive_view(&self, st: &State, slot: usize) -> api::Drive {
+        let d = &st.drives[slot];
+        let sub = st.subsystem_of_drive(&d.id);
+        let ns = sub
+            .and_then(|s| self.target.subsystem(&s.nqn))
+            .and_then(|live| live.namespaces().into_iter().find(|n| n.drive_id == d.id));
+        let info = self.drives.get(&d.id).map(|x| x.info().clone());
+        api::Drive {
+            id: d.id.clone(),
+            slot: slot as u32,
+            serial: state::serial_number(&st.box_name, &d.id),
+            model: format!("fabrik {} drive", d.backend),
+            backend: d.backend.clone(),
+            path: d.path.as_ref().map(|p| p.display().to_string()),
+            capacity_bytes: info.as_ref().map_or(d.size, |i| i.capacity),
+            block_size: info.as_ref().map_or(d.block_size, |i| i.block_size),
+            health: self.health(&d.id, ns.as_deref()),
+            subsystems: sub.iter().map(|s| s.nqn.clone()).collect(),
+            hosts: sub.and_then(|s| st.effective_hosts(s)),
+            composed_to: st
+                .compositions
+                .iter()
+                .filter(|c| c.drives.contains(&d.id))
+                .map(|c| c.host_nqn.clone())
+                .collect(),
+        }
+    }
+
+    /// Health from the device's SMART log where it has one, else from fabrikd's counters.
+    fn health(&self, drive: &str, ns: Option<&Namespace>) -> api::DriveHealth {
+        let count = |f: fn(&Namespace) -> u64| ns.map_or(0, f);
+        let ready = ns.is_none_or(Namespace::is_ready);
+        let mut h = api::DriveHealth {
+            state: if ready { "ok" } else { "not_ready" }.into(),
+            source: "fabrikd".into(),
+            source_error: None,
+            temperature_celsius: None,
+            percentage_used: None,
+            media_errors: count(|n| n.stats.media_errors.load(Relaxed)),
+            critical_warnings: 0,
+            power_on_hours: self.target.started.elapsed().as_secs() / 3600,
+            read_commands: count(|n| n.stats.read_commands.load(Relaxed)),
+            write_commands: count(|n| n.stats.write_commands.load(Relaxed)),
+            bytes_read: count(|n| n.stats.bytes_read.load(Relaxed)),
+            bytes_written: count(|n| n.stats.bytes_written.load(Relaxed)),
+        };
+        match self.drives.get(drive).and_then(|d| d.smart_log()) {
+            None => {}
+            Some(Err(e)) => h.source_error = Some(format!("SMART log unreadable: {e}")),
+            Some(Ok(log)) => {
+                h.source = "smart".into();
+                // 0 K means the device reports no temperature.
+                h.temperature_celsius =
+                    (log.temperature_k != 0).then(|| log.temperature_k as i32 - 273);
+                h.percentage_used = Some(log.percentage_used);
+                h.media_errors = log.media_errors.min(u64::MAX as u128) as u64;
+                h.critical_warnings = log.critical_warning;
+                h.power_on_hours = log.power_on_hours.min(u64::MAX as u128) as u64;
+                if ready && log.critical_warning != 0 {
+                    h.state = "warning".into();
+                }
+            }
+        }
+        h
+    }
+
+    pub(super) fn namespace_view(&self, ns: &Namespace) -> api::Namespace {
+        api::Namespace {
+            nsid: ns.nsid,
+            drive: ns.drive_id.clone(),
+            nguid: hex(&ns.nguid),
+            uuid: uuid_string(&ns.uuid),
+            capacity_bytes: ns.drive.info().capacity,
+            block_size: ns.block_size(),
+        }
+    }
+
+    pub(super) fn subsystem_view(&self, st: &State, s: &SubsystemState) -> api::Subsystem {
+        let live = self.target.subsystem(&s.nqn);
+        let hosts = st.effective_hosts(s);
+        api::Subsystem {
+            nqn: s.nqn.clone(),
+            serial: s.serial.clone(),
+            model: s.model.clone(),
+            allow_any_host: hosts.is_none(),
+            hosts: hosts.unwrap_or_default(),
+            namespaces: live
+                .as_ref()
+                .map(|l| {
+                    l.namespaces()
+                        .iter()
+                        .map(|n| self.namespace_view(n))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            ports: self.target.ports().iter().map(|p| p.id).collect(),
+            controllers: live.map_or(0, |l| l.controllers().len() as u32),
+        }
+    }
+
+    pub(super) fn controller_view(&self, c: &crate::controller::Controller) -> api::Controller {
+        api::Controller {
+            id: c.id,
+            cntlid: c.cntlid,
+            subsystem: c.subnqn(),
+            discovery: c.is_discovery(),
+            host_nqn: c.hostnqn.clone(),
+            address: c.port.peer_addr.to_string(),
+            port_id: c.port.port_id,
+            io_queues: c.io_queue_count() as u32,
+            keep_alive_ms: c.kato_ms(),
+            connected_seconds: c.connected_at.elapsed().as_secs(),
+        }
+    }
+
+    pub(super) fn port_view(&self, p: &crate::model::Port) -> api::Port {
+        api::Port {
+            id: p.id,
+            transport: transport_name(p.transport).into(),
+            address: p.addr.ip().to_string(),
+            service_id: p.addr.port(),
+            state: "listening".into(),
+            controllers: self
+                .target
+                .controllers()
+                .iter()
+                .filter(|c| c.port.port_id == p.id)
+                .count() as u32,
+        }
+    }
+
+    pub(super) fn composition_view(&self, st: &State, c: &CompositionState) -> api::Composition {
+        let mut subsystems: Vec<String> = Vec::new();
+        for d in &c.drives {
+            if let Some(s) = st.subsystem_of_drive(d) {
+                if !subsystems.contains(&s.nqn) {
+                    subsystems.push(s.nqn.clone());
+                }
+            }
+        }
+        let ports: Vec<crate::model::Port> = self
+            .target
+            .ports()
+            .into_iter()
+            .filter(|p| c.ports.as_ref().is_none_or(|l| l.contains(&p.id)))
+            .collect();
+        let mut connect = Vec::new();
+        for p in &ports {
+            let addr = reachable_addr(p.addr);
+            for s in &subsystems {
+                let t = transport_name(p.transport);
+                connect.push(api::ConnectCommand {
+                    subsystem: s.clone(),
+                    port_id: p.id,
+                    transport: t.into(),
+                    address: addr.clone(),
+                    service_id: p.addr.port(),
+                    nvme_cli: format!(
+                        "nvme connect -t {t} -a {addr} -s {} -n {s} --hostnqn {}",
+                        p.addr.port(),
+                        c.host_nqn
+                    ),
+                    fabrik: format!(
+                        "fabrik id-ctrl -a {addr} -s {} -n {s} --hostnqn {}",
+                        p.addr.port(),
+                        c.host_nqn
+                    ),
+                });
+            }
+        }
+        api::Composition {
+            id: c.id.clone(),
+            host_nqn: c.host_nqn.clone(),
+            drives: c.drives.clone(),
+            shared: c.shared,
+            subsystems,
+            ports: ports.iter().map(|p| p.id).collect(),
+            connect,
+        }
+    }
+
+    pub(super) fn host_view(&self, st: &State, nqn: &str) -> api::Host {
+        api::Host {
+            nqn: nqn.to_string(),
+            name: st
+                .hosts
+                .iter()
+                .find(|h| h.nqn == nqn)
+                .and_then(|h| h.name.clone()),
+            subsystems: st
+                .subsystems
+                .iter()
+                .filter(|s| {
+                    st.effective_hosts(s)
+                        .is_some_and(|h| h.iter().any(|x| x == nqn))
+                })
+                .map(|s| s.nqn.clone())
+                .collect(),
+            controllers: self
+                .target
+                .controllers()
+                .iter()
+                .filter(|c| c.hostnqn == nqn)
+                .count() as u32,
+        }
+    }
+
+    /// Registered hosts, and hosts named by allow lists or compositions.
+    pub(super) fn known_hosts(st: &State) -> BTreeSet<String> {
+        let mut all: BTreeSet<String> = st.hosts.iter().map(|h| h.nqn.clone()).collect();
+        for s in &st.subsystems {
+            all.extend(s.hosts.iter().cloned());
+        }
+        all.extend(st.compositions.iter().map(|c| c.host_nqn.clone()));
+        all
+    }
+}
+
+pub(super) fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+pub(super) fn uuid_string(u: &[u8; 16]) -> String {
+    let h = hex(u);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
+
+pub(super) fn transport_name(t: TransportType) -> &'static str {
+    match t {
+        TransportType::Tcp => "tcp",
+        TransportType::Rdma => "rdma",
+    }
+}
+
+/// The address a host should dial: the listener's, or this machine's name for a wildcard one.
+pub(super) fn reachable_addr(a: SocketAddr) -> String {
+    if a.ip().is_unspecified() {
+        crate::config::default_box_name()
+    } else {
+        a.ip().to_string()
+    }
+}

@@ -1,0 +1,467 @@
+//! The persistent state: the whole configuration of the box (drives, subsystems, namespaces,
+//! hosts, ports, compositions) in one JSON file, `state.json` in the data directory.
+//!
+//! Written atomically on every change (temp file, fsync, rename, fsync of the directory), so a
+//! crash leaves either the old or the new file, never a torn one. A file that cannot be read or
+//! parsed stops fabrikd: it is never replaced silently.
+//!
+//! How the config file and flags meet an existing state: the first start (no state file) seeds
+//! the state from them. Afterwards the state is the configuration, except that an explicit
+//! `--listen` (or `listen` in the config file) replaces the ports and an explicit
+//! `--host`/`--allow-any-host` (or `hosts`) replaces every subsystem's allow list; explicit
+//! drive settings (`--drives`, `--drive-size`, `--backend`, `--block-size`, `--box-name`,
+//! drives in the config file) must describe the drives the state holds, or fabrikd refuses to
+//! start and says which file to remove to start over.
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+use serde::{Deserialize, Serialize};
+
+use crate::backend::BackendKind;
+use crate::config::{parse_backend, Config, DriveSpec};
+use crate::model;
+
+pub const STATE_FILE: &str = "state.json";
+pub const TOKEN_FILE: &str = "api-token";
+const VERSION: u32 = 1;
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct State {
+    pub version: u32,
+    pub box_name: String,
+    pub drives: Vec<DriveState>,
+    pub subsystems: Vec<SubsystemState>,
+    pub hosts: Vec<HostState>,
+    pub ports: Vec<PortState>,
+    pub compositions: Vec<CompositionState>,
+    /// Next composition number (IDs are never reused).
+    pub next_composition: u64,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DriveState {
+    pub id: String,
+    pub backend: String,
+    pub path: Option<PathBuf>,
+    pub size: u64,
+    pub block_size: u32,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SubsystemState {
+    pub nqn: String,
+    pub serial: String,
+    pub model: String,
+    /// Any host may connect (unless a composition restricts it).
+    pub allow_any_host: bool,
+    /// Hosts allowed when `allow_any_host` is false.
+    pub hosts: Vec<String>,
+    pub namespaces: Vec<NamespaceState>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct NamespaceState {
+    pub nsid: u32,
+    pub drive: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct HostState {
+    pub nqn: String,
+    pub name: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PortState {
+    pub id: u16,
+    pub transport: String,
+    pub address: SocketAddr,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CompositionState {
+    pub id: String,
+    pub host_nqn: String,
+    pub drives: Vec<String>,
+    pub shared: bool,
+    /// Ports the connect commands name (None: every port).
+    pub ports: Option<Vec<u16>>,
+}
+
+impl DriveState {
+    pub fn spec(&self) -> anyhow::Result<DriveSpec> {
+        Ok(DriveSpec {
+            id: self.id.clone(),
+            backend: parse_backend(&self.backend)?,
+            path: self.path.clone(),
+            size: self.size,
+            block_size: self.block_size,
+        })
+    }
+
+    fn from_spec(d: &DriveSpec) -> DriveState {
+        DriveState {
+            id: d.id.clone(),
+            backend: d.backend.name().to_string(),
+            path: d.path.clone(),
+            size: d.size,
+            block_size: d.block_size,
+        }
+    }
+}
+
+impl SubsystemState {
+    /// Who may connect with no composition in play: None means any host.
+    pub fn configured_hosts(&self) -> Option<Vec<String>> {
+        if self.allow_any_host {
+            None
+        } else {
+            Some(self.hosts.clone())
+        }
+    }
+
+    pub fn drives(&self) -> impl Iterator<Item = &str> {
+        self.namespaces.iter().map(|n| n.drive.as_str())
+    }
+}
+
+impl State {
+    /// The first state, from the configuration (the embedded default, config file and flags).
+    pub fn seed(config: &Config) -> State {
+        let drives = config.drive_list();
+        let subsystems = config
+            .subsystem_list()
+            .iter()
+            .map(|sub| {
+                let first = drives.iter().find(|d| d.id == sub.drives[0]);
+                let serial_key = if sub.drives.len() == 1 {
+                    sub.drives[0].clone()
+                } else {
+                    let h = model::stable_id(&sub.nqn, b"serial");
+                    format!("S{:02X}{:02X}{:02X}", h[0], h[1], h[2])
+                };
+                let hosts = config.allowed_hosts_for(sub);
+                SubsystemState {
+                    nqn: sub.nqn.clone(),
+                    serial: serial_number(&config.box_name, &serial_key),
+                    model: sub.model.clone().unwrap_or_else(|| {
+                        format!(
+                            "fabrik {} drive",
+                            first.map_or(BackendKind::File, |d| d.backend).name()
+                        )
+                    }),
+                    allow_any_host: hosts.is_none(),
+                    hosts: hosts.unwrap_or_default(),
+                    namespaces: sub
+                        .drives
+                        .iter()
+                        .enumerate()
+                        .map(|(i, d)| NamespaceState {
+                            nsid: i as u32 + 1,
+                            drive: d.clone(),
+                        })
+                        .collect(),
+                }
+            })
+            .collect();
+        State {
+            version: VERSION,
+            box_name: config.box_name.clone(),
+            drives: drives.iter().map(DriveState::from_spec).collect(),
+            subsystems,
+            hosts: Vec::new(),
+            ports: seed_ports(config),
+            compositions: Vec::new(),
+            next_composition: 1,
+        }
+    }
+
+    /// Applies what the command line and config file say explicitly on top of a restored
+    /// state (see the module comment); errors when they contradict the state's drives.
+    pub fn reconcile(&mut self, config: &Config, path: &Path) -> anyhow::Result<()> {
+        if config.explicit.drives {
+            let seeded = State::seed(config);
+            if seeded.drives != self.drives || seeded.box_name != self.box_name {
+                bail!(
+                    "the drive settings given ({} drive(s), box {:?}) differ from the state in {} ({} drive(s), box {:?}); \
+                     drop those settings to keep the state, or remove the file to start over from them",
+                    seeded.drives.len(),
+                    seeded.box_name,
+                    path.display(),
+                    self.drives.len(),
+                    self.box_name
+                );
+            }
+        }
+        if config.explicit.listen {
+            self.ports = seed_ports(config);
+            for c in &mut self.compositions {
+                c.ports = None;
+            }
+        }
+        if config.explicit.hosts {
+            for sub in &mut self.subsystems {
+                sub.allow_any_host = config.allowed_hosts.is_none();
+                sub.hosts = config.allowed_hosts.clone().unwrap_or_default();
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks what the API and a hand-edited file could get wrong.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        if self.version != VERSION {
+            bail!(
+                "state version {} is not supported (this fabrikd reads {VERSION})",
+                self.version
+            );
+        }
+        let mut ids = BTreeSet::new();
+        for d in &self.drives {
+            d.spec()?;
+            if !ids.insert(d.id.as_str()) {
+                bail!("drive {:?} appears twice", d.id);
+            }
+        }
+        let mut exported = BTreeSet::new();
+        let mut nqns = BTreeSet::new();
+        for s in &self.subsystems {
+            fabrik_proto::fabrics::nqn::Nqn::new(&s.nqn)
+                .with_context(|| format!("subsystem NQN {:?}", s.nqn))?;
+            if !nqns.insert(s.nqn.as_str()) {
+                bail!("subsystem {} appears twice", s.nqn);
+            }
+            let mut nsids = BTreeSet::new();
+            for ns in &s.namespaces {
+                if ns.nsid == 0 || ns.nsid > crate::controller::limits::MAX_NAMESPACES {
+                    bail!("subsystem {}: NSID {} is out of range", s.nqn, ns.nsid);
+                }
+                if !nsids.insert(ns.nsid) {
+                    bail!("subsystem {}: NSID {} appears twice", s.nqn, ns.nsid);
+                }
+                if !ids.contains(ns.drive.as_str()) {
+                    bail!("subsystem {}: unknown drive {:?}", s.nqn, ns.drive);
+                }
+                if !exported.insert(ns.drive.as_str()) {
+                    bail!("drive {:?} is exported by two subsystems", ns.drive);
+                }
+            }
+        }
+        if self.ports.is_empty() {
+            bail!("no ports");
+        }
+        for c in &self.compositions {
+            for d in &c.drives {
+                if !exported.contains(d.as_str()) {
+                    bail!("composition {}: drive {d:?} is not exported", c.id);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Hosts that may connect to `sub` now: its composed hosts while any of its drives is
+    /// composed, else its configured access. None means any host.
+    pub fn effective_hosts(&self, sub: &SubsystemState) -> Option<Vec<String>> {
+        let mut composed: Vec<String> = Vec::new();
+        for c in &self.compositions {
+            if c.drives.iter().any(|d| sub.drives().any(|x| x == d))
+                && !composed.contains(&c.host_nqn)
+            {
+                composed.push(c.host_nqn.clone());
+            }
+        }
+        if composed.is_empty() {
+            sub.configured_hosts()
+        } else {
+            Some(composed)
+        }
+    }
+
+    pub fn subsystem_of_drive(&self, drive: &str) -> Option<&SubsystemState> {
+        self.subsystems
+            .iter()
+            .find(|s| s.drives().any(|d| d == drive))
+    }
+}
+
+fn seed_ports(config: &Config) -> Vec<PortState> {
+    config
+        .listen
+        .iter()
+        .enumerate()
+        .map(|(i, a)| PortState {
+            id: i as u16 + 1,
+            transport: "tcp".into(),
+            address: *a,
+        })
+        .collect()
+}
+
+/// A 20-character serial number, stable for a box and drive.
+pub fn serial_number(box_name: &str, drive_id: &str) -> String {
+    let h = model::stable_id(box_name, b"serial");
+    let mut s = format!(
+        "FBK{:02X}{:02X}{:02X}{:02X}-{}",
+        h[0],
+        h[1],
+        h[2],
+        h[3],
+        drive_id.to_ascii_uppercase()
+    );
+    s.truncate(20);
+    s
+}
+
+/// Reads the state file: Ok(None) when there is none; an error (naming the file) when it
+/// cannot be read, parsed or is inconsistent.
+pub fn load(path: &Path) -> anyhow::Result<Option<State>> {
+    let text = match std::fs::read(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => bail!("cannot read the state file {}: {e}", path.display()),
+    };
+    let state: State = serde_json::from_slice(&text).with_context(|| {
+        format!(
+            "the state file {} is corrupt; fabrikd will not replace it: restore it from a backup, \
+             or move it away to start over from the configuration",
+            path.display()
+        )
+    })?;
+    state
+        .validate()
+        .with_context(|| format!("the state file {} is inconsistent", path.display()))?;
+    Ok(Some(state))
+}
+
+/// Writes the state atomically: a temp file next to it, fsync, rename over, fsync the directory.
+pub fn save(path: &Path, state: &State) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let tmp = path.with_extension("json.tmp");
+    let mut text = serde_json::to_vec_pretty(state).map_err(std::io::Error::other)?;
+    text.push(b'\n');
+    {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(&text)?;
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)?;
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// The API token: `configured` if given, else the token file in `dir`, created (mode 0600,
+/// 32 random bytes as hex) when missing.
+pub fn api_token(dir: &Path, configured: Option<&str>) -> anyhow::Result<String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(t) = configured {
+        return Ok(t.to_string());
+    }
+    let path = dir.join(TOKEN_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(t) if !t.trim().is_empty() => return Ok(t.trim().to_string()),
+        Ok(_) => bail!("the API token file {} is empty", path.display()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => bail!("cannot read the API token file {}: {e}", path.display()),
+    }
+    let mut raw = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut raw))
+        .context("reading /dev/urandom for the API token")?;
+    let token: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+    std::fs::create_dir_all(dir)?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| format!("creating the API token file {}", path.display()))?;
+    f.write_all(format!("{token}\n").as_bytes())?;
+    f.sync_all()?;
+    Ok(token)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(dir: &Path) -> Config {
+        let mut c = Config::default_jbof(dir.to_path_buf());
+        c.box_name = "b".into();
+        c.drives = 3;
+        c.backend = BackendKind::Ram;
+        c.drive_size = 1 << 20;
+        c
+    }
+
+    #[test]
+    fn seed_save_load_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = State::seed(&config(dir.path()));
+        s.validate().unwrap();
+        assert_eq!(s.subsystems.len(), 3);
+        assert!(s.subsystems[0].allow_any_host);
+        let path = dir.path().join(STATE_FILE);
+        assert!(load(&path).unwrap().is_none());
+        save(&path, &s).unwrap();
+        assert_eq!(load(&path).unwrap(), Some(s));
+        assert!(!path.with_extension("json.tmp").exists());
+    }
+
+    #[test]
+    fn corrupt_file_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(STATE_FILE);
+        std::fs::write(&path, b"{\"version\": 1, \"box_na").unwrap();
+        let err = format!("{:#}", load(&path).unwrap_err());
+        assert!(err.contains("corrupt") && err.contains(STATE_FILE), "{err}");
+        // Still there, untouched.
+        assert_eq!(std::fs::read(&path).unwrap(), b"{\"version\": 1, \"box_na");
+    }
+
+    #[test]
+    fn explicit_flags_reconcile() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(STATE_FILE);
+        let mut s = State::seed(&config(dir.path()));
+        let mut c = config(dir.path());
+        c.explicit.hosts = true;
+        c.allowed_hosts = Some(vec!["nqn.2014-08.org.example:h1".into()]);
+        c.explicit.listen = true;
+        c.listen = vec!["127.0.0.1:4499".parse().unwrap()];
+        s.reconcile(&c, &path).unwrap();
+        assert!(!s.subsystems[1].allow_any_host);
+        assert_eq!(s.subsystems[1].hosts, c.allowed_hosts.clone().unwrap());
+        assert_eq!(s.ports[0].address, c.listen[0]);
+        c.explicit.drives = true;
+        c.drives = 5;
+        let err = s.reconcile(&c, &path).unwrap_err().to_string();
+        assert!(err.contains("differ") && err.contains(STATE_FILE), "{err}");
+    }
+
+    #[test]
+    fn token_file_is_private_and_stable() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let t = api_token(dir.path(), None).unwrap();
+        assert_eq!(t.len(), 64);
+        let mode = std::fs::metadata(dir.path().join(TOKEN_FILE))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert_eq!(api_token(dir.path(), None).unwrap(), t);
+        assert_eq!(api_token(dir.path(), Some("x")).unwrap(), "x");
+    }
+}

@@ -1,0 +1,155 @@
+//! The real `fabrikd` binary: its state survives `kill -9` and a restart, a corrupt state file
+//! stops it with a clear message (and stays untouched), drive flags that contradict the state
+//! are refused.
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fabrik_api::client::Client;
+use fabrik_api::models::{CompositionRequest, HostRequest};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Ports {
+    nvme: u16,
+    api: u16,
+}
+
+fn fabrikd(dir: &Path, ports: &Ports, extra: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_fabrikd"));
+    cmd.arg("--data-dir")
+        .arg(dir)
+        .args(["--listen", &format!("127.0.0.1:{}", ports.nvme)])
+        .args(["--api", &format!("127.0.0.1:{}", ports.api)])
+        .args(["--box-name", "tb", "--drives", "4", "--drive-size", "16M"])
+        .args(extra)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// Starts fabrikd and waits until its API answers.
+async fn start(dir: &Path, ports: &Ports) -> (Child, Client) {
+    let mut child = fabrikd(dir, ports, &[]).spawn().unwrap();
+    let reader = Client::new(&format!("http://127.0.0.1:{}", ports.api), None);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while reader.drives().await.is_err() {
+        if let Some(status) = child.try_wait().unwrap() {
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "fabrikd exited with {status}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        assert!(Instant::now() < deadline, "fabrikd's API did not come up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let token = std::fs::read_to_string(dir.join("api-token")).unwrap();
+    let admin = Client::new(
+        &format!("http://127.0.0.1:{}", ports.api),
+        Some(token.trim().to_string()),
+    );
+    (child, admin)
+}
+
+fn kill9(mut child: Child) {
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+}
+
+/// Runs fabrikd expecting it to fail at start; returns its stderr.
+fn start_fails(dir: &Path, ports: &Ports, extra: &[&str]) -> String {
+    let out = fabrikd(dir, ports, extra)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+        .wait_with_output()
+        .unwrap();
+    assert!(!out.status.success(), "fabrikd started");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_survives_kill_9_and_a_corrupt_file_stops_fabrikd() {
+    let dir = tempfile::tempdir().unwrap();
+    let ports = Ports {
+        nvme: free_port(),
+        api: free_port(),
+    };
+    let (child, api) = start(dir.path(), &ports).await;
+    let host = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-0000000000aa";
+    let comp = api
+        .compose(&CompositionRequest {
+            host_nqn: host.into(),
+            drives: vec!["00".into(), "01".into()],
+            ports: None,
+            shared: false,
+        })
+        .await
+        .unwrap();
+    let _: fabrik_api::models::Host = api
+        .post(
+            "/hosts",
+            &HostRequest {
+                nqn: host.into(),
+                name: Some("gpu-7".into()),
+            },
+        )
+        .await
+        .unwrap();
+    api.delete("/subsystems/nqn.2024-01.io.fabrik:tb:drive-03/namespaces/1")
+        .await
+        .unwrap();
+    let before = (
+        api.subsystems().await.unwrap(),
+        api.compositions().await.unwrap(),
+        api.hosts().await.unwrap(),
+        api.drives().await.unwrap().len(),
+    );
+    let file_before = std::fs::read(dir.path().join("state.json")).unwrap();
+    kill9(child);
+
+    let (child, api) = start(dir.path(), &ports).await;
+    let after = (
+        api.subsystems().await.unwrap(),
+        api.compositions().await.unwrap(),
+        api.hosts().await.unwrap(),
+        api.drives().await.unwrap().len(),
+    );
+    assert_eq!(after, before, "the API shows the same configuration");
+    assert_eq!(after.1[0], comp);
+    assert_eq!(
+        std::fs::read(dir.path().join("state.json")).unwrap(),
+        file_before,
+        "restored exactly"
+    );
+
+    // Drive flags that contradict the state are refused, naming the file.
+    kill9(child);
+    let err = start_fails(dir.path(), &ports, &["--backend", "ram"]);
+    assert!(
+        err.contains("differ") && err.contains("state.json"),
+        "{err}"
+    );
+
+    // A torn or edited file stops fabrikd and is left as it was.
+    let corrupt = &file_before[..file_before.len() / 2];
+    std::fs::write(dir.path().join("state.json"), corrupt).unwrap();
+    let err = start_fails(dir.path(), &ports, &[]);
+    assert!(
+        err.contains("corrupt") && err.contains("state.json"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read(dir.path().join("state.json")).unwrap(),
+        corrupt
+    );
+}

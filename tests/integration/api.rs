@@ -1,0 +1,298 @@
+//! The management REST API against an in-process fabrikd: reads of every resource, errors as
+//! problems, the token, the OpenAPI document, controllers and ports changed live. Compositions,
+//! subsystems and namespaces: api_compose.rs.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use common::api::*;
+use fabrik_api::client::Client;
+use fabrik_api::models::*;
+use fabrik_initiator::{discover, HostIdentity};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_resources() {
+    let dir = tempfile::tempdir().unwrap();
+    let api = start(dir.path()).await;
+    let c = &api.anon; // reads need no token on loopback
+
+    let drives = c.drives().await.unwrap();
+    assert_eq!(
+        drives.iter().map(|d| d.id.as_str()).collect::<Vec<_>>(),
+        ["00", "01", "02", "03"]
+    );
+    let d = c.drive("02").await.unwrap();
+    assert_eq!(
+        (d.slot, d.backend.as_str(), d.capacity_bytes, d.block_size),
+        (2, "ram", 16 * MIB, 4096)
+    );
+    assert_eq!(d.subsystems, vec![nqn("02")]);
+    assert_eq!(d.hosts, None, "any host by default");
+    assert_eq!(d.health.state, "ok");
+    assert_eq!(
+        (d.health.source.as_str(), d.health.temperature_celsius),
+        ("fabrikd", None),
+        "RAM drives have no SMART log"
+    );
+    assert_problem(c.drive("99").await, 404, "99");
+
+    let subs = c.subsystems().await.unwrap();
+    assert_eq!(subs.len(), 4);
+    let s = c.subsystem(&nqn("01")).await.unwrap();
+    assert!(s.allow_any_host);
+    assert_eq!(s.namespaces.len(), 1);
+    assert_eq!(
+        (s.namespaces[0].nsid, s.namespaces[0].drive.as_str()),
+        (1, "01")
+    );
+    assert_eq!(s.namespaces[0].nguid.len(), 32);
+    assert_eq!(s.ports, vec![1]);
+    assert_problem(c.subsystem("nqn.2024-01.io.fabrik:nope").await, 404, "nope");
+    let ns: Vec<Namespace> = c
+        .get(&format!("/subsystems/{}/namespaces", nqn("01")))
+        .await
+        .unwrap();
+    assert_eq!(ns, s.namespaces);
+
+    let ports = c.ports().await.unwrap();
+    assert_eq!(ports.len(), 1);
+    assert_eq!((ports[0].id, ports[0].transport.as_str()), (1, "tcp"));
+    assert_eq!(ports[0].service_id, api.nvme().port());
+    assert_problem(c.get::<Port>("/ports/7").await, 404, "7");
+    assert_problem(c.get::<Port>("/ports/x").await, 400, "");
+
+    assert!(c.hosts().await.unwrap().is_empty());
+    assert!(c.compositions().await.unwrap().is_empty());
+    assert!(c.controllers().await.unwrap().is_empty());
+
+    // I/O shows in the drive's counters.
+    let host = HostIdentity::random();
+    let ctrl = connect(api.nvme(), &nqn("02"), &host).await.unwrap();
+    ctrl.write(1, 0, common::random_data(8192, 1), false)
+        .await
+        .unwrap();
+    ctrl.read(1, 0, 2).await.unwrap();
+    let h = c.drive("02").await.unwrap().health;
+    assert_eq!(
+        (
+            h.write_commands,
+            h.read_commands,
+            h.bytes_written,
+            h.bytes_read
+        ),
+        (1, 1, 8192, 8192)
+    );
+    let ctrls = c.controllers().await.unwrap();
+    assert_eq!(ctrls.len(), 1);
+    assert_eq!(ctrls[0].host_nqn, host.nqn);
+    assert_eq!(ctrls[0].subsystem, nqn("02"));
+    assert_eq!(ctrls[0].io_queues, ctrl.io_queue_count() as u32);
+    assert!(ctrls[0].keep_alive_ms > 0);
+    assert_eq!(c.controller(ctrls[0].id).await.unwrap(), ctrls[0]);
+    assert!(
+        c.hosts().await.unwrap().is_empty(),
+        "a host on no list is not a known host"
+    );
+    ctrl.shutdown().await.unwrap();
+    api.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_are_problems_and_changes_need_the_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let api = start(dir.path()).await;
+    let req = CompositionRequest {
+        host_nqn: HostIdentity::random().nqn,
+        drives: vec!["00".into()],
+        ports: None,
+        shared: false,
+    };
+    assert_problem(api.anon.compose(&req).await, 401, "Bearer");
+    let wrong = Client::new(&format!("http://{}", api.api), Some("wrong".into()));
+    assert_problem(wrong.compose(&req).await, 401, "Bearer");
+    assert_problem(api.anon.decompose("c1").await, 401, "Bearer");
+    assert!(
+        api.admin.compositions().await.unwrap().is_empty(),
+        "nothing was composed"
+    );
+
+    let (status, ctype, body) = raw(api.api, "GET", "/api/v1/drives/nope", None).await;
+    assert_eq!((status, ctype.as_str()), (404, "application/problem+json"));
+    let p: Problem = serde_json::from_str(&body).unwrap();
+    assert_eq!((p.status, p.title.as_str()), (404, "Not Found"));
+    let (status, ctype, _) = raw(api.api, "GET", "/api/v1/no-such-thing", None).await;
+    assert_eq!((status, ctype.as_str()), (404, "application/problem+json"));
+    let (status, ctype, _) = raw(api.api, "PATCH", "/api/v1/drives", None).await;
+    assert_eq!((status, ctype.as_str()), (405, "application/problem+json"));
+    let (status, ctype, body) = raw(
+        api.api,
+        "POST",
+        "/api/v1/compositions",
+        Some(("application/json", "{\"host_nqn\": ")),
+    )
+    .await;
+    assert_eq!(
+        (status, ctype.as_str()),
+        (400, "application/problem+json"),
+        "{body}"
+    );
+    let (status, _, body) = raw(
+        api.api,
+        "POST",
+        "/api/v1/compositions",
+        Some(("application/json", "{\"host\": 1}")),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    assert!(body.contains("host"), "{body}");
+    let (status, _, _) = raw(
+        api.api,
+        "POST",
+        "/api/v1/compositions",
+        Some(("text/plain", "{}")),
+    )
+    .await;
+    assert_eq!(status, 415);
+    api.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openapi_document_lists_every_route() {
+    let dir = tempfile::tempdir().unwrap();
+    let api = start(dir.path()).await;
+    let doc: serde_json::Value = api.anon.get("/openapi.json").await.unwrap();
+    assert_eq!(doc["openapi"], "3.1.0");
+    for path in [
+        "/api/v1/drives",
+        "/api/v1/drives/{id}",
+        "/api/v1/subsystems/{nqn}/namespaces/{nsid}",
+        "/api/v1/subsystems/{nqn}/hosts/{host_nqn}",
+        "/api/v1/hosts/{nqn}",
+        "/api/v1/ports/{id}",
+        "/api/v1/controllers/{id}/disconnect",
+        "/api/v1/compositions/{id}",
+    ] {
+        assert!(doc["paths"][path].is_object(), "{path} missing");
+    }
+    assert!(doc["components"]["schemas"]["Problem"].is_object());
+    assert!(doc["components"]["securitySchemes"]["bearer"].is_object());
+    let (status, ctype, body) = raw(api.api, "GET", "/api/v1/docs", None).await;
+    assert_eq!(status, 200);
+    assert!(
+        ctype.starts_with("text/html") && body.contains("openapi.json"),
+        "{ctype}"
+    );
+    api.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disconnect_closes_the_controller() {
+    let dir = tempfile::tempdir().unwrap();
+    let api = start(dir.path()).await;
+    let host = HostIdentity::random();
+    let ctrl = connect(api.nvme(), &nqn("01"), &host).await.unwrap();
+    let id = api.admin.controllers().await.unwrap()[0].id;
+    assert_problem(api.anon.disconnect_controller(id).await, 401, "Bearer");
+    api.admin.disconnect_controller(id).await.unwrap();
+    assert!(
+        ctrl.read(1, 0, 1).await.is_err(),
+        "the connection is closed"
+    );
+    assert!(api.admin.controllers().await.unwrap().is_empty());
+    assert_problem(
+        api.admin.disconnect_controller(id).await,
+        404,
+        "no live controller",
+    );
+    // Still allowed: the host may come back.
+    connect(api.nvme(), &nqn("01"), &host)
+        .await
+        .unwrap()
+        .shutdown()
+        .await
+        .unwrap();
+    api.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ports_are_added_and_removed_live() {
+    let dir = tempfile::tempdir().unwrap();
+    let api = start(dir.path()).await;
+    let m = &api.admin;
+    let req = |address: &str, service_id| PortRequest {
+        transport: None,
+        address: address.into(),
+        service_id,
+    };
+    let p: Port = m.post("/ports", &req("127.0.0.1", 0)).await.unwrap();
+    assert_eq!((p.id, p.transport.as_str()), (2, "tcp"));
+    assert_ne!(p.service_id, 0, "port 0 picks a free port");
+    let second: SocketAddr = format!("127.0.0.1:{}", p.service_id).parse().unwrap();
+
+    // The new port serves I/O and shows in discovery.
+    let host = HostIdentity::random();
+    let ctrl = connect(second, &nqn("01"), &host).await.unwrap();
+    let data = common::random_data(4096, 9);
+    ctrl.write(1, 3, data.clone(), false).await.unwrap();
+    common::assert_same_data(&ctrl.read(1, 3, 1).await.unwrap(), &data, "through port 2");
+    assert_eq!(m.port(2).await.unwrap().controllers, 1);
+    let log = discover(second, &host.nqn).await.unwrap();
+    assert!(log
+        .entries
+        .iter()
+        .any(|e| e.trsvcid == p.service_id.to_string()));
+
+    // Errors: exists, in use (by port 1 here), bad address, unknown transport; nothing changes.
+    assert_problem(
+        m.post::<Port>("/ports", &req("127.0.0.1", p.service_id))
+            .await,
+        409,
+        "exists",
+    );
+    let used = api.nvme();
+    assert_problem(
+        m.post::<Port>("/ports", &req("127.0.0.1", used.port()))
+            .await,
+        409,
+        "in use",
+    );
+    let taken = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let busy = taken.local_addr().unwrap().port();
+    assert_problem(
+        m.post::<Port>("/ports", &req("127.0.0.1", busy)).await,
+        409,
+        "in use",
+    );
+    assert_problem(
+        m.post::<Port>("/ports", &req("localhost", 1)).await,
+        422,
+        "IP address",
+    );
+    let mut rdma = req("127.0.0.1", 0);
+    rdma.transport = Some("carrier-pigeon".into());
+    assert_problem(m.post::<Port>("/ports", &rdma).await, 422, "transport");
+    assert_eq!(m.ports().await.unwrap().len(), 2);
+
+    // Removing it closes its connections; port 1 is the last and stays.
+    m.delete("/ports/2").await.unwrap();
+    let mut gone = false;
+    for _ in 0..50 {
+        if ctrl.read(1, 3, 1).await.is_err() {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(gone, "the connection through the removed port is closed");
+    assert!(
+        tokio::net::TcpStream::connect(second).await.is_err(),
+        "nothing listens there"
+    );
+    assert_problem(m.delete("/ports/2").await, 404, "no port 2");
+    assert_problem(m.delete("/ports/1").await, 409, "last port");
+    let log = discover(api.nvme(), &host.nqn).await.unwrap();
+    assert!(log.entries.iter().all(|e| e.portid == 1));
+    api.stop().await;
+}
