@@ -26,6 +26,7 @@ use transport::Listener;
 pub struct Target {
     state: Arc<TargetState>,
     listen_addrs: Vec<SocketAddr>,
+    rdma_listen_addrs: Vec<SocketAddr>,
     stop: CancellationToken,
     listeners: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -80,17 +81,31 @@ impl Target {
             state.add_port(port.port().clone());
             listeners.push(Box::new(port).serve(state.clone(), stop.clone()));
         }
+        let mut rdma_listen_addrs = Vec::new();
+        for addr in &config.rdma_listen {
+            let port = bind_rdma(*addr, state.next_port_id())
+                .with_context(|| format!("cannot listen on {addr} (NVMe/RDMA)"))?;
+            rdma_listen_addrs.push(port.port().addr);
+            state.add_port(port.port().clone());
+            listeners.push(port.serve(state.clone(), stop.clone()));
+        }
         Ok(Target {
             state,
             listen_addrs,
+            rdma_listen_addrs,
             stop,
             listeners,
         })
     }
 
-    /// The addresses actually bound (a port 0 in the configuration becomes the one chosen).
+    /// The NVMe/TCP addresses actually bound (a port 0 in the configuration becomes the one chosen).
     pub fn listen_addrs(&self) -> Vec<SocketAddr> {
         self.listen_addrs.clone()
+    }
+
+    /// The NVMe/RDMA addresses actually bound.
+    pub fn rdma_listen_addrs(&self) -> Vec<SocketAddr> {
+        self.rdma_listen_addrs.clone()
     }
 
     pub fn subsystem_nqns(&self) -> Vec<String> {
@@ -120,6 +135,18 @@ impl Target {
             }
         }
     }
+}
+
+#[cfg(feature = "rdma")]
+fn bind_rdma(addr: SocketAddr, port_id: u16) -> anyhow::Result<Box<dyn Listener>> {
+    Ok(Box::new(transport::rdma::RdmaListenerPort::bind(
+        addr, port_id,
+    )?))
+}
+
+#[cfg(not(feature = "rdma"))]
+fn bind_rdma(_addr: SocketAddr, _port_id: u16) -> anyhow::Result<Box<dyn Listener>> {
+    anyhow::bail!("RDMA unavailable: fabrikd was built without the `rdma` cargo feature")
 }
 
 fn open_drive(spec: &DriveSpec) -> anyhow::Result<Arc<dyn Drive>> {

@@ -1,6 +1,8 @@
 //! Transports: how capsules, data and responses move between a host and a `Queue`.
 //! The controller logic never knows which one it runs on.
 
+#[cfg(feature = "rdma")]
+pub mod rdma;
 pub mod tcp;
 
 use std::sync::Arc;

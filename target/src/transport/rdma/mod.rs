@@ -1,0 +1,213 @@
+//! NVMe/RDMA (RoCEv2, iWARP, InfiniBand through rdma_cm), controller side. One rdma_cm
+//! listener per port; each connect request carries the NVMe/RDMA private data (queue ID and
+//! sizes) and becomes one RC queue pair served by its own task (see `queue`). CM events for
+//! every queue arrive on the listener's event channel and are routed to their queue's task.
+
+mod queue;
+mod verbs;
+pub mod wire;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+use tokio_util::sync::CancellationToken;
+
+use super::Listener;
+use crate::controller::Queue;
+use crate::model::{Port, TargetState, TransportType};
+use queue::Connection;
+use verbs::{CmEvent, EventChannel, QueuePair, Raw};
+use wire::{reject, CmRequest};
+
+/// Checks that the RDMA libraries can be loaded, so a missing rdma-core says so up front.
+pub fn available() -> Result<(), String> {
+    verbs::check_libraries()
+}
+
+pub struct RdmaListenerPort {
+    channel: EventChannel,
+    port: Port,
+}
+
+impl RdmaListenerPort {
+    /// Binds an rdma_cm listener (needs a tokio runtime: the event channel is driven by it).
+    pub fn bind(addr: SocketAddr, port_id: u16) -> anyhow::Result<RdmaListenerPort> {
+        available().map_err(|e| anyhow::anyhow!("RDMA unavailable: {e}"))?;
+        let channel = EventChannel::listen(addr, 128)?;
+        let addr = channel.local_addr().unwrap_or(addr);
+        Ok(RdmaListenerPort {
+            channel,
+            port: Port {
+                id: port_id,
+                transport: TransportType::Rdma,
+                addr,
+            },
+        })
+    }
+}
+
+type Routes = Arc<Mutex<HashMap<usize, UnboundedSender<u32>>>>;
+
+/// What a CM event asks of the listener once the event is acked.
+enum Outcome {
+    None,
+    /// A connection was accepted: serve it.
+    Accepted(Box<Connection>, CmRequest),
+    /// A refused or failed connect request: its resources and id go (only after the ack,
+    /// as rdma_destroy_id waits for it).
+    Drop(QueuePair),
+}
+
+impl Listener for RdmaListenerPort {
+    fn port(&self) -> &Port {
+        &self.port
+    }
+
+    fn serve(
+        self: Box<Self>,
+        target: Arc<TargetState>,
+        stop: CancellationToken,
+    ) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            let routes: Routes = Arc::default();
+            let mut connections = tokio::task::JoinSet::new();
+            let mut stopping = false;
+            loop {
+                if stopping && connections.is_empty() {
+                    break;
+                }
+                tokio::select! {
+                    _ = stop.cancelled(), if !stopping => stopping = true,
+                    ev = self.channel.next(|ev| on_event(ev, &routes, stopping)) => match ev {
+                        Ok(Outcome::None) => {}
+                        Ok(Outcome::Drop(qp)) => drop_blocking(qp),
+                        Ok(Outcome::Accepted(conn, req)) => {
+                            let (tx, rx) = unbounded_channel();
+                            let id = conn.qp.id();
+                            routes.lock().unwrap().insert(id.0 as usize, tx);
+                            let (target, port, stop, routes) =
+                                (target.clone(), self.port.clone(), stop.clone(), routes.clone());
+                            connections.spawn(serve_queue(*conn, req, rx, target, port, stop, routes));
+                        }
+                        Err(e) => {
+                            tracing::warn!("rdma_cm event channel: {e}");
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
+                    },
+                    Some(done) = connections.join_next(), if !connections.is_empty() => {
+                        if let Err(e) = done {
+                            if e.is_panic() {
+                                tracing::error!("BUG: an RDMA queue task panicked: {e}");
+                            }
+                        }
+                    }
+                }
+            }
+            // Every queue's id is gone: the listening id and the channel may go too.
+            drop(self);
+        })
+    }
+}
+
+/// Handles a CM event while it is held (a connect request is accepted or rejected here).
+fn on_event(ev: &CmEvent, routes: &Routes, stopping: bool) -> Outcome {
+    if ev.kind != verbs::EV_CONNECT_REQUEST {
+        if let Some(tx) = routes.lock().unwrap().get(&(ev.id.0 as usize)) {
+            let _ = tx.send(ev.kind);
+        }
+        return Outcome::None;
+    }
+    let qp = QueuePair::new(ev.id);
+    let req = match CmRequest::parse(&ev.private_data) {
+        Ok(r) if !stopping => r,
+        Ok(_) => {
+            qp.reject(&wire::reject_data(reject::NO_RESOURCES));
+            return Outcome::Drop(qp);
+        }
+        Err(status) => {
+            tracing::warn!(
+                status,
+                "NVMe/RDMA connect request rejected: bad private data"
+            );
+            qp.reject(&wire::reject_data(status));
+            return Outcome::Drop(qp);
+        }
+    };
+    match accept(qp, req, ev) {
+        Ok(conn) => Outcome::Accepted(Box::new(conn), req),
+        Err((qp, e)) => {
+            tracing::warn!(qid = req.qid, "NVMe/RDMA connect request failed: {e}");
+            qp.reject(&wire::reject_data(reject::NO_RESOURCES));
+            Outcome::Drop(qp)
+        }
+    }
+}
+
+fn accept(
+    mut qp: QueuePair,
+    req: CmRequest,
+    ev: &CmEvent,
+) -> Result<Connection, (QueuePair, std::io::Error)> {
+    let (sizes, limits) = match qp.setup(|l| queue::queue_sizes(req.qid, req.entries(), l.max_sge))
+    {
+        Ok(s) => s,
+        Err(e) => return Err((qp, e)),
+    };
+    if sizes.send_wr > limits.max_qp_wr {
+        return Err((qp, std::io::Error::other("device queue pairs too small")));
+    }
+    let conn = Connection::new(qp, sizes, req.qid, req.entries());
+    if let Err(e) = conn.post_receives() {
+        return Err((conn.qp, e));
+    }
+    // The CM already turned the host's values round to our side: its responder resources
+    // arrive as our initiator depth (how many RDMA READs we may have outstanding, 0 would
+    // stall them), as nvmet-rdma uses them.
+    let responder = ev.responder_resources.min(limits.max_qp_rd_atom);
+    let initiator = ev.initiator_depth.min(limits.max_qp_init_rd_atom);
+    let crqsize = req.entries() as u16;
+    if let Err(e) = conn
+        .qp
+        .accept(&wire::accept_data(crqsize), responder, initiator)
+    {
+        return Err((conn.qp, e));
+    }
+    Ok(conn)
+}
+
+/// Tears a queue's verbs objects down off the runtime (rdma_destroy_id may wait for the
+/// listener to ack this id's last events).
+fn drop_blocking(qp: QueuePair) {
+    tokio::task::spawn_blocking(move || drop(qp));
+}
+
+async fn serve_queue(
+    mut conn: Connection,
+    req: CmRequest,
+    mut events: UnboundedReceiver<u32>,
+    target: Arc<TargetState>,
+    port: Port,
+    stop: CancellationToken,
+    routes: Routes,
+) {
+    let id: Raw<_> = conn.qp.id();
+    // SAFETY: the id is valid while its QueuePair lives.
+    let (local, peer) = unsafe { (verbs::local_addr(id), verbs::peer_addr(id)) };
+    let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
+    let (local, peer) = (local.unwrap_or(port.addr), peer.unwrap_or(unspecified));
+    let queue = Queue::new(target, port, local, peer);
+    tracing::debug!(%peer, qid = req.qid, entries = req.entries(), "NVMe/RDMA queue connected");
+    let result = conn.run(&queue, &mut events, &stop).await;
+    queue.closed();
+    match result {
+        Ok(()) => tracing::debug!(%peer, qid = req.qid, "NVMe/RDMA queue closed"),
+        Err(e) => tracing::info!(%peer, qid = req.qid, "NVMe/RDMA queue ended: {e}"),
+    }
+    conn.qp.disconnect();
+    routes.lock().unwrap().remove(&(id.0 as usize));
+    let qp = conn.qp;
+    let _ = tokio::task::spawn_blocking(move || drop(qp)).await;
+}

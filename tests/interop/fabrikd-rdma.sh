@@ -1,0 +1,132 @@
+#!/bin/bash
+# fabrikd-rdma.sh - guest script: the Linux kernel NVMe/RDMA host (nvme-rdma over Soft-RoCE,
+# nvme-cli, fio) against fabrikd listening on rdma:10.99.0.1:4420 inside the guest
+# (rxe0 on veth0 <-> rxe1 on veth1, see rxe_pair_setup; the suite is nvmf-suite-lib.sh).
+# Args (VAR=value): NDRIVES=8 DRIVE_SIZE=1G BACKEND=file FIO_DEVS=4 FIO_MIB=32
+#   DATA_FS=ext4|tmpfs SKIP="fio acl ..." RUST_LOG=info FABRIKD=/path FABRIKD_ARGS="extra args"
+# Artifacts: when /share is mounted, /share/out/ gets fabrikd-rdma.log, dmesg-rdma.txt.
+set -u
+. /vmh/lib.sh
+args_to_env "$@"
+TRTYPE=rdma
+TRADDR=${TRADDR:-$RXE_IP0}
+TRSVCID=${TRSVCID:-4420}
+NDRIVES=${NDRIVES:-8}
+PERSIST_DRIVE=${PERSIST_DRIVE:-5}
+RESTART_DRIVE=${RESTART_DRIVE:-6}
+# Digests are NVMe/TCP only; the block step is covered by the TCP suite.
+SKIP="digest ${SKIP:-}"
+. /vmh/nvmf-suite-lib.sh
+T_SUITE="kernel nvme-rdma host vs fabrikd (Soft-RoCE)"
+DRIVE_SIZE=${DRIVE_SIZE:-1G}
+DRIVE_BYTES=$(to_bytes "$DRIVE_SIZE")
+BACKEND=${BACKEND:-file}
+DATA=/data/fabrik
+LOGF=/tmp/fabrikd-rdma.log
+NQN_PREFIX=${NQN_PREFIX:-nqn.2024-01.io.fabrik:$(hostname):drive-}
+export RUST_LOG=${RUST_LOG:-info} RUST_BACKTRACE=1 NO_COLOR=1
+FABRIKD=${FABRIKD:-$(command -v fabrikd)}
+[ -n "$FABRIKD" ] && [ -x "$FABRIKD" ] || { echo "FAIL: no fabrikd binary in the guest (PATH=$PATH)"; echo "0 passed, 1 failed"; exit 1; }
+OUT=; if grep -q ' /share 9p ' /proc/mounts; then OUT=/share/out; mkdir -p $OUT; fi
+
+rxe_pair_setup || { echo "FAIL: Soft-RoCE setup"; exit 1; }
+ping -c1 -W2 "$RXE_IP0" >/dev/null 2>&1   # ARP first: the first rdma_resolve_addr is slow otherwise
+rdma link show | sed 's/^/  /'
+data_dir_setup /data || { echo "FAIL: data dir setup"; exit 1; }
+mkdir -p $DATA
+FPID=
+START_N=0
+listening() { [ "$(grep -c 'NVMe/RDMA listener' $LOGF 2>/dev/null)" -ge "$START_N" ]; }
+target_start() {  # [allowed hostnqn]
+  local hostargs=() i
+  [ -n "${1:-}" ] && hostargs=(--host "$1")
+  START_N=$((START_N + 1))
+  echo "===== fabrikd start #$START_N $(date +%T) =====" >> $LOGF
+  local cmd=("$FABRIKD" --data-dir $DATA --listen "rdma:$TRADDR:$TRSVCID" --drives "$NDRIVES"
+             --drive-size "$DRIVE_SIZE" --backend "$BACKEND" "${hostargs[@]}")
+  # shellcheck disable=SC2206
+  cmd+=(${FABRIKD_ARGS:-})
+  echo "+ ${cmd[*]} >> $LOGF 2>&1 &"
+  "${cmd[@]}" >> $LOGF 2>&1 &
+  FPID=$!
+  for i in $(seq 1 600); do
+    listening && break
+    kill -0 $FPID 2>/dev/null || break
+    sleep 0.1
+  done
+  if ! kill -0 $FPID 2>/dev/null; then
+    wait $FPID; echo "  fabrikd (pid $FPID) exited with status $? before listening"; FPID=; return 1
+  fi
+  listening || { echo "  fabrikd pid $FPID not listening on rdma:$TRADDR:$TRSVCID after 60 s"; return 1; }
+  echo "  fabrikd pid $FPID listening on rdma:$TRADDR:$TRSVCID after ${i}00 ms"
+}
+target_stop() {  # SIGTERM, must exit 0 within 30 s
+  local i rc
+  [ -n "$FPID" ] || { echo "  fabrikd not running"; return 1; }
+  kill -TERM $FPID
+  for i in $(seq 1 300); do kill -0 $FPID 2>/dev/null || break; sleep 0.1; done
+  if kill -0 $FPID 2>/dev/null; then
+    echo "  fabrikd pid $FPID still running 30 s after SIGTERM: SIGKILL"
+    kill -KILL $FPID; wait $FPID 2>/dev/null; FPID=; return 1
+  fi
+  wait $FPID; rc=$?; FPID=
+  echo "  fabrikd exited with status $rc after SIGTERM (${i}00 ms)"
+  [ $rc = 0 ]
+}
+target_log() {
+  echo "---- fabrikd log (last 60 lines of $LOGF)"; tail -n 60 $LOGF | sed 's/^/  fabrikd: /'; echo "----"
+  [ -n "$FPID" ] && ! kill -0 $FPID 2>/dev/null && echo "  NOTE: fabrikd (pid $FPID) is no longer running"
+  return 0
+}
+
+# One fabrikd serving NVMe/TCP and NVMe/RDMA at once: the discovery log (read over RDMA) lists
+# every drive on both ports, and a namespace reached over TCP and over RDMA holds the same data.
+s_both() {
+  local out=/tmp/disc-both.out n_rdma n_tcp i d1 d2
+  [ "$(ctrl_count)" = 0 ] || { timeout 60 nvme disconnect-all; wait_no_ctrls 30; }
+  [ -z "$FPID" ] || target_stop || return 1
+  FABRIKD_ARGS="${FABRIKD_ARGS:-} --listen 127.0.0.1:4420" target_start || return 1
+  for i in $(seq 1 50); do (exec 3<>/dev/tcp/127.0.0.1/4420) 2>/dev/null && break; sleep 0.1; done
+  modprobe nvme-tcp
+  timeout 30 nvme discover "${FAB[@]}" > $out 2>&1
+  assert "nvme discover over RDMA exits 0" [ $? = 0 ] || { cat $out; return 1; }
+  n_rdma=$(grep -c '^trtype: *rdma' $out); n_tcp=$(grep -c '^trtype: *tcp' $out)
+  echo "  discovery log: $n_rdma rdma + $n_tcp tcp entries"
+  grep -E '^(trtype|rdma_prtype|rdma_qptype|rdma_cms)' $out | sort | uniq -c | sed 's/^/  | /'
+  assert "discovery lists $NDRIVES drives on the RDMA port" [ "$n_rdma" = "$NDRIVES" ] || return 1
+  assert "discovery lists $NDRIVES drives on the TCP port" [ "$n_tcp" = "$NDRIVES" ] || return 1
+  assert "RDMA entries: connected QP, RDMA-CM" [ "$(grep -c '^rdma_cms: *rdma-cm' $out)" = "$NDRIVES" ] || return 1
+  nvme_connect_find "$(drive_nqn 0)" "${FAB[@]}" "${CONN_OPTS[@]}"; d1=$DEV
+  assert "connect drive 0 over RDMA" [ -n "$d1" ] || return 1
+  dd if=/dev/urandom of=/tmp/both bs=128k count=8 2>/dev/null
+  dd if=/tmp/both of="$d1" bs=128k count=8 oflag=direct 2>/dev/null
+  x timeout 60 nvme disconnect-all; wait_no_ctrls 30
+  nvme_connect_find "$(drive_nqn 0)" -t tcp -a 127.0.0.1 -s 4420 "${CONN_OPTS[@]}"; d2=$DEV
+  assert "connect drive 0 over TCP" [ -n "$d2" ] || return 1
+  dd if="$d2" of=/tmp/both.r bs=128k count=8 iflag=direct 2>/dev/null
+  assert "data written over RDMA reads back over TCP" cmp -s /tmp/both /tmp/both.r || return 1
+  x timeout 60 nvme disconnect-all
+  assert "disconnected" wait_no_ctrls 30 || return 1
+  assert "fabrikd stops cleanly" target_stop
+}
+s_log() {
+  local n_err n_warn
+  n_err=$(grep -cE '\bERROR\b' $LOGF); n_warn=$(grep -cE '\bWARN\b' $LOGF)
+  echo "  fabrikd log: $(wc -l < $LOGF) lines, $n_err ERROR, $n_warn WARN (over $START_N starts)"
+  grep -E '\b(ERROR|WARN)\b' $LOGF | head -10 | sed 's/^/  fabrikd: /'
+  assert "fabrikd never panicked" [ "$(grep -c 'panicked' $LOGF)" = 0 ] || { grep -A5 panicked $LOGF; return 1; }
+}
+suite_extra_steps() {
+  skipped both || step "one fabrikd on TCP and RDMA: discovery lists both, same data" s_both
+  step "fabrikd log has no panic" s_log
+}
+
+echo "fabrikd: $FABRIKD ($(stat -c %s "$FABRIKD") bytes), backend $BACKEND, $NDRIVES x $DRIVE_SIZE, data dir $DATA"
+"$FABRIKD" --version 2>&1 | head -1
+nvmf_suite_run; rc=$?
+[ -n "$FPID" ] && { kill -KILL $FPID 2>/dev/null; wait $FPID 2>/dev/null; }
+if [ $rc != 0 ]; then
+  echo; echo "fabrikd log (last 40 lines):"; tail -n 40 $LOGF | sed 's/^/  fabrikd: /'
+fi
+if [ -n "$OUT" ]; then cp $LOGF $OUT/; dmesg > $OUT/dmesg-rdma.txt; fi
+exit $rc
