@@ -109,6 +109,66 @@ s_both() {
   assert "disconnected" wait_no_ctrls 30 || return 1
   assert "fabrikd stops cleanly" target_stop
 }
+# fabrik's own userspace NVMe/RDMA host (the fabrik CLI, built with the rdma feature): write
+# random data, read it back and compare, against fabrikd and against the kernel's nvmet-rdma.
+s_host() {
+  local knqn=nqn.2024-01.io.fabrik:host:nvmet out=/tmp/fabrik-host.out
+  FABRIK=${FABRIK:-$(command -v fabrik)}
+  assert "fabrik CLI present in the guest" [ -n "$FABRIK" ] || return 1
+  [ -n "$FPID" ] || target_start || return 1
+  x timeout 60 "$FABRIK" io-check -t rdma -a "$TRADDR" -s "$TRSVCID" -n "$(drive_nqn 1)" -i 2 -c 600 > $out 2>&1
+  assert "fabrik io-check over RDMA against fabrikd (2.3 MiB, 128k commands)" [ $? = 0 ] || { cat $out; return 1; }
+  sed 's/^/  | /' $out
+  x timeout 60 "$FABRIK" id-ctrl -t rdma -a "$TRADDR" -s "$TRSVCID" -n "$(drive_nqn 1)" > $out 2>&1
+  assert "fabrik id-ctrl over RDMA against fabrikd" [ $? = 0 ] || { cat $out; return 1; }
+  grep -iE 'sgls|model|mn' $out | head -3 | sed 's/^/  | /'
+  modprobe nvmet-rdma || { echo "  cannot load nvmet-rdma"; return 1; }
+  truncate -s 64M /data/nvmet-host.img
+  nvmet_export "$knqn" /data/nvmet-host.img rdma "$TRADDR" 4422 2 || return 1
+  x timeout 60 "$FABRIK" io-check -t rdma -a "$TRADDR" -s 4422 -n "$knqn" -c 600 > $out 2>&1; local rc=$?
+  nvmet_unexport "$knqn" 2
+  assert "fabrik io-check over RDMA against the kernel's nvmet-rdma" [ $rc = 0 ] || { cat $out; dmesg | tail -5; return 1; }
+  sed 's/^/  | /' $out
+}
+# Figures: fio 4k randread IOPS and 128k sequential read MB/s over rxe, fabrikd (null backend)
+# against the kernel target nvmet-rdma (null_blk) in the same guest run. TCG and Soft-RoCE make
+# absolute numbers meaningless; the ratio is what counts.
+perf_fio() {  # label dev rw bs iodepth numjobs -> "iops kib_per_s"
+  local out=/tmp/perf-$1.out line
+  fio --name="$1" --filename="$2" --ioengine=libaio --direct=1 --rw="$3" --bs="$4" \
+      --iodepth="$5" --numjobs="$6" --group_reporting --time_based --runtime="${PERF_SECS:-10}" \
+      --output-format=terse > "$out" 2>&1 || { echo "  fio $1 failed:" >&2; tail -5 "$out" >&2; return 1; }
+  line=$(grep ';' "$out" | tail -1)
+  echo "$line" | awk -F';' '{print $8, $7}'
+}
+perf_pair() {  # dev tag -> sets P4K (IOPS) P128K (MB/s)
+  local r
+  r=$(perf_fio "$2-4k" "$1" randread 4k 32 2) || return 1; P4K=${r%% *}
+  r=$(perf_fio "$2-128k" "$1" read 128k 16 1) || return 1; P128K=$(( ${r##* } * 1024 / 1000000 ))
+  echo "  $2: 4k randread $P4K IOPS, 128k read $P128K MB/s"
+}
+s_perf() {
+  local knqn=nqn.2024-01.io.fabrik:perf:nvmet f4 f128 k4 k128
+  [ "$(ctrl_count)" = 0 ] || { timeout 60 nvme disconnect-all; wait_no_ctrls 30; }
+  [ -z "$FPID" ] || target_stop || return 1
+  BACKEND=null target_start || return 1
+  nvme_connect_find "$(drive_nqn 0)" "${FAB[@]}" "${CONN_OPTS[@]}"
+  assert "connect fabrikd drive 0 over RDMA" [ -n "$DEV" ] || return 1
+  perf_pair "$DEV" fabrikd || return 1; f4=$P4K; f128=$P128K
+  x timeout 60 nvme disconnect-all; wait_no_ctrls 30
+  target_stop || return 1
+  modprobe null_blk nr_devices=1 gb=1 bs=4096 && modprobe nvmet-rdma || { echo "  cannot load null_blk/nvmet-rdma"; return 1; }
+  for i in $(seq 1 50); do [ -b /dev/nullb0 ] && break; sleep 0.1; done
+  nvmet_export "$knqn" /dev/nullb0 rdma "$TRADDR" 4421 1 || return 1
+  nvme_connect_find "$knqn" -t rdma -a "$TRADDR" -s 4421 "${CONN_OPTS[@]}"
+  assert "connect nvmet-rdma" [ -n "$DEV" ] || return 1
+  perf_pair "$DEV" nvmet-rdma || return 1; k4=$P4K; k128=$P128K
+  x timeout 60 nvme disconnect-all; wait_no_ctrls 30
+  nvmet_unexport "$knqn" 1
+  echo "PERF rdma 4k randread qd32x2: fabrikd $f4 IOPS, nvmet-rdma $k4 IOPS, ratio $(awk -v a="$f4" -v b="$k4" 'BEGIN{printf "%.2f", b ? a/b : 0}')"
+  echo "PERF rdma 128k read qd16: fabrikd $f128 MB/s, nvmet-rdma $k128 MB/s, ratio $(awk -v a="$f128" -v b="$k128" 'BEGIN{printf "%.2f", b ? a/b : 0}')"
+  assert "fio measured both targets" [ "${f4:-0}" -gt 0 ] && [ "${k4:-0}" -gt 0 ]
+}
 s_log() {
   local n_err n_warn
   n_err=$(grep -cE '\bERROR\b' $LOGF); n_warn=$(grep -cE '\bWARN\b' $LOGF)
@@ -118,6 +178,8 @@ s_log() {
 }
 suite_extra_steps() {
   skipped both || step "one fabrikd on TCP and RDMA: discovery lists both, same data" s_both
+  skipped host || step "fabrik's RDMA host: io-check vs fabrikd and vs nvmet-rdma" s_host
+  skipped perf || step "figures: fio over rxe, fabrikd vs nvmet-rdma" s_perf
   step "fabrikd log has no panic" s_log
 }
 

@@ -9,4 +9,4 @@ pub mod queue;
 pub use controller::Controller;
 pub use discovery::{discover, DiscoveryLog};
 pub use io::IoQueue;
-pub use options::{ConnectOptions, HostIdentity};
+pub use options::{ConnectOptions, HostIdentity, Transport};

@@ -4,8 +4,9 @@
 //! every queue arrive on the listener's event channel and are routed to their queue's task.
 
 mod queue;
-mod verbs;
 pub mod wire;
+
+use fabrik_rdma as verbs;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

@@ -22,10 +22,10 @@ use futures_util::FutureExt;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
 
-use super::verbs::{self, Completion, QpSizes, QueuePair, SendOp, SendWr};
 use crate::controller::queue::Command;
 use crate::controller::{limits, Admitted, Queue, Response};
 use fabrik_proto::nvme::admin::AdminCommand;
+use fabrik_rdma::{self as verbs, Completion, QpSizes, QueuePair, SendOp, SendWr};
 
 /// Unit of the data buffer pool: a transfer takes whole chunks, moved with one SGE each.
 pub const CHUNK: usize = 32 * 1024;
@@ -63,6 +63,7 @@ pub fn queue_sizes(qid: u16, entries: u32, max_sge: u32) -> QpSizes {
         // Room for one largest transfer on the admin queue, a few on I/O queues; commands
         // beyond it wait for buffers (back-pressure).
         pool_bytes: if qid == 0 { 1 } else { 4 } * limits::MAX_TRANSFER as usize,
+        remote_access: false,
     }
 }
 

@@ -1,6 +1,4 @@
-//! Owning wrappers over the raw rdma_cm and verbs objects (rdma-mummy-sys: libibverbs and
-//! librdmacm are loaded at run time). Everything unsafe about RDMA lives here; the queue logic
-//! works with these types and plain indices.
+//! The wrappers (built with the `verbs` feature).
 
 use std::io;
 use std::net::SocketAddr;
@@ -82,6 +80,9 @@ pub struct CmEvent {
 
 pub const EV_CONNECT_REQUEST: u32 = sys::rdma_cm_event_type::RDMA_CM_EVENT_CONNECT_REQUEST;
 pub const EV_ESTABLISHED: u32 = sys::rdma_cm_event_type::RDMA_CM_EVENT_ESTABLISHED;
+pub const EV_ADDR_RESOLVED: u32 = sys::rdma_cm_event_type::RDMA_CM_EVENT_ADDR_RESOLVED;
+pub const EV_ROUTE_RESOLVED: u32 = sys::rdma_cm_event_type::RDMA_CM_EVENT_ROUTE_RESOLVED;
+pub const EV_REJECTED: u32 = sys::rdma_cm_event_type::RDMA_CM_EVENT_REJECTED;
 
 pub fn event_name(kind: u32) -> String {
     // SAFETY: rdma_event_str returns a static string for any value.
@@ -103,17 +104,15 @@ pub struct EventChannel {
 }
 
 impl EventChannel {
-    /// Creates the channel and a listening id bound to `addr` (port space TCP, as NVMe/RDMA).
-    pub fn listen(addr: SocketAddr, backlog: i32) -> io::Result<EventChannel> {
+    /// Creates an event channel (driven by tokio: needs a runtime).
+    pub fn new() -> io::Result<EventChannel> {
         // SAFETY: plain constructor; checked for NULL.
         let raw = unsafe { sys::rdma_create_event_channel() };
         if raw.is_null() {
+            let e = io::Error::last_os_error();
             return Err(io::Error::new(
-                io::Error::last_os_error().kind(),
-                format!(
-                    "rdma_create_event_channel: {} (is rdma_ucm loaded?)",
-                    io::Error::last_os_error()
-                ),
+                e.kind(),
+                format!("rdma_create_event_channel: {e} (is rdma_ucm loaded?)"),
             ));
         }
         // SAFETY: raw is a valid channel.
@@ -123,18 +122,41 @@ impl EventChannel {
             unsafe { sys::rdma_destroy_event_channel(raw) };
             return Err(e);
         }
-        let mut chan = EventChannel {
+        Ok(EventChannel {
             raw: Raw(raw),
             // SAFETY: the channel's fd stays open until Drop, which deregisters it first.
             fd: Some(unsafe { AsyncFd::register(Fd(fd)) }?),
             listen_id: Raw(ptr::null_mut()),
-        };
+        })
+    }
+
+    /// Creates the channel and a listening id bound to `addr` (port space TCP, as NVMe/RDMA).
+    pub fn listen(addr: SocketAddr, backlog: i32) -> io::Result<EventChannel> {
+        let mut chan = EventChannel::new()?;
+        let id = chan.create_id()?;
+        chan.listen_id = id;
+        let (mut storage, _len) = sockaddr_from(addr);
+        // SAFETY: valid id; the sockaddr is valid for the call.
+        check(
+            unsafe {
+                sys::rdma_bind_addr(id.0, (&mut storage as *mut libc::sockaddr_storage).cast())
+            },
+            &format!("rdma_bind_addr {addr}"),
+        )?;
+        // SAFETY: valid bound id.
+        check(unsafe { sys::rdma_listen(id.0, backlog) }, "rdma_listen")?;
+        Ok(chan)
+    }
+
+    /// A new cm_id on this channel (port space TCP). The caller owns it: hand it to a
+    /// `QueuePair`, which destroys it, before the channel goes.
+    pub fn create_id(&self) -> io::Result<Raw<sys::rdma_cm_id>> {
         let mut id = ptr::null_mut();
         // SAFETY: valid channel, out pointer to a local.
         check(
             unsafe {
                 sys::rdma_create_id(
-                    raw,
+                    self.raw.0,
                     &mut id,
                     ptr::null_mut(),
                     sys::rdma_port_space::RDMA_PS_TCP,
@@ -142,18 +164,7 @@ impl EventChannel {
             },
             "rdma_create_id",
         )?;
-        chan.listen_id = Raw(id);
-        let (mut storage, _len) = sockaddr_from(addr);
-        // SAFETY: valid id; the sockaddr is valid for the call.
-        check(
-            unsafe {
-                sys::rdma_bind_addr(id, (&mut storage as *mut libc::sockaddr_storage).cast())
-            },
-            &format!("rdma_bind_addr {addr}"),
-        )?;
-        // SAFETY: valid bound id.
-        check(unsafe { sys::rdma_listen(id, backlog) }, "rdma_listen")?;
-        Ok(chan)
+        Ok(Raw(id))
     }
 
     /// The address the listening id is bound to (the port chosen for port 0).
@@ -205,6 +216,22 @@ impl EventChannel {
             // SAFETY: ev came from rdma_get_cm_event and is acked once.
             unsafe { sys::rdma_ack_cm_event(ev) };
             return Ok(r);
+        }
+    }
+}
+
+impl EventChannel {
+    /// Waits for the next event on a channel that serves one id, which must be `kind`.
+    pub async fn expect(&self, kind: u32) -> io::Result<()> {
+        let (got, status_ok) = self.next(|e| (e.kind, e.kind == kind)).await?;
+        if status_ok {
+            Ok(())
+        } else {
+            Err(io::Error::other(format!(
+                "rdma_cm: {} while waiting for {}",
+                event_name(got),
+                event_name(kind)
+            )))
         }
     }
 }
@@ -305,6 +332,8 @@ pub struct QpSizes {
     pub send_wr: u32,
     pub send_sge: u32,
     pub pool_bytes: usize,
+    /// Register the buffers for the peer's RDMA READ and WRITE (the host side's data).
+    pub remote_access: bool,
 }
 
 /// A page-aligned buffer registered with the protection domain once, at connect time.
@@ -318,6 +347,10 @@ impl Region {
     pub fn lkey(&self) -> u32 {
         // SAFETY: mr is valid while self lives.
         unsafe { (*self.mr).lkey }
+    }
+    pub fn rkey(&self) -> u32 {
+        // SAFETY: mr is valid while self lives.
+        unsafe { (*self.mr).rkey }
     }
     pub fn addr(&self, offset: usize) -> u64 {
         debug_assert!(offset <= self.len);
@@ -389,15 +422,7 @@ impl QueuePair {
         let qp = self;
         let id = qp.id;
         let verbs = (*id.0).verbs;
-        let mut attr: sys::ibv_device_attr = std::mem::zeroed();
-        check(sys::ibv_query_device(verbs, &mut attr), "ibv_query_device")?;
-        let limits = DeviceLimits {
-            max_qp_wr: attr.max_qp_wr.max(1) as u32,
-            max_sge: attr.max_sge.max(1) as u32,
-            max_cqe: attr.max_cqe.max(1) as u32,
-            max_qp_rd_atom: attr.max_qp_rd_atom.clamp(0, 255) as u8,
-            max_qp_init_rd_atom: attr.max_qp_init_rd_atom.clamp(0, 255) as u8,
-        };
+        let limits = query_limits(verbs)?;
         let sizes = sizes(&limits);
         qp.pd = sys::ibv_alloc_pd(verbs);
         if qp.pd.is_null() {
@@ -438,7 +463,13 @@ impl QueuePair {
         if ptr.is_null() {
             return Err(io::Error::new(io::ErrorKind::OutOfMemory, "queue buffers"));
         }
-        let access = sys::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0 as i32;
+        let mut access = sys::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE;
+        if sizes.remote_access {
+            access = access
+                | sys::ibv_access_flags::IBV_ACCESS_REMOTE_READ
+                | sys::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE;
+        }
+        let access = access.0 as i32;
         let mr = sys::ibv_reg_mr(qp.pd, ptr.cast(), len, access);
         if mr.is_null() {
             let e = os_err("ibv_reg_mr (is the locked-memory limit high enough?)");
@@ -474,6 +505,81 @@ impl QueuePair {
             unsafe { sys::rdma_accept(self.id.0, &mut param) },
             "rdma_accept",
         )
+    }
+
+    /// Resolves `dst` to a local device and a route to it (the active side, before `setup`).
+    pub async fn resolve(
+        &self,
+        channel: &EventChannel,
+        dst: SocketAddr,
+        timeout_ms: i32,
+    ) -> io::Result<()> {
+        let (mut storage, _len) = sockaddr_from(dst);
+        // SAFETY: valid id; the sockaddr is valid for the call.
+        check(
+            unsafe {
+                sys::rdma_resolve_addr(
+                    self.id.0,
+                    ptr::null_mut(),
+                    (&mut storage as *mut libc::sockaddr_storage).cast(),
+                    timeout_ms,
+                )
+            },
+            "rdma_resolve_addr",
+        )?;
+        channel.expect(EV_ADDR_RESOLVED).await?;
+        // SAFETY: valid id with a resolved address.
+        check(
+            unsafe { sys::rdma_resolve_route(self.id.0, timeout_ms) },
+            "rdma_resolve_route",
+        )?;
+        channel.expect(EV_ROUTE_RESOLVED).await?;
+        Ok(())
+    }
+
+    /// Connects (the active side, after `setup`) with our private data; returns the
+    /// ESTABLISHED event, or the REJECTED one (with the peer's private data) as an error value.
+    pub async fn connect(
+        &self,
+        channel: &EventChannel,
+        private: &[u8],
+        responder_resources: u8,
+        initiator_depth: u8,
+    ) -> io::Result<Result<CmEvent, CmEvent>> {
+        // SAFETY: all-zero is a valid rdma_conn_param.
+        let mut param: sys::rdma_conn_param = unsafe { std::mem::zeroed() };
+        param.private_data = private.as_ptr().cast();
+        param.private_data_len = private.len() as u8;
+        param.responder_resources = responder_resources;
+        param.initiator_depth = initiator_depth;
+        param.flow_control = 1;
+        param.retry_count = 7;
+        param.rnr_retry_count = 7;
+        // SAFETY: valid id with a QP; param and its private data live across the call.
+        check(
+            unsafe { sys::rdma_connect(self.id.0, &mut param) },
+            "rdma_connect",
+        )?;
+        let ev = channel
+            .next(|e| CmEvent {
+                kind: e.kind,
+                id: e.id,
+                private_data: e.private_data.clone(),
+                responder_resources: e.responder_resources,
+                initiator_depth: e.initiator_depth,
+            })
+            .await?;
+        Ok(if ev.kind == EV_ESTABLISHED {
+            Ok(ev)
+        } else {
+            Err(ev)
+        })
+    }
+
+    /// Device limits of the id's device (after address resolution).
+    pub fn device_limits(&self) -> io::Result<DeviceLimits> {
+        // SAFETY: valid id bound to a device.
+        unsafe { query_limits((*self.id.0).verbs) }
     }
 
     /// Rejects the connect request with NVMe/RDMA private data.
@@ -630,6 +736,23 @@ impl QueuePair {
             return Ok(());
         }
     }
+}
+
+/// # Safety
+/// `verbs` is a valid device context.
+unsafe fn query_limits(verbs: *mut sys::ibv_context) -> io::Result<DeviceLimits> {
+    if verbs.is_null() {
+        return Err(io::Error::other("the cm_id has no device yet"));
+    }
+    let mut attr: sys::ibv_device_attr = std::mem::zeroed();
+    check(sys::ibv_query_device(verbs, &mut attr), "ibv_query_device")?;
+    Ok(DeviceLimits {
+        max_qp_wr: attr.max_qp_wr.max(1) as u32,
+        max_sge: attr.max_sge.max(1) as u32,
+        max_cqe: attr.max_cqe.max(1) as u32,
+        max_qp_rd_atom: attr.max_qp_rd_atom.clamp(0, 255) as u8,
+        max_qp_init_rd_atom: attr.max_qp_init_rd_atom.clamp(0, 255) as u8,
+    })
 }
 
 fn os_err(what: &str) -> io::Error {
