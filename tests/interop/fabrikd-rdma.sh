@@ -130,6 +130,21 @@ s_host() {
   assert "fabrik io-check over RDMA against the kernel's nvmet-rdma" [ $rc = 0 ] || { cat $out; dmesg | tail -5; return 1; }
   sed 's/^/  | /' $out
 }
+# Bad input over RDMA (fabrik rdma-probe): wrong CM private data rejected with the NVMe/RDMA
+# status, bad SGLs answered with the right NVMe status, a wrong rkey ends only that queue, and a
+# bystander host's data and controller stay intact; fabrikd keeps serving.
+s_probe() {
+  local out=/tmp/fabrik-probe.out
+  FABRIK=${FABRIK:-$(command -v fabrik)}
+  assert "fabrik CLI present in the guest" [ -n "$FABRIK" ] || return 1
+  [ -n "$FPID" ] || target_start || return 1
+  x timeout 120 "$FABRIK" rdma-probe -t rdma -a "$TRADDR" -s "$TRSVCID" -n "$(drive_nqn 2)" > $out 2>&1; local rc=$?
+  sed 's/^/  | /' $out
+  assert "every bad-input check passed" [ $rc = 0 ] || return 1
+  assert "fabrikd still running" kill -0 "$FPID" || return 1
+  x timeout 60 "$FABRIK" io-check -t rdma -a "$TRADDR" -s "$TRSVCID" -n "$(drive_nqn 2)" -c 64 > $out 2>&1
+  assert "fabrikd serves a new host afterwards" [ $? = 0 ] || { cat $out; return 1; }
+}
 # Figures: fio 4k randread IOPS and 128k sequential read MB/s over rxe, fabrikd (null backend)
 # against the kernel target nvmet-rdma (null_blk) in the same guest run. TCG and Soft-RoCE make
 # absolute numbers meaningless; the ratio is what counts.
@@ -179,6 +194,7 @@ s_log() {
 suite_extra_steps() {
   skipped both || step "one fabrikd on TCP and RDMA: discovery lists both, same data" s_both
   skipped host || step "fabrik's RDMA host: io-check vs fabrikd and vs nvmet-rdma" s_host
+  skipped probe || step "bad input over RDMA: rejects, SGL statuses, bystander undisturbed" s_probe
   skipped perf || step "figures: fio over rxe, fabrikd vs nvmet-rdma" s_perf
   step "fabrikd log has no panic" s_log
 }

@@ -4,6 +4,7 @@ mod args;
 mod discover;
 mod id_ctrl;
 mod io_check;
+mod rdma_probe;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -23,6 +24,9 @@ enum Command {
     IdCtrl(id_ctrl::IdCtrlArgs),
     /// Write random data to blocks, read it back and compare.
     IoCheck(io_check::IoCheckArgs),
+    /// Bad input over NVMe/RDMA against a target (for its tests).
+    #[command(hide = true)]
+    RdmaProbe(rdma_probe::RdmaProbeArgs),
 }
 
 pub async fn run() -> Result<()> {
@@ -30,5 +34,6 @@ pub async fn run() -> Result<()> {
         Command::Discover(args) => discover::run(args).await,
         Command::IdCtrl(args) => id_ctrl::run(args).await,
         Command::IoCheck(args) => io_check::run(args).await,
+        Command::RdmaProbe(args) => rdma_probe::run(args).await,
     }
 }

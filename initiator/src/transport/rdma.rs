@@ -33,7 +33,22 @@ struct Request {
     sqe: Sqe,
     data_out: Bytes,
     data_in_len: usize,
+    sgl: SglChoice,
     done: oneshot::Sender<Result<Completion, HostError>>,
+}
+
+/// How a command's SGL is built. Anything but `Auto` is for exercising a target with
+/// commands the Linux host would never send.
+#[derive(Clone, Copy, Debug)]
+pub enum SglChoice {
+    /// A keyed SGL naming the command's slot (or a null one without data).
+    Auto,
+    /// This descriptor, as given.
+    Exact(SglDescriptor),
+    /// The slot's keyed SGL with a wrong rkey.
+    BadKey,
+    /// The slot's keyed SGL with this length.
+    Length(u32),
 }
 
 /// One NVMe/RDMA queue. Dropping it disconnects.
@@ -47,6 +62,20 @@ pub struct RdmaQueue {
 impl RdmaQueue {
     /// Connects queue `qid` of `depth` entries to the target at `addr`.
     pub async fn connect(addr: SocketAddr, qid: u16, depth: u16) -> Result<RdmaQueue, HostError> {
+        match Self::connect_with(addr, qid, depth, connect_request(qid, depth)).await? {
+            Ok(q) => Ok(q),
+            Err(status) => Err(rejected(qid, status)),
+        }
+    }
+
+    /// Connects with the given CM private data; a target's reject gives its NVMe/RDMA status
+    /// (0 when the reject carried none).
+    pub async fn connect_with(
+        addr: SocketAddr,
+        qid: u16,
+        depth: u16,
+        private: [u8; 32],
+    ) -> Result<Result<RdmaQueue, u16>, HostError> {
         verbs::check_libraries()
             .map_err(|e| HostError::Invalid(format!("RDMA unavailable: {e}")))?;
         let io = |what: &str| {
@@ -75,7 +104,6 @@ impl RdmaQueue {
             qp.post_recv(wr_id(WR_RECV, slot), layout.cqe_off(slot), CQE_LEN)
                 .map_err(io("posting receives for"))?;
         }
-        let private = connect_request(qid, depth);
         let connected = tokio::time::timeout(
             CONNECT_TIMEOUT,
             qp.connect(&channel, &private, limits.max_qp_rd_atom, 0),
@@ -89,7 +117,8 @@ impl RdmaQueue {
         })?
         .map_err(io("connecting to"))?;
         if let Err(ev) = connected {
-            return Err(rejected(qid, &ev));
+            tracing::debug!(qid, event = %verbs::event_name(ev.kind), "connect refused");
+            return Ok(Err(reject_status(&ev)));
         }
         let (requests, rx) = mpsc::unbounded_channel();
         let (stop, stop_rx) = mpsc::unbounded_channel();
@@ -105,12 +134,12 @@ impl RdmaQueue {
             closed: closed.clone(),
         };
         tokio::spawn(driver.run(rx, stop_rx));
-        Ok(RdmaQueue {
+        Ok(Ok(RdmaQueue {
             qid,
             requests,
             closed,
             stop,
-        })
+        }))
     }
 
     pub fn qid(&self) -> u16 {
@@ -123,6 +152,18 @@ impl RdmaQueue {
         sqe: Sqe,
         data_out: Option<Bytes>,
         data_in_len: usize,
+    ) -> Result<Completion, HostError> {
+        self.submit_with(sqe, data_out, data_in_len, SglChoice::Auto)
+            .await
+    }
+
+    /// As `submit`, with the SGL built as `sgl` says.
+    pub async fn submit_with(
+        &self,
+        sqe: Sqe,
+        data_out: Option<Bytes>,
+        data_in_len: usize,
+        sgl: SglChoice,
     ) -> Result<Completion, HostError> {
         let data_out = data_out.unwrap_or_default();
         if !data_out.is_empty() && data_in_len > 0 {
@@ -143,6 +184,7 @@ impl RdmaQueue {
             sqe,
             data_out,
             data_in_len,
+            sgl,
             done,
         };
         self.requests.send(req).map_err(|_| self.closed_error())?;
@@ -177,7 +219,7 @@ impl Drop for RdmaQueue {
 }
 
 /// The NVMe/RDMA CM request: RECFMT 0, QID, HRQSIZE (our receives), HSQSIZE (0's based).
-fn connect_request(qid: u16, depth: u16) -> [u8; 32] {
+pub fn connect_request(qid: u16, depth: u16) -> [u8; 32] {
     let mut b = [0u8; 32];
     b[2..4].copy_from_slice(&qid.to_le_bytes());
     b[4..6].copy_from_slice(&depth.to_le_bytes());
@@ -185,11 +227,14 @@ fn connect_request(qid: u16, depth: u16) -> [u8; 32] {
     b
 }
 
-fn rejected(qid: u16, ev: &verbs::CmEvent) -> HostError {
-    let status = match ev.private_data.get(2..4) {
+fn reject_status(ev: &verbs::CmEvent) -> u16 {
+    match ev.private_data.get(2..4) {
         Some(s) if ev.kind == verbs::EV_REJECTED => u16::from_le_bytes([s[0], s[1]]),
         _ => 0,
-    };
+    }
+}
+
+fn rejected(qid: u16, status: u16) -> HostError {
     let name = match status {
         1 => "invalid private data length",
         2 => "invalid RECFMT",
@@ -203,10 +248,7 @@ fn rejected(qid: u16, ev: &verbs::CmEvent) -> HostError {
     };
     HostError::Protocol {
         qid,
-        reason: format!(
-            "connect rejected ({}): NVMe/RDMA status {status} ({name})",
-            verbs::event_name(ev.kind)
-        ),
+        reason: format!("connect rejected: NVMe/RDMA status {status} ({name})"),
     }
 }
 
@@ -333,21 +375,24 @@ impl Driver {
             let region = self.qp.region.as_ref().expect("region");
             let mut sqe = req.sqe;
             sqe.cid = slot as u16;
-            let length = req.data_out.len().max(req.data_in_len);
-            sqe.set_sgl(&if length == 0 {
-                SglDescriptor::KeyedDataBlock {
+            let length = req.data_out.len().max(req.data_in_len) as u32;
+            let keyed = |length: u32, key: u32| SglDescriptor::KeyedDataBlock {
+                address: region.addr(self.layout.data_off(slot)),
+                length,
+                key,
+                invalidate: false,
+            };
+            sqe.set_sgl(&match req.sgl {
+                SglChoice::Auto if length == 0 => SglDescriptor::KeyedDataBlock {
                     address: 0,
                     length: 0,
                     key: 0,
                     invalidate: false,
-                }
-            } else {
-                SglDescriptor::KeyedDataBlock {
-                    address: region.addr(self.layout.data_off(slot)),
-                    length: length as u32,
-                    key: region.rkey(),
-                    invalidate: false,
-                }
+                },
+                SglChoice::Auto => keyed(length, region.rkey()),
+                SglChoice::Exact(sgl) => sgl,
+                SglChoice::BadKey => keyed(length, region.rkey() ^ 0x00a5_5a00),
+                SglChoice::Length(n) => keyed(n, region.rkey()),
             });
             // SAFETY: a free slot's SQE and data buffers are used by no work request and no
             // remote access (its previous command completed).
