@@ -26,7 +26,7 @@ pub async fn run(args: RdmaProbeArgs) -> Result<()> {
     use fabrik_initiator::proto::fabrics::connect::ConnectData;
     use fabrik_initiator::proto::fabrics::nqn::Nqn;
     use fabrik_initiator::proto::fabrics::FabricsCommand;
-    use fabrik_initiator::proto::{SglDescriptor, Sqe, Status};
+    use fabrik_initiator::proto::{SglDescriptor, Status};
     use fabrik_initiator::transport::rdma::{connect_request, RdmaQueue, SglChoice};
     use fabrik_initiator::HostIdentity;
 
@@ -137,21 +137,20 @@ pub async fn run(args: RdmaProbeArgs) -> Result<()> {
         Err(e) => check("valid Connect afterwards", false, e.to_string()),
     }
 
-    // A wrong rkey: the target's RDMA WRITE fails, which ends the queue (an RC queue pair in
-    // the error state); no NVMe status can come back.
-    let identify = Sqe {
-        opcode: 0x06,
-        cdw10: 1,
-        ..Sqe::default()
+    // A wrong rkey: the target's RDMA READ of the Connect data fails, which ends that queue (an
+    // RC queue pair in the error state): no NVMe status can come back.
+    let queue = match RdmaQueue::connect_with(addr, 0, 32, connect_request(0, 32)).await? {
+        Ok(q) => q,
+        Err(status) => bail!("a valid admin queue was rejected with status {status}"),
     };
     let got = tokio::time::timeout(
         std::time::Duration::from_secs(15),
-        queue.submit_with(identify, None, 4096, SglChoice::BadKey),
+        queue.submit_with(connect, Some(data.clone()), 0, SglChoice::BadKey),
     )
     .await;
     match got {
         Ok(Err(e)) if e.status().is_none() => check(
-            "Identify with a wrong rkey ends the queue",
+            "Connect with a wrong rkey ends the queue",
             true,
             e.to_string(),
         ),

@@ -25,6 +25,8 @@ const SQE_LEN: usize = 64;
 const CQE_LEN: usize = 16;
 const WR_RECV: u64 = 1;
 const WR_SEND: u64 = 2;
+/// IBV_WC_WR_FLUSH_ERR.
+const WC_WR_FLUSH_ERR: u32 = 5;
 /// rdma_cm address and route resolution timeout.
 const RESOLVE_TIMEOUT_MS: i32 = 2000;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -422,6 +424,11 @@ impl Driver {
     fn on_completion(&mut self, wc: Wc) -> Result<(), HostError> {
         let kind = wc.wr_id >> 32;
         let slot = (wc.wr_id & 0xffff_ffff) as usize;
+        if !wc.ok && wc.status == WC_WR_FLUSH_ERR {
+            // Work requests flushed: the queue pair went to the error state because the
+            // connection ended (the target disconnected or failed it).
+            return Err(HostError::ConnectionClosed { qid: self.qid });
+        }
         if !wc.ok {
             return Err(HostError::Protocol {
                 qid: self.qid,
