@@ -7,6 +7,15 @@
 //! machine without cmake and libclang (which rdma-mummy-sys needs to build).
 
 #[cfg(feature = "verbs")]
-mod verbs;
+mod cm;
 #[cfg(feature = "verbs")]
-pub use verbs::*;
+mod qp;
+#[cfg(feature = "verbs")]
+mod util;
+
+#[cfg(feature = "verbs")]
+pub use cm::*;
+#[cfg(feature = "verbs")]
+pub use qp::*;
+#[cfg(feature = "verbs")]
+pub use util::{check_libraries, Raw};

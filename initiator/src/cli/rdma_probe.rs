@@ -6,7 +6,7 @@
 use anyhow::{bail, Result};
 use clap::Args;
 
-use super::args::{connect_controller, resolve, ConnectArgs, IO_PORT};
+use super::args::ConnectArgs;
 
 #[derive(Args)]
 pub struct RdmaProbeArgs {
@@ -29,6 +29,8 @@ pub async fn run(args: RdmaProbeArgs) -> Result<()> {
     use fabrik_initiator::proto::{SglDescriptor, Status};
     use fabrik_initiator::transport::rdma::{connect_request, RdmaQueue, SglChoice};
     use fabrik_initiator::HostIdentity;
+
+    use super::args::{connect_controller, resolve, IO_PORT};
 
     let addr = resolve(&args.connect.target, IO_PORT).await?;
     let bystander = connect_controller(&args.connect).await?;

@@ -92,14 +92,17 @@ impl RdmaQueue {
             .map_err(io("resolving"))?;
         let slots = u32::from(depth);
         let (sizes, limits) = qp
-            .setup(|_| QpSizes {
-                recv_slots: slots,
-                recv_size: CQE_LEN,
-                send_wr: slots * 2,
-                send_sge: 1,
-                pool_bytes: slots as usize * (SQE_LEN + SLOT_DATA),
-                remote_access: true,
-            })
+            .setup(
+                |_| QpSizes {
+                    recv_slots: slots,
+                    recv_size: CQE_LEN,
+                    send_wr: slots * 2,
+                    send_sge: 1,
+                    pool_bytes: slots as usize * (SQE_LEN + SLOT_DATA),
+                    remote_access: true,
+                },
+                None,
+            )
             .map_err(io("queue pair for"))?;
         let layout = Layout { sizes };
         for slot in 0..slots as usize {

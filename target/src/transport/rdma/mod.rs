@@ -2,6 +2,7 @@
 //! listener per port; each connect request carries the NVMe/RDMA private data (queue ID and
 //! sizes) and becomes one RC queue pair served by its own task (see `queue`). CM events for
 //! every queue arrive on the listener's event channel and are routed to their queue's task.
+//! The queue pairs of one device share a protection domain and a shared receive queue.
 
 mod queue;
 pub mod wire;
@@ -20,7 +21,7 @@ use super::Listener;
 use crate::controller::Queue;
 use crate::model::{Port, TargetState, TransportType};
 use queue::Connection;
-use verbs::{CmEvent, EventChannel, QueuePair, Raw};
+use verbs::{CmEvent, EventChannel, QueuePair, Raw, SharedRecv};
 use wire::{reject, CmRequest};
 
 /// Checks that the RDMA libraries can be loaded, so a missing rdma-core says so up front.
@@ -51,6 +52,7 @@ impl RdmaListenerPort {
 }
 
 type Routes = Arc<Mutex<HashMap<usize, UnboundedSender<u32>>>>;
+type Devices = HashMap<usize, Arc<SharedRecv>>;
 
 /// What a CM event asks of the listener once the event is acked.
 enum Outcome {
@@ -74,6 +76,8 @@ impl Listener for RdmaListenerPort {
     ) -> tokio::task::JoinHandle<()> {
         tokio::spawn(async move {
             let routes: Routes = Arc::default();
+            // One shared receive queue per device, kept while the listener runs.
+            let mut devices: Devices = HashMap::new();
             let mut connections = tokio::task::JoinSet::new();
             let mut stopping = false;
             loop {
@@ -82,7 +86,7 @@ impl Listener for RdmaListenerPort {
                 }
                 tokio::select! {
                     _ = stop.cancelled(), if !stopping => stopping = true,
-                    ev = self.channel.next(|ev| on_event(ev, &routes, stopping)) => match ev {
+                    ev = self.channel.next(|ev| on_event(ev, &routes, &mut devices, stopping)) => match ev {
                         Ok(Outcome::None) => {}
                         Ok(Outcome::Drop(qp)) => drop_blocking(qp),
                         Ok(Outcome::Accepted(conn, req)) => {
@@ -107,14 +111,16 @@ impl Listener for RdmaListenerPort {
                     }
                 }
             }
-            // Every queue's id is gone: the listening id and the channel may go too.
+            // Every queue's id is gone: the shared receive queues, the listening id and the
+            // channel may go too.
+            drop(devices);
             drop(self);
         })
     }
 }
 
 /// Handles a CM event while it is held (a connect request is accepted or rejected here).
-fn on_event(ev: &CmEvent, routes: &Routes, stopping: bool) -> Outcome {
+fn on_event(ev: &CmEvent, routes: &Routes, devices: &mut Devices, stopping: bool) -> Outcome {
     if ev.kind != verbs::EV_CONNECT_REQUEST {
         if let Some(tx) = routes.lock().unwrap().get(&(ev.id.0 as usize)) {
             let _ = tx.send(ev.kind);
@@ -137,7 +143,28 @@ fn on_event(ev: &CmEvent, routes: &Routes, stopping: bool) -> Outcome {
             return Outcome::Drop(qp);
         }
     };
-    match accept(qp, req, ev) {
+    // SAFETY: the connect request's id is valid and bound to its device.
+    let key = unsafe { verbs::device_key(ev.id) };
+    let srq = match devices.get(&key) {
+        Some(srq) => srq.clone(),
+        None => match SharedRecv::new(ev.id, queue::SRQ_DEPTH, queue::CAPSULE_SIZE) {
+            Ok(srq) => {
+                let srq = Arc::new(srq);
+                tracing::info!(
+                    receives = srq.count(),
+                    "shared receive queue created for an RDMA device"
+                );
+                devices.insert(key, srq.clone());
+                srq
+            }
+            Err(e) => {
+                tracing::warn!("NVMe/RDMA connect request failed: no shared receive queue: {e}");
+                qp.reject(&wire::reject_data(reject::NO_RESOURCES));
+                return Outcome::Drop(qp);
+            }
+        },
+    };
+    match accept(qp, req, ev, srq) {
         Ok(conn) => Outcome::Accepted(Box::new(conn), req),
         Err((qp, e)) => {
             tracing::warn!(qid = req.qid, "NVMe/RDMA connect request failed: {e}");
@@ -151,19 +178,17 @@ fn accept(
     mut qp: QueuePair,
     req: CmRequest,
     ev: &CmEvent,
+    srq: Arc<SharedRecv>,
 ) -> Result<Connection, (QueuePair, std::io::Error)> {
-    let (sizes, limits) = match qp.setup(|l| queue::queue_sizes(req.qid, req.entries(), l.max_sge))
-    {
+    let sizes = |l: &verbs::DeviceLimits| queue::queue_sizes(req.qid, req.entries(), l.max_sge);
+    let (sizes, limits) = match qp.setup(sizes, Some(srq.clone())) {
         Ok(s) => s,
         Err(e) => return Err((qp, e)),
     };
     if sizes.send_wr > limits.max_qp_wr {
         return Err((qp, std::io::Error::other("device queue pairs too small")));
     }
-    let conn = Connection::new(qp, sizes, req.qid, req.entries());
-    if let Err(e) = conn.post_receives() {
-        return Err((conn.qp, e));
-    }
+    let conn = Connection::new(qp, srq, sizes, req.qid, req.entries());
     // The CM already turned the host's values round to our side: its responder resources
     // arrive as our initiator depth (how many RDMA READs we may have outstanding, 0 would
     // stall them), as nvmet-rdma uses them.
@@ -208,6 +233,7 @@ async fn serve_queue(
         Err(e) => tracing::info!(%peer, qid = req.qid, "NVMe/RDMA queue ended: {e}"),
     }
     conn.qp.disconnect();
+    conn.return_receives();
     routes.lock().unwrap().remove(&(id.0 as usize));
     let qp = conn.qp;
     let _ = tokio::task::spawn_blocking(move || drop(qp)).await;

@@ -3,16 +3,19 @@
 //! in the capsule), read data goes by RDMA WRITE chained before the 16-byte response SEND.
 //! Commands run concurrently; a single task drives the queue pair from its completion channel.
 //!
-//! Slots: receive buffer `i`, its response buffer `i` and the command that arrived in it share
-//! the index `i`. There are twice as many slots as queue entries, and a slot's receive is posted
-//! again only once its response SEND completed, so a host within its queue size always finds
-//! a receive posted; one outrunning it meets RNR back-pressure, never unbounded memory.
+//! Capsules arrive in the device's shared receive queue (SRQ): the SQE and any in-capsule data
+//! are copied out and the buffer goes straight back. Each command then takes a slot of this
+//! queue (its response buffer and data chunks) until its response SEND completes. There are
+//! twice as many slots as queue entries (a host may send the next command as soon as it sees
+//! a response, before our SEND completion is polled); a host with more commands outstanding
+//! than that breaks the queue-size contract and loses the queue.
 
 use std::collections::{HashSet, VecDeque};
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use fabrik_proto::nvme::DataDirection;
@@ -25,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 use crate::controller::queue::Command;
 use crate::controller::{limits, Admitted, Queue, Response};
 use fabrik_proto::nvme::admin::AdminCommand;
-use fabrik_rdma::{self as verbs, Completion, QpSizes, QueuePair, SendOp, SendWr};
+use fabrik_rdma::{self as verbs, Completion, QpSizes, QueuePair, SendOp, SendWr, SharedRecv};
 
 /// Unit of the data buffer pool: a transfer takes whole chunks, moved with one SGE each.
 pub const CHUNK: usize = 32 * 1024;
@@ -34,7 +37,7 @@ const CQE_LEN: usize = 16;
 /// Where the SGL descriptor (DPTR) sits in the SQE.
 const SGL_AT: usize = 24;
 
-const WR_RECV: u64 = 1;
+const WR_RECV: u64 = verbs::SRQ_WR_KIND;
 const WR_READ: u64 = 2;
 const WR_SEND: u64 = 3;
 const WR_WRITE: u64 = 4;
@@ -43,21 +46,23 @@ fn wr_id(kind: u64, slot: usize) -> u64 {
     kind << 32 | slot as u64
 }
 
+/// Receive buffers of a device's shared receive queue, as nvmet-rdma's default SRQ size.
+pub const SRQ_DEPTH: u32 = 1024;
+/// One receive buffer: a command and the largest in-capsule data (I/O queues; admin less).
+pub const CAPSULE_SIZE: usize = SQE_LEN + limits::IO_INLINE_DATA as usize;
+
 /// The sizes of one queue's resources, as the host's CM request and the device allow.
 pub fn queue_sizes(qid: u16, entries: u32, max_sge: u32) -> QpSizes {
     let slots = 2 * entries;
-    let inline = if qid == 0 {
-        limits::ADMIN_INLINE_DATA
-    } else {
-        limits::IO_INLINE_DATA
-    };
     let send_sge = max_sge.min(16);
     let chunks_per_transfer = (limits::MAX_TRANSFER as usize).div_ceil(CHUNK) as u32;
     // A slot has at most one command's RDMA READs, or its RDMA WRITEs and the SEND, posted.
     let wrs_per_slot = 1 + chunks_per_transfer.div_ceil(send_sge);
     QpSizes {
+        // Receives come from the SRQ: `recv_slots` only sizes the completion queue and the
+        // response buffers.
         recv_slots: slots,
-        recv_size: SQE_LEN + inline as usize,
+        recv_size: 0,
         send_wr: slots * wrs_per_slot,
         send_sge,
         // Room for one largest transfer on the admin queue, a few on I/O queues; commands
@@ -103,8 +108,10 @@ type Inflight<'q> = FuturesUnordered<Pin<Box<dyn Future<Output = (usize, Respons
 
 pub struct Connection {
     pub qp: QueuePair,
+    srq: Arc<SharedRecv>,
     sizes: QpSizes,
     slots: Vec<Slot>,
+    free_slots: Vec<usize>,
     free_chunks: Vec<u32>,
     /// Slots waiting for pool chunks, oldest first: (slot, for an RDMA READ).
     waiting: VecDeque<(usize, bool)>,
@@ -119,12 +126,20 @@ pub struct Connection {
 }
 
 impl Connection {
-    pub fn new(qp: QueuePair, sizes: QpSizes, qid: u16, entries: u32) -> Connection {
+    pub fn new(
+        qp: QueuePair,
+        srq: Arc<SharedRecv>,
+        sizes: QpSizes,
+        qid: u16,
+        entries: u32,
+    ) -> Connection {
         let chunks = (sizes.pool_bytes / CHUNK) as u32;
         Connection {
             qp,
+            srq,
             sizes,
             slots: (0..sizes.recv_slots).map(|_| Slot::default()).collect(),
+            free_slots: (0..sizes.recv_slots as usize).rev().collect(),
             free_chunks: (0..chunks).rev().collect(),
             waiting: VecDeque::new(),
             active: HashSet::new(),
@@ -138,30 +153,11 @@ impl Connection {
         }
     }
 
-    fn recv_off(&self, slot: usize) -> usize {
-        slot * self.sizes.recv_size
-    }
     fn cqe_off(&self, slot: usize) -> usize {
-        self.sizes.recv_slots as usize * self.sizes.recv_size + slot * CQE_LEN
+        slot * CQE_LEN
     }
     fn chunk_off(&self, chunk: u32) -> usize {
-        self.sizes.recv_slots as usize * (self.sizes.recv_size + CQE_LEN) + chunk as usize * CHUNK
-    }
-
-    /// Posts every receive (before the connection is accepted).
-    pub fn post_receives(&self) -> io::Result<()> {
-        for slot in 0..self.slots.len() {
-            self.post_recv(slot)?;
-        }
-        Ok(())
-    }
-
-    fn post_recv(&self, slot: usize) -> io::Result<()> {
-        self.qp.post_recv(
-            wr_id(WR_RECV, slot),
-            self.recv_off(slot),
-            self.sizes.recv_size,
-        )
+        self.sizes.recv_slots as usize * CQE_LEN + chunk as usize * CHUNK
     }
 
     /// Serves the queue until the host disconnects, the controller is torn down, a response
@@ -230,6 +226,10 @@ impl Connection {
     ) -> Result<(), ConnError> {
         let kind = wc.wr_id >> 32;
         let slot = (wc.wr_id & 0xffff_ffff) as usize;
+        if kind == WR_RECV {
+            // A capsule in SRQ buffer `slot`: copy it out and give the buffer back first.
+            return self.on_receive(wc, queue, inflight);
+        }
         tracing::trace!(
             kind,
             slot,
@@ -248,7 +248,6 @@ impl Connection {
             });
         }
         match kind {
-            WR_RECV => self.on_capsule(slot, wc.byte_len as usize, queue, inflight),
             WR_READ => {
                 self.data_read(slot, queue, inflight);
                 self.serve_waiting()
@@ -258,31 +257,67 @@ impl Connection {
                 let chunks = std::mem::take(&mut self.slots[slot].chunks);
                 self.free_chunks.extend(chunks);
                 self.slots[slot] = Slot::default();
-                self.post_recv(slot)?;
+                self.free_slots.push(slot);
                 self.serve_waiting()
             }
             _ => Ok(()),
         }
     }
 
-    fn on_capsule<'q>(
+    /// After the disconnect (the QP is in the error state and takes no more receives): gives
+    /// every SRQ buffer this queue received into and never processed back to the SRQ, or the
+    /// device's receive pool would shrink with each connection that went away mid-flight.
+    pub fn return_receives(&mut self) {
+        let mut wcs = [Completion::default(); 32];
+        while let Ok(n) = self.qp.poll(&mut wcs) {
+            for wc in wcs[..n].iter().filter(|wc| wc.wr_id >> 32 == WR_RECV) {
+                let _ = self.srq.post((wc.wr_id & 0xffff_ffff) as usize);
+            }
+            if n == 0 {
+                break;
+            }
+        }
+    }
+
+    fn on_receive<'q>(
         &mut self,
-        slot: usize,
-        len: usize,
+        wc: Completion,
         queue: &'q Queue,
         inflight: &mut Inflight<'q>,
     ) -> Result<(), ConnError> {
+        let idx = (wc.wr_id & 0xffff_ffff) as usize;
+        if !wc.ok {
+            // Flushed at teardown (or failed): the buffer still belongs to the SRQ's pool.
+            let _ = self.srq.post(idx);
+            return Err(ConnError::WorkRequest {
+                kind: WR_RECV,
+                slot: idx,
+                status: wc.status,
+            });
+        }
+        let len = wc.byte_len as usize;
+        // SAFETY: the receive completed; the buffer is ours until posted again, just below.
+        let capsule = Bytes::copy_from_slice(unsafe { self.srq.received(idx, len) });
+        self.srq.post(idx)?;
+        let Some(slot) = self.free_slots.pop() else {
+            return Err(ConnError::Protocol(
+                "more commands outstanding than the queue size allows",
+            ));
+        };
+        self.on_capsule(slot, capsule, queue, inflight)
+    }
+
+    fn on_capsule<'q>(
+        &mut self,
+        slot: usize,
+        buf: Bytes,
+        queue: &'q Queue,
+        inflight: &mut Inflight<'q>,
+    ) -> Result<(), ConnError> {
+        let len = buf.len();
         if len < SQE_LEN {
             return Err(ConnError::Protocol("capsule shorter than a command"));
         }
-        // SAFETY: the receive completed; nothing writes this buffer until it is posted again.
-        let buf = unsafe {
-            self.qp
-                .region
-                .as_ref()
-                .expect("region")
-                .slice(self.recv_off(slot), len)
-        };
         let mut raw = [0u8; SQE_LEN];
         raw.copy_from_slice(&buf[..SQE_LEN]);
         // The Linux host reuses a request's SQE and fills an in-capsule (offset) SGL without
@@ -328,10 +363,7 @@ impl Connection {
                     return self.respond(queue, slot, Response::status(Status::SGL_OFFSET_INVALID));
                 }
                 let start = SQE_LEN + offset as usize;
-                (
-                    length,
-                    Some(Bytes::copy_from_slice(&buf[start..start + length as usize])),
-                )
+                (length, Some(buf.slice(start..start + length as usize)))
             }
             Ok(_) | Err(_) => {
                 return self.respond(queue, slot, Response::status(Status::SGL_TYPE_INVALID))

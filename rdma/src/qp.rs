@@ -1,318 +1,16 @@
-//! The wrappers (built with the `verbs` feature).
+//! Verbs: a queue pair with its completion queue and channel, registered memory, the shared
+//! receive queue, and the work requests the NVMe/RDMA queues post.
 
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, RawFd};
 use std::ptr;
 
 use rdma_mummy_sys as sys;
 use tokio::io::unix::AsyncFd;
 
-/// libibverbs and librdmacm can be loaded (the raw layer otherwise fails every call with
-/// EOPNOTSUPP, silently).
-pub fn check_libraries() -> Result<(), String> {
-    for lib in [c"libibverbs.so.1", c"librdmacm.so.1"] {
-        // SAFETY: dlopen with a valid NUL-terminated name; the handle is closed right away.
-        let handle = unsafe { libc::dlopen(lib.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-        if handle.is_null() {
-            return Err(format!("{} not found", lib.to_string_lossy()));
-        }
-        // SAFETY: a handle returned by dlopen above.
-        unsafe { libc::dlclose(handle) };
-    }
-    Ok(())
-}
-
-fn set_nonblocking(fd: RawFd) -> io::Result<()> {
-    // SAFETY: fcntl on a descriptor we own, with integer arguments.
-    unsafe {
-        let flags = libc::fcntl(fd, libc::F_GETFL);
-        if flags < 0 || libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(())
-}
-
-/// Maps a `-1 + errno` or `errno`-style return to an error naming the call.
-fn check(ret: i32, what: &str) -> io::Result<()> {
-    if ret == 0 {
-        return Ok(());
-    }
-    let e = if ret < 0 {
-        io::Error::last_os_error()
-    } else {
-        io::Error::from_raw_os_error(ret)
-    };
-    Err(io::Error::new(e.kind(), format!("{what}: {e}")))
-}
-
-struct Fd(RawFd);
-impl AsRawFd for Fd {
-    fn as_raw_fd(&self) -> RawFd {
-        self.0
-    }
-}
-
-/// A raw pointer that may move between threads: the objects behind these pointers are
-/// thread-safe in libibverbs/librdmacm, and each is used by one owner at a time.
-#[derive(Debug)]
-pub struct Raw<T>(pub *mut T);
-impl<T> Clone for Raw<T> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-impl<T> Copy for Raw<T> {}
-// SAFETY: see the type's comment.
-unsafe impl<T> Send for Raw<T> {}
-// SAFETY: see the type's comment.
-unsafe impl<T> Sync for Raw<T> {}
-
-/// One rdma_cm event, copied out of the library's buffer (which is acked right after).
-pub struct CmEvent {
-    pub kind: u32,
-    pub id: Raw<sys::rdma_cm_id>,
-    pub private_data: Vec<u8>,
-    pub responder_resources: u8,
-    pub initiator_depth: u8,
-}
-
-pub const EV_CONNECT_REQUEST: u32 = sys::rdma_cm_event_type::RDMA_CM_EVENT_CONNECT_REQUEST;
-pub const EV_ESTABLISHED: u32 = sys::rdma_cm_event_type::RDMA_CM_EVENT_ESTABLISHED;
-pub const EV_ADDR_RESOLVED: u32 = sys::rdma_cm_event_type::RDMA_CM_EVENT_ADDR_RESOLVED;
-pub const EV_ROUTE_RESOLVED: u32 = sys::rdma_cm_event_type::RDMA_CM_EVENT_ROUTE_RESOLVED;
-pub const EV_REJECTED: u32 = sys::rdma_cm_event_type::RDMA_CM_EVENT_REJECTED;
-
-pub fn event_name(kind: u32) -> String {
-    // SAFETY: rdma_event_str returns a static string for any value.
-    let s = unsafe { sys::rdma_event_str(kind) };
-    if s.is_null() {
-        return kind.to_string();
-    }
-    // SAFETY: a valid NUL-terminated static string.
-    unsafe { std::ffi::CStr::from_ptr(s) }
-        .to_string_lossy()
-        .into_owned()
-}
-
-/// The CM event channel of a listener, with its listening id, driven by tokio.
-pub struct EventChannel {
-    raw: Raw<sys::rdma_event_channel>,
-    fd: Option<AsyncFd<Fd>>,
-    listen_id: Raw<sys::rdma_cm_id>,
-}
-
-impl EventChannel {
-    /// Creates an event channel (driven by tokio: needs a runtime).
-    pub fn new() -> io::Result<EventChannel> {
-        // SAFETY: plain constructor; checked for NULL.
-        let raw = unsafe { sys::rdma_create_event_channel() };
-        if raw.is_null() {
-            let e = io::Error::last_os_error();
-            return Err(io::Error::new(
-                e.kind(),
-                format!("rdma_create_event_channel: {e} (is rdma_ucm loaded?)"),
-            ));
-        }
-        // SAFETY: raw is a valid channel.
-        let fd = unsafe { (*raw).fd };
-        if let Err(e) = set_nonblocking(fd) {
-            // SAFETY: the channel is ours and unused.
-            unsafe { sys::rdma_destroy_event_channel(raw) };
-            return Err(e);
-        }
-        Ok(EventChannel {
-            raw: Raw(raw),
-            // SAFETY: the channel's fd stays open until Drop, which deregisters it first.
-            fd: Some(unsafe { AsyncFd::register(Fd(fd)) }?),
-            listen_id: Raw(ptr::null_mut()),
-        })
-    }
-
-    /// Creates the channel and a listening id bound to `addr` (port space TCP, as NVMe/RDMA).
-    pub fn listen(addr: SocketAddr, backlog: i32) -> io::Result<EventChannel> {
-        let mut chan = EventChannel::new()?;
-        let id = chan.create_id()?;
-        chan.listen_id = id;
-        let (mut storage, _len) = sockaddr_from(addr);
-        // SAFETY: valid id; the sockaddr is valid for the call.
-        check(
-            unsafe {
-                sys::rdma_bind_addr(id.0, (&mut storage as *mut libc::sockaddr_storage).cast())
-            },
-            &format!("rdma_bind_addr {addr}"),
-        )?;
-        // SAFETY: valid bound id.
-        check(unsafe { sys::rdma_listen(id.0, backlog) }, "rdma_listen")?;
-        Ok(chan)
-    }
-
-    /// A new cm_id on this channel (port space TCP). The caller owns it: hand it to a
-    /// `QueuePair`, which destroys it, before the channel goes.
-    pub fn create_id(&self) -> io::Result<Raw<sys::rdma_cm_id>> {
-        let mut id = ptr::null_mut();
-        // SAFETY: valid channel, out pointer to a local.
-        check(
-            unsafe {
-                sys::rdma_create_id(
-                    self.raw.0,
-                    &mut id,
-                    ptr::null_mut(),
-                    sys::rdma_port_space::RDMA_PS_TCP,
-                )
-            },
-            "rdma_create_id",
-        )?;
-        Ok(Raw(id))
-    }
-
-    /// The address the listening id is bound to (the port chosen for port 0).
-    pub fn local_addr(&self) -> Option<SocketAddr> {
-        // SAFETY: the listening id is valid while self lives.
-        unsafe { local_addr(self.listen_id) }
-    }
-
-    /// The next CM event. `handle` runs before the event is acknowledged (a connect request's
-    /// id must be accepted or rejected while its event is held).
-    pub async fn next<R>(&self, mut handle: impl FnMut(&CmEvent) -> R) -> io::Result<R> {
-        loop {
-            let fd = self.fd.as_ref().expect("open channel");
-            let mut guard = fd.readable().await?;
-            let mut ev = ptr::null_mut();
-            // SAFETY: valid channel (non-blocking fd), out pointer to a local.
-            let ret = unsafe { sys::rdma_get_cm_event(self.raw.0, &mut ev) };
-            if ret != 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::WouldBlock {
-                    guard.clear_ready();
-                    continue;
-                }
-                return Err(e);
-            }
-            // SAFETY: ev is a valid event until acked; for connection events `param.conn`
-            // is the active union member and its private data is valid for its length.
-            let event = unsafe {
-                let e = &*ev;
-                let conn = &e.param.conn;
-                let private_data = if conn.private_data.is_null() {
-                    Vec::new()
-                } else {
-                    std::slice::from_raw_parts(
-                        conn.private_data.cast::<u8>(),
-                        conn.private_data_len as usize,
-                    )
-                    .to_vec()
-                };
-                CmEvent {
-                    kind: e.event,
-                    id: Raw(e.id),
-                    private_data,
-                    responder_resources: conn.responder_resources,
-                    initiator_depth: conn.initiator_depth,
-                }
-            };
-            let r = handle(&event);
-            // SAFETY: ev came from rdma_get_cm_event and is acked once.
-            unsafe { sys::rdma_ack_cm_event(ev) };
-            return Ok(r);
-        }
-    }
-}
-
-impl EventChannel {
-    /// Waits for the next event on a channel that serves one id, which must be `kind`.
-    pub async fn expect(&self, kind: u32) -> io::Result<()> {
-        let (got, status_ok) = self.next(|e| (e.kind, e.kind == kind)).await?;
-        if status_ok {
-            Ok(())
-        } else {
-            Err(io::Error::other(format!(
-                "rdma_cm: {} while waiting for {}",
-                event_name(got),
-                event_name(kind)
-            )))
-        }
-    }
-}
-
-impl Drop for EventChannel {
-    fn drop(&mut self) {
-        self.fd = None;
-        // SAFETY: the listening id and the channel are ours; every child id was destroyed
-        // before (the listener waits for its connections).
-        unsafe {
-            if !self.listen_id.0.is_null() {
-                sys::rdma_destroy_id(self.listen_id.0);
-            }
-            sys::rdma_destroy_event_channel(self.raw.0);
-        }
-    }
-}
-
-fn sockaddr_from(addr: SocketAddr) -> (libc::sockaddr_storage, usize) {
-    // SAFETY: all-zero is a valid sockaddr_storage.
-    let mut s: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    match addr {
-        SocketAddr::V4(a) => {
-            let sin = libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
-                sin_port: a.port().to_be(),
-                sin_addr: libc::in_addr {
-                    s_addr: u32::from_ne_bytes(a.ip().octets()),
-                },
-                sin_zero: [0; 8],
-            };
-            // SAFETY: sockaddr_storage is larger than sockaddr_in and suitably aligned.
-            unsafe { ptr::write((&mut s as *mut libc::sockaddr_storage).cast(), sin) };
-            (s, std::mem::size_of::<libc::sockaddr_in>())
-        }
-        SocketAddr::V6(a) => {
-            let sin6 = libc::sockaddr_in6 {
-                sin6_family: libc::AF_INET6 as libc::sa_family_t,
-                sin6_port: a.port().to_be(),
-                sin6_flowinfo: a.flowinfo(),
-                sin6_addr: libc::in6_addr {
-                    s6_addr: a.ip().octets(),
-                },
-                sin6_scope_id: a.scope_id(),
-            };
-            // SAFETY: as above, for sockaddr_in6.
-            unsafe { ptr::write((&mut s as *mut libc::sockaddr_storage).cast(), sin6) };
-            (s, std::mem::size_of::<libc::sockaddr_in6>())
-        }
-    }
-}
-
-/// # Safety
-/// `sa` points at a valid sockaddr of its family.
-unsafe fn sockaddr_to(sa: *const libc::sockaddr) -> Option<SocketAddr> {
-    match i32::from((*sa).sa_family) {
-        libc::AF_INET => {
-            let sin = &*sa.cast::<libc::sockaddr_in>();
-            let ip = std::net::Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes());
-            Some(SocketAddr::from((ip, u16::from_be(sin.sin_port))))
-        }
-        libc::AF_INET6 => {
-            let sin6 = &*sa.cast::<libc::sockaddr_in6>();
-            let ip = std::net::Ipv6Addr::from(sin6.sin6_addr.s6_addr);
-            Some(SocketAddr::from((ip, u16::from_be(sin6.sin6_port))))
-        }
-        _ => None,
-    }
-}
-
-/// # Safety
-/// `id` is a valid cm_id.
-pub unsafe fn local_addr(id: Raw<sys::rdma_cm_id>) -> Option<SocketAddr> {
-    sockaddr_to(&(*id.0).route.addr.src_addr_union.src_addr)
-}
-
-/// # Safety
-/// `id` is a valid cm_id.
-pub unsafe fn peer_addr(id: Raw<sys::rdma_cm_id>) -> Option<SocketAddr> {
-    sockaddr_to(&(*id.0).route.addr.dst_addr_union.dst_addr)
-}
+use crate::cm::{sockaddr_from, CmEvent, EventChannel};
+use crate::cm::{EV_ADDR_RESOLVED, EV_ESTABLISHED, EV_ROUTE_RESOLVED};
+use crate::util::{check, os_err, set_nonblocking, Fd, Raw};
 
 /// Device limits that size a queue pair.
 #[derive(Clone, Copy, Debug)]
@@ -344,6 +42,35 @@ pub struct Region {
 }
 
 impl Region {
+    /// Allocates `len` zeroed page-aligned bytes and registers them with `pd`.
+    /// # Safety
+    /// `pd` is a valid protection domain that outlives the region.
+    unsafe fn register(
+        pd: *mut sys::ibv_pd,
+        len: usize,
+        remote_access: bool,
+    ) -> io::Result<Region> {
+        let layout = std::alloc::Layout::from_size_align(len.max(1), 4096)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+        let ptr = std::alloc::alloc_zeroed(layout);
+        if ptr.is_null() {
+            return Err(io::Error::new(io::ErrorKind::OutOfMemory, "RDMA buffers"));
+        }
+        let mut access = sys::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE;
+        if remote_access {
+            access = access
+                | sys::ibv_access_flags::IBV_ACCESS_REMOTE_READ
+                | sys::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE;
+        }
+        let mr = sys::ibv_reg_mr(pd, ptr.cast(), len.max(1), access.0 as i32);
+        if mr.is_null() {
+            let e = os_err("ibv_reg_mr (is the locked-memory limit high enough?)");
+            std::alloc::dealloc(ptr, layout);
+            return Err(e);
+        }
+        Ok(Region { ptr, len, mr })
+    }
+
     pub fn lkey(&self) -> u32 {
         // SAFETY: mr is valid while self lives.
         unsafe { (*self.mr).lkey }
@@ -371,6 +98,139 @@ impl Region {
     }
 }
 
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: the MR and the memory are ours; the queue pairs using them are gone.
+        unsafe {
+            sys::ibv_dereg_mr(self.mr);
+            std::alloc::dealloc(
+                self.ptr,
+                std::alloc::Layout::from_size_align(self.len.max(1), 4096)
+                    .expect("layout used at alloc"),
+            );
+        }
+    }
+}
+
+/// A shared receive queue (SRQ) with its receive buffers, on one device's protection domain:
+/// every queue pair of that device created with it takes its command capsules from here, so
+/// receive memory does not grow with connections.
+pub struct SharedRecv {
+    pd: *mut sys::ibv_pd,
+    srq: *mut sys::ibv_srq,
+    region: Option<Region>,
+    count: u32,
+    size: usize,
+}
+
+// SAFETY: the SRQ and PD are thread-safe verbs objects; ibv_post_srq_recv may be called from
+// any thread, and each buffer is owned by exactly one user at a time (the SRQ or the queue
+// that received into it, until it posts it back).
+unsafe impl Send for SharedRecv {}
+// SAFETY: as above.
+unsafe impl Sync for SharedRecv {}
+
+/// The device a cm_id is bound to, as a map key.
+/// # Safety
+/// `id` is a valid cm_id.
+pub unsafe fn device_key(id: Raw<sys::rdma_cm_id>) -> usize {
+    (*id.0).verbs as usize
+}
+
+impl SharedRecv {
+    /// Creates a protection domain, an SRQ of `count` receives of `size` bytes each on the
+    /// device of `id`, and posts every receive.
+    pub fn new(id: Raw<sys::rdma_cm_id>, count: u32, size: usize) -> io::Result<SharedRecv> {
+        // SAFETY: a valid id bound to a device; every object is checked and recorded, so Drop
+        // releases what exists.
+        unsafe {
+            let verbs = (*id.0).verbs;
+            let limits = query_limits(verbs)?;
+            let mut shared = SharedRecv {
+                pd: sys::ibv_alloc_pd(verbs),
+                srq: ptr::null_mut(),
+                region: None,
+                count: count.min(limits.max_qp_wr),
+                size,
+            };
+            if shared.pd.is_null() {
+                return Err(os_err("ibv_alloc_pd"));
+            }
+            let mut attr: sys::ibv_srq_init_attr = std::mem::zeroed();
+            attr.attr.max_wr = shared.count;
+            attr.attr.max_sge = 1;
+            shared.srq = sys::ibv_create_srq(shared.pd, &mut attr);
+            if shared.srq.is_null() {
+                return Err(os_err("ibv_create_srq"));
+            }
+            shared.region = Some(Region::register(
+                shared.pd,
+                shared.count as usize * size,
+                false,
+            )?);
+            for i in 0..shared.count as usize {
+                shared.post(i)?;
+            }
+            Ok(shared)
+        }
+    }
+
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
+    /// Posts receive buffer `idx` (again); its completion carries `wr_id` `1 << 32 | idx`.
+    pub fn post(&self, idx: usize) -> io::Result<()> {
+        let region = self.region.as_ref().expect("region");
+        let mut sge = sys::ibv_sge {
+            addr: region.addr(idx * self.size),
+            length: self.size as u32,
+            lkey: region.lkey(),
+        };
+        let mut wr = sys::ibv_recv_wr {
+            wr_id: SRQ_WR_KIND << 32 | idx as u64,
+            next: ptr::null_mut(),
+            sg_list: &mut sge,
+            num_sge: 1,
+        };
+        let mut bad = ptr::null_mut();
+        // SAFETY: valid SRQ; wr and sge live across the call; the buffer is registered.
+        check(
+            unsafe { sys::ibv_post_srq_recv(self.srq, &mut wr, &mut bad) },
+            "ibv_post_srq_recv",
+        )
+    }
+
+    /// The first `len` bytes received into buffer `idx`.
+    /// # Safety
+    /// The buffer's receive completed and it has not been posted again.
+    pub unsafe fn received(&self, idx: usize, len: usize) -> &[u8] {
+        assert!(len <= self.size);
+        self.region
+            .as_ref()
+            .expect("region")
+            .slice(idx * self.size, len)
+    }
+}
+
+/// The work request kind (`wr_id >> 32`) of shared receive queue completions.
+pub const SRQ_WR_KIND: u64 = 1;
+
+impl Drop for SharedRecv {
+    fn drop(&mut self) {
+        // SAFETY: ours; every queue pair using the SRQ is gone (they hold an Arc of it).
+        unsafe {
+            if !self.srq.is_null() {
+                sys::ibv_destroy_srq(self.srq);
+            }
+            self.region = None;
+            if !self.pd.is_null() {
+                sys::ibv_dealloc_pd(self.pd);
+            }
+        }
+    }
+}
+
 /// Everything one NVMe/RDMA queue holds: its cm_id, protection domain, completion queue and
 /// channel, queue pair and registered memory. Dropped in the order the verbs demand.
 pub struct QueuePair {
@@ -382,6 +242,8 @@ pub struct QueuePair {
     pub region: Option<Region>,
     fd: Option<AsyncFd<Fd>>,
     unacked_events: u32,
+    /// The device's shared receive queue and protection domain, when the QP uses them.
+    shared: Option<std::sync::Arc<SharedRecv>>,
 }
 
 // SAFETY: the verbs objects are thread-safe; the QueuePair is used by one task at a time.
@@ -402,14 +264,19 @@ impl QueuePair {
             region: None,
             fd: None,
             unacked_events: 0,
+            shared: None,
         }
     }
 
-    /// Creates the queue's resources on the device the connect request came in on.
+    /// Creates the queue's resources on the device the connect request came in on. With
+    /// `shared`, the QP takes its receives from that SRQ and lives in its protection domain
+    /// (then `sizes.recv_size` is 0: no receive buffers of its own).
     pub fn setup(
         &mut self,
         sizes: impl FnOnce(&DeviceLimits) -> QpSizes,
+        shared: Option<std::sync::Arc<SharedRecv>>,
     ) -> io::Result<(QpSizes, DeviceLimits)> {
+        self.shared = shared;
         // SAFETY: the id is a valid connect-request id (see `new`); every object created is
         // checked and recorded in self, so Drop releases exactly what exists.
         unsafe { self.setup_raw(sizes) }
@@ -424,10 +291,17 @@ impl QueuePair {
         let verbs = (*id.0).verbs;
         let limits = query_limits(verbs)?;
         let sizes = sizes(&limits);
-        qp.pd = sys::ibv_alloc_pd(verbs);
-        if qp.pd.is_null() {
-            return Err(os_err("ibv_alloc_pd"));
-        }
+        let srq = match &qp.shared {
+            Some(shared) => shared.srq,
+            None => {
+                qp.pd = sys::ibv_alloc_pd(verbs);
+                if qp.pd.is_null() {
+                    return Err(os_err("ibv_alloc_pd"));
+                }
+                ptr::null_mut()
+            }
+        };
+        let pd = qp.shared.as_ref().map_or(qp.pd, |s| s.pd);
         qp.channel = sys::ibv_create_comp_channel(verbs);
         if qp.channel.is_null() {
             return Err(os_err("ibv_create_comp_channel"));
@@ -446,37 +320,19 @@ impl QueuePair {
         init.recv_cq = qp.cq;
         init.qp_type = sys::ibv_qp_type::IBV_QPT_RC;
         init.cap.max_send_wr = sizes.send_wr;
-        init.cap.max_recv_wr = sizes.recv_slots;
+        if srq.is_null() {
+            init.cap.max_recv_wr = sizes.recv_slots;
+            init.cap.max_recv_sge = 1;
+        } else {
+            init.srq = srq;
+        }
         init.cap.max_send_sge = sizes.send_sge;
-        init.cap.max_recv_sge = 1;
-        check(
-            sys::rdma_create_qp(id.0, qp.pd, &mut init),
-            "rdma_create_qp",
-        )?;
+        check(sys::rdma_create_qp(id.0, pd, &mut init), "rdma_create_qp")?;
         qp.qp_created = true;
         let len = sizes.recv_slots as usize * sizes.recv_size
             + sizes.recv_slots as usize * 16
             + sizes.pool_bytes;
-        let layout = std::alloc::Layout::from_size_align(len, 4096)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
-        let ptr = std::alloc::alloc_zeroed(layout);
-        if ptr.is_null() {
-            return Err(io::Error::new(io::ErrorKind::OutOfMemory, "queue buffers"));
-        }
-        let mut access = sys::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE;
-        if sizes.remote_access {
-            access = access
-                | sys::ibv_access_flags::IBV_ACCESS_REMOTE_READ
-                | sys::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE;
-        }
-        let access = access.0 as i32;
-        let mr = sys::ibv_reg_mr(qp.pd, ptr.cast(), len, access);
-        if mr.is_null() {
-            let e = os_err("ibv_reg_mr (is the locked-memory limit high enough?)");
-            std::alloc::dealloc(ptr, layout);
-            return Err(e);
-        }
-        qp.region = Some(Region { ptr, len, mr });
+        qp.region = Some(Region::register(pd, len, sizes.remote_access)?);
         check(sys::ibv_req_notify_cq(qp.cq, 0), "ibv_req_notify_cq")?;
         Ok((sizes, limits))
     }
@@ -755,11 +611,6 @@ unsafe fn query_limits(verbs: *mut sys::ibv_context) -> io::Result<DeviceLimits>
     })
 }
 
-fn os_err(what: &str) -> io::Error {
-    let e = io::Error::last_os_error();
-    io::Error::new(e.kind(), format!("{what}: {e}"))
-}
-
 impl Drop for QueuePair {
     fn drop(&mut self) {
         // SAFETY: each object is ours and destroyed once, users before what they use: the QP
@@ -780,13 +631,7 @@ impl Drop for QueuePair {
             if !self.channel.is_null() {
                 sys::ibv_destroy_comp_channel(self.channel);
             }
-            if let Some(r) = self.region.take() {
-                sys::ibv_dereg_mr(r.mr);
-                std::alloc::dealloc(
-                    r.ptr,
-                    std::alloc::Layout::from_size_align(r.len, 4096).expect("layout used at alloc"),
-                );
-            }
+            self.region = None;
             if !self.pd.is_null() {
                 sys::ibv_dealloc_pd(self.pd);
             }
