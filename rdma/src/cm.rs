@@ -23,6 +23,7 @@ pub const EV_ESTABLISHED: u32 = sys::rdma_cm_event_type::RDMA_CM_EVENT_ESTABLISH
 pub const EV_ADDR_RESOLVED: u32 = sys::rdma_cm_event_type::RDMA_CM_EVENT_ADDR_RESOLVED;
 pub const EV_ROUTE_RESOLVED: u32 = sys::rdma_cm_event_type::RDMA_CM_EVENT_ROUTE_RESOLVED;
 pub const EV_REJECTED: u32 = sys::rdma_cm_event_type::RDMA_CM_EVENT_REJECTED;
+pub const EV_DEVICE_REMOVAL: u32 = sys::rdma_cm_event_type::RDMA_CM_EVENT_DEVICE_REMOVAL;
 
 pub fn event_name(kind: u32) -> String {
     // SAFETY: rdma_event_str returns a static string for any value.

@@ -122,8 +122,16 @@ impl Listener for RdmaListenerPort {
 /// Handles a CM event while it is held (a connect request is accepted or rejected here).
 fn on_event(ev: &CmEvent, routes: &Routes, devices: &mut Devices, stopping: bool) -> Outcome {
     if ev.kind != verbs::EV_CONNECT_REQUEST {
-        if let Some(tx) = routes.lock().unwrap().get(&(ev.id.0 as usize)) {
-            let _ = tx.send(ev.kind);
+        match routes.lock().unwrap().get(&(ev.id.0 as usize)) {
+            Some(tx) => {
+                let _ = tx.send(ev.kind);
+            }
+            None if ev.kind == verbs::EV_DEVICE_REMOVAL => {
+                // The listening id's device went away: its queues end through their own
+                // events; this port takes no new connections until fabrikd restarts.
+                tracing::error!("RDMA device removed under an NVMe/RDMA listener");
+            }
+            None => {}
         }
         return Outcome::None;
     }

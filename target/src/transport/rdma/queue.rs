@@ -606,3 +606,26 @@ impl Connection {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_hold_the_largest_transfer_and_every_slot_s_work_requests() {
+        for (qid, entries, max_sge) in [(0, 32, 32), (1, 128, 32), (3, 1024, 4), (1, 2, 1)] {
+            let s = queue_sizes(qid, entries, max_sge);
+            assert_eq!(s.recv_slots, 2 * entries);
+            assert!(s.send_sge >= 1 && s.send_sge <= max_sge.min(16));
+            assert!(s.pool_bytes >= limits::MAX_TRANSFER as usize);
+            assert_eq!(s.pool_bytes % CHUNK, 0);
+            // The largest transfer's RDMA READs or WRITEs plus the response SEND fit one slot's
+            // share of the send queue.
+            let wrs = (limits::MAX_TRANSFER as usize).div_ceil(CHUNK * s.send_sge as usize) + 1;
+            assert!(
+                wrs as u32 * s.recv_slots <= s.send_wr,
+                "{qid} {entries} {max_sge}"
+            );
+        }
+    }
+}
