@@ -74,8 +74,15 @@ impl EventChannel {
     /// Creates the channel and a listening id bound to `addr` (port space TCP, as NVMe/RDMA).
     pub fn listen(addr: SocketAddr, backlog: i32) -> io::Result<EventChannel> {
         let mut chan = EventChannel::new()?;
-        let id = chan.create_id()?;
-        chan.listen_id = id;
+        chan.bind_listen(addr, backlog)?;
+        Ok(chan)
+    }
+
+    /// Creates this channel's listening id, bound to `addr`. ENODEV / EADDRNOTAVAIL: no RDMA
+    /// device serves that address.
+    pub fn bind_listen(&mut self, addr: SocketAddr, backlog: i32) -> io::Result<()> {
+        let id = self.create_id()?;
+        self.listen_id = id;
         let (mut storage, _len) = sockaddr_from(addr);
         // SAFETY: valid id; the sockaddr is valid for the call.
         check(
@@ -85,8 +92,7 @@ impl EventChannel {
             &format!("rdma_bind_addr {addr}"),
         )?;
         // SAFETY: valid bound id.
-        check(unsafe { sys::rdma_listen(id.0, backlog) }, "rdma_listen")?;
-        Ok(chan)
+        check(unsafe { sys::rdma_listen(id.0, backlog) }, "rdma_listen")
     }
 
     /// A new cm_id on this channel (port space TCP). The caller owns it: hand it to a

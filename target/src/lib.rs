@@ -83,8 +83,14 @@ impl Target {
         }
         let mut rdma_listen_addrs = Vec::new();
         for addr in &config.rdma_listen {
-            let port = bind_rdma(*addr, state.next_port_id())
-                .with_context(|| format!("cannot listen on {addr} (NVMe/RDMA)"))?;
+            let port = match bind_rdma(*addr, state.next_port_id()) {
+                Ok(port) => port,
+                Err(e) if !listen_addrs.is_empty() && e.is::<transport::RdmaUnavailable>() => {
+                    tracing::error!("NVMe/RDMA listener {addr}: {e}; serving NVMe/TCP only");
+                    continue;
+                }
+                Err(e) => return Err(e.context(format!("cannot listen on {addr} (NVMe/RDMA)"))),
+            };
             rdma_listen_addrs.push(port.port().addr);
             state.add_port(port.port().clone());
             listeners.push(port.serve(state.clone(), stop.clone()));
@@ -146,7 +152,10 @@ fn bind_rdma(addr: SocketAddr, port_id: u16) -> anyhow::Result<Box<dyn Listener>
 
 #[cfg(not(feature = "rdma"))]
 fn bind_rdma(_addr: SocketAddr, _port_id: u16) -> anyhow::Result<Box<dyn Listener>> {
-    anyhow::bail!("RDMA unavailable: fabrikd was built without the `rdma` cargo feature")
+    Err(
+        transport::RdmaUnavailable("fabrikd was built without the `rdma` cargo feature".into())
+            .into(),
+    )
 }
 
 fn open_drive(spec: &DriveSpec) -> anyhow::Result<Arc<dyn Drive>> {
@@ -187,4 +196,36 @@ fn serial_number(box_name: &str, drive_id: &str) -> String {
     );
     s.truncate(20);
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Without RDMA on the machine (or in the build), an RDMA listener beside a TCP one is
+    /// skipped with an error message and NVMe/TCP serves; alone, it fails the start.
+    #[tokio::test]
+    async fn tcp_serves_when_rdma_is_unavailable() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = Config::default_jbof(dir.path().into());
+        config.drives = 1;
+        config.drive_size = 1 << 20;
+        config.backend = BackendKind::Ram;
+        config.listen = vec!["127.0.0.1:0".parse().unwrap()];
+        config.rdma_listen = vec!["127.0.0.1:0".parse().unwrap()];
+        let target = Target::start(config.clone()).await.unwrap();
+        assert_eq!(target.listen_addrs().len(), 1);
+        let rdma_bound = !target.rdma_listen_addrs().is_empty();
+        let tcp = tokio::net::TcpStream::connect(target.listen_addrs()[0]).await;
+        assert!(tcp.is_ok());
+        target.shutdown().await;
+        if !rdma_bound {
+            config.listen.clear();
+            let err = Target::start(config)
+                .await
+                .err()
+                .expect("RDMA-only start fails");
+            assert!(format!("{err:#}").contains("RDMA unavailable"), "{err:#}");
+        }
+    }
 }

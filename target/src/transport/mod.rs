@@ -22,3 +22,9 @@ pub trait Listener: Send + 'static {
         stop: CancellationToken,
     ) -> tokio::task::JoinHandle<()>;
 }
+
+/// The machine cannot do RDMA (no rdma-core libraries, no rdma_cm, no device for the address,
+/// or a build without the `rdma` feature): NVMe/TCP listeners still serve.
+#[derive(Debug, thiserror::Error)]
+#[error("RDMA unavailable: {0}")]
+pub struct RdmaUnavailable(pub String);

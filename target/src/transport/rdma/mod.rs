@@ -17,7 +17,7 @@ use std::time::Duration;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio_util::sync::CancellationToken;
 
-use super::Listener;
+use super::{Listener, RdmaUnavailable};
 use crate::controller::Queue;
 use crate::model::{Port, TargetState, TransportType};
 use queue::Connection;
@@ -36,9 +36,19 @@ pub struct RdmaListenerPort {
 
 impl RdmaListenerPort {
     /// Binds an rdma_cm listener (needs a tokio runtime: the event channel is driven by it).
+    /// No RDMA on this machine (libraries, rdma_cm, or a device for `addr`) is
+    /// `RdmaUnavailable`.
     pub fn bind(addr: SocketAddr, port_id: u16) -> anyhow::Result<RdmaListenerPort> {
-        available().map_err(|e| anyhow::anyhow!("RDMA unavailable: {e}"))?;
-        let channel = EventChannel::listen(addr, 128)?;
+        available().map_err(RdmaUnavailable)?;
+        let mut channel = EventChannel::new().map_err(|e| RdmaUnavailable(e.to_string()))?;
+        channel
+            .bind_listen(addr, 128)
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::ENODEV | libc::EADDRNOTAVAIL) => {
+                    anyhow::Error::new(RdmaUnavailable(format!("no RDMA device for {addr}: {e}")))
+                }
+                _ => anyhow::Error::new(e),
+            })?;
         let addr = channel.local_addr().unwrap_or(addr);
         Ok(RdmaListenerPort {
             channel,
