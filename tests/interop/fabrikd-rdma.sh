@@ -190,6 +190,10 @@ s_log() {
   echo "  fabrikd log: $(wc -l < $LOGF) lines, $n_err ERROR, $n_warn WARN (over $START_N starts)"
   grep -E '\b(ERROR|WARN)\b' $LOGF | head -10 | sed 's/^/  fabrikd: /'
   assert "fabrikd never panicked" [ "$(grep -c 'panicked' $LOGF)" = 0 ] || { grep -A5 panicked $LOGF; return 1; }
+  # The kernel host checks every response SEND and remote invalidation (NVMEOF-FACTS 2.3).
+  assert "kernel host saw no bad response or bogus remote invalidation" \
+    [ "$(dmesg | grep -cE 'Bogus remote invalidation|RECV for CQE|tag 0x[0-9a-f]+ on QP' )" = 0 ] ||
+    { dmesg | grep -E 'Bogus remote invalidation|RECV for CQE|tag 0x[0-9a-f]+ on QP' | head -5; return 1; }
 }
 suite_extra_steps() {
   skipped both || step "one fabrikd on TCP and RDMA: discovery lists both, same data" s_both
