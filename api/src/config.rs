@@ -4,7 +4,7 @@
 //! ```toml
 //! box_name = "jbof-a"                 # names the NQNs: nqn.2024-01.io.fabrik:<box_name>:drive-07
 //! data_dir = "/var/lib/fabrik"        # state and drive files
-//! listen = ["127.0.0.1:4420"]         # NVMe/TCP listeners ("tcp:ADDR:PORT" also accepted)
+//! listen = ["127.0.0.1:4420"]         # listeners: ADDR:PORT or tcp:ADDR:PORT (NVMe/TCP), rdma:ADDR:PORT
 //! hosts = ["nqn.2014-08.org.nvmexpress:uuid:..."]   # absent or empty: any host
 //! api = "127.0.0.1:8080"              # management REST API; "off" disables it
 //! api_token = "..."                   # default: generated into <data_dir>/api-token (0600)

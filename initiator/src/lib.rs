@@ -23,5 +23,7 @@ pub mod transport;
 
 pub use error::HostError;
 pub use fabrik_proto as proto;
-pub use host::{discover, ConnectOptions, Controller, DiscoveryLog, HostIdentity, IoQueue};
+pub use host::{
+    discover, ConnectOptions, Controller, DiscoveryLog, HostIdentity, IoQueue, Transport,
+};
 pub use transport::Completion;

@@ -229,7 +229,7 @@ async fn refusals_are_clear() {
     let target = target(dir.path(), 1).await;
     let a = address(&target, 0);
     for (extra, says) in [
-        (vec!["-t", "rdma"], "rdma: not in this build yet"),
+        (vec!["-t", "fc"], "-t fc: unknown transport"),
         (
             vec!["--bs", "1000", "--time", "1"],
             "not a multiple of the 4096-byte blocks",

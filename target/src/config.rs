@@ -43,7 +43,10 @@ pub struct Config {
     /// Names the box in NQNs and serial numbers.
     pub box_name: String,
     pub data_dir: PathBuf,
+    /// NVMe/TCP listeners.
     pub listen: Vec<SocketAddr>,
+    /// NVMe/RDMA listeners (`rdma:ADDR:PORT`).
+    pub rdma_listen: Vec<SocketAddr>,
     /// Generated drives 00..drives-1 (unless `drive_specs` is non-empty).
     pub drives: u32,
     pub drive_size: u64,
@@ -83,6 +86,7 @@ impl Config {
             box_name: default_box_name(),
             data_dir,
             listen: vec![DEFAULT_LISTEN.parse().unwrap()],
+            rdma_listen: Vec::new(),
             drives: DEFAULT_DRIVES,
             drive_size: DEFAULT_DRIVE_SIZE,
             block_size: DEFAULT_BLOCK_SIZE,
@@ -113,10 +117,7 @@ impl Config {
             self.data_dir = dir.clone();
         }
         if let Some(listen) = &file.listen {
-            self.listen = listen
-                .iter()
-                .map(|l| parse_listen(l))
-                .collect::<anyhow::Result<_>>()?;
+            self.set_listeners(listen)?;
             self.explicit.listen = true;
         }
         if let Some(hosts) = &file.hosts {
@@ -234,8 +235,21 @@ impl Config {
         format!("{NQN_PREFIX}:{}:drive-{drive_id}", self.box_name)
     }
 
+    /// Replaces every listener with `specs` (`ADDR:PORT`, `tcp:ADDR:PORT`, `rdma:ADDR:PORT`).
+    pub fn set_listeners(&mut self, specs: &[String]) -> anyhow::Result<()> {
+        self.listen.clear();
+        self.rdma_listen.clear();
+        for s in specs {
+            match parse_listen(s)? {
+                Listen::Tcp(a) => self.listen.push(a),
+                Listen::Rdma(a) => self.rdma_listen.push(a),
+            }
+        }
+        Ok(())
+    }
+
     pub fn validate(&self) -> anyhow::Result<()> {
-        if self.listen.is_empty() {
+        if self.listen.is_empty() && self.rdma_listen.is_empty() {
             bail!("no listener: give at least one --listen ADDR:PORT");
         }
         if !matches!(self.block_size, 512 | 4096) {
@@ -297,14 +311,27 @@ pub fn parse_backend(s: &str) -> anyhow::Result<BackendKind> {
     })
 }
 
-/// `ADDR:PORT` or `tcp:ADDR:PORT`.
-pub fn parse_listen(s: &str) -> anyhow::Result<SocketAddr> {
-    let addr = s.strip_prefix("tcp:").unwrap_or(s);
-    if s.starts_with("rdma:") {
-        bail!("listener {s:?}: the RDMA transport is not available in this build");
-    }
-    addr.parse()
-        .with_context(|| format!("listener {s:?}: expected ADDR:PORT, e.g. 127.0.0.1:4420"))
+/// A listener given on the command line or in the config file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Listen {
+    Tcp(SocketAddr),
+    Rdma(SocketAddr),
+}
+
+/// `ADDR:PORT` or `tcp:ADDR:PORT` (NVMe/TCP), `rdma:ADDR:PORT` (NVMe/RDMA).
+pub fn parse_listen(s: &str) -> anyhow::Result<Listen> {
+    let (rdma, addr) = match s.strip_prefix("rdma:") {
+        Some(a) => (true, a),
+        None => (false, s.strip_prefix("tcp:").unwrap_or(s)),
+    };
+    let addr: SocketAddr = addr.parse().with_context(|| {
+        format!("listener {s:?}: expected [tcp:|rdma:]ADDR:PORT, e.g. rdma:10.0.0.1:4420")
+    })?;
+    Ok(if rdma {
+        Listen::Rdma(addr)
+    } else {
+        Listen::Tcp(addr)
+    })
 }
 
 /// The machine's host name, cut down to what an NQN and a serial number can carry.
@@ -427,6 +454,30 @@ mod tests {
         c.validate().unwrap();
         assert_eq!(c.box_name, "jbof-a");
         assert_eq!(c.drive_list().len(), 24);
+    }
+
+    #[test]
+    fn listeners_by_transport() {
+        let mut c = Config::default_jbof("/tmp/x".into());
+        c.set_listeners(&[
+            "10.0.0.1:4420".into(),
+            "tcp:[::1]:4421".into(),
+            "rdma:10.99.0.1:4420".into(),
+        ])
+        .unwrap();
+        assert_eq!(
+            c.listen,
+            vec![
+                "10.0.0.1:4420".parse().unwrap(),
+                "[::1]:4421".parse().unwrap()
+            ]
+        );
+        assert_eq!(c.rdma_listen, vec!["10.99.0.1:4420".parse().unwrap()]);
+        c.set_listeners(&["rdma:0.0.0.0:4420".into()]).unwrap();
+        assert!(c.listen.is_empty());
+        c.validate().unwrap();
+        assert!(parse_listen("rdma:10.0.0.1").is_err());
+        assert!(parse_listen("roce:10.0.0.1:4420").is_err());
     }
 
     #[test]

@@ -29,6 +29,7 @@ pub struct Target {
     state: Arc<TargetState>,
     manager: Arc<management::Manager>,
     listen_addrs: Vec<SocketAddr>,
+    rdma_listen_addrs: Vec<SocketAddr>,
     stop: CancellationToken,
 }
 
@@ -73,24 +74,49 @@ impl Target {
             stop.clone(),
         ));
         let mut listen_addrs = Vec::new();
+        let mut rdma_listen_addrs = Vec::new();
+        let has_tcp = ports.iter().any(|p| p.transport == "tcp");
         for p in &ports {
-            let addr = manager
-                .listen(p)
-                .await
-                .with_context(|| format!("cannot listen on {} (NVMe/TCP)", p.address))?;
-            listen_addrs.push(addr);
+            let addr = match manager.listen(p).await {
+                Ok(addr) => addr,
+                // A box without RDMA still serves its NVMe/TCP ports.
+                Err(e) if has_tcp && e.is::<transport::RdmaUnavailable>() => {
+                    tracing::error!(
+                        "NVMe/RDMA listener {}: {e}; serving NVMe/TCP only",
+                        p.address
+                    );
+                    continue;
+                }
+                Err(e) => {
+                    return Err(e.context(format!(
+                        "cannot listen on {} ({})",
+                        p.address,
+                        transport::transport_name(&p.transport)
+                    )))
+                }
+            };
+            match p.transport.as_str() {
+                "rdma" => rdma_listen_addrs.push(addr),
+                _ => listen_addrs.push(addr),
+            }
         }
         Ok(Target {
             state: target,
             manager,
             listen_addrs,
+            rdma_listen_addrs,
             stop,
         })
     }
 
-    /// The addresses actually bound (a port 0 in the configuration becomes the one chosen).
+    /// The NVMe/TCP addresses actually bound (a port 0 in the configuration becomes the one chosen).
     pub fn listen_addrs(&self) -> Vec<SocketAddr> {
         self.listen_addrs.clone()
+    }
+
+    /// The NVMe/RDMA addresses actually bound.
+    pub fn rdma_listen_addrs(&self) -> Vec<SocketAddr> {
+        self.rdma_listen_addrs.clone()
     }
 
     pub fn subsystem_nqns(&self) -> Vec<String> {
@@ -159,4 +185,36 @@ fn open_drive(spec: &DriveSpec) -> anyhow::Result<Arc<dyn Drive>> {
         BackendKind::Ram => Arc::new(backend::ram::RamDrive::new(spec.size, spec.block_size)?),
         BackendKind::Null => Arc::new(backend::null::NullDrive::new(spec.size, spec.block_size)?),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Without RDMA on the machine (or in the build), an RDMA listener beside a TCP one is
+    /// skipped with an error message and NVMe/TCP serves; alone, it fails the start.
+    #[tokio::test]
+    async fn tcp_serves_when_rdma_is_unavailable() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = Config::default_jbof(dir.path().into());
+        config.drives = 1;
+        config.drive_size = 1 << 20;
+        config.backend = BackendKind::Ram;
+        config.listen = vec!["127.0.0.1:0".parse().unwrap()];
+        config.rdma_listen = vec!["127.0.0.1:0".parse().unwrap()];
+        let target = Target::start(config.clone()).await.unwrap();
+        assert_eq!(target.listen_addrs().len(), 1);
+        let rdma_bound = !target.rdma_listen_addrs().is_empty();
+        let tcp = tokio::net::TcpStream::connect(target.listen_addrs()[0]).await;
+        assert!(tcp.is_ok());
+        target.shutdown().await;
+        if !rdma_bound {
+            config.listen.clear();
+            let err = Target::start(config)
+                .await
+                .err()
+                .expect("RDMA-only start fails");
+            assert!(format!("{err:#}").contains("RDMA unavailable"), "{err:#}");
+        }
+    }
 }

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Parser;
 use fabrik_api::config::{parse_size, ConfigFile};
-use fabrik_target::config::{default_data_dir, parse_backend, parse_listen, Config};
+use fabrik_target::config::{default_data_dir, parse_backend, Config};
 use fabrik_target::metrics::MetricsEndpoint;
 use fabrik_target::Target;
 
@@ -20,8 +20,9 @@ struct Args {
     /// Directory for state and drive files [default: $FABRIK_DATA_DIR, /var/lib/fabrik as root, else ~/.local/share/fabrik].
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
-    /// NVMe/TCP listener, ADDR:PORT or tcp:ADDR:PORT (repeatable) [default: 127.0.0.1:4420].
-    #[arg(long, value_name = "ADDR:PORT")]
+    /// Listener: ADDR:PORT or tcp:ADDR:PORT for NVMe/TCP, rdma:ADDR:PORT for NVMe/RDMA
+    /// (repeatable; both transports at once are fine) [default: 127.0.0.1:4420].
+    #[arg(long, value_name = "[tcp:|rdma:]ADDR:PORT")]
     listen: Vec<String>,
     /// Management REST API address, or "off" [default: 127.0.0.1:8080; when that default is
     /// taken fabrikd runs without the API and says so].
@@ -100,11 +101,7 @@ fn build_config(args: &Args) -> anyhow::Result<Config> {
         config.data_dir = d.clone();
     }
     if !args.listen.is_empty() {
-        config.listen = args
-            .listen
-            .iter()
-            .map(|l| parse_listen(l))
-            .collect::<anyhow::Result<_>>()?;
+        config.set_listeners(&args.listen)?;
         config.explicit.listen = true;
     }
     config.explicit.drives |= args.drives.is_some()
@@ -230,8 +227,8 @@ async fn run(config: Config, metrics: Option<(SocketAddr, bool)>) -> anyhow::Res
 }
 
 fn print_banner(config: &Config, target: &Target, drives: usize) {
-    let addrs = target.listen_addrs();
-    let first = addrs[0];
+    let tcp = target.listen_addrs();
+    let rdma = target.rdma_listen_addrs();
     let nqns = target.subsystem_nqns();
     let state = target.manager().state();
     // The opened drive's capacity: a block device has its own size, not the configured one.
@@ -245,7 +242,7 @@ fn print_banner(config: &Config, target: &Target, drives: usize) {
         human_size(size),
         config.data_dir.display()
     );
-    for a in &addrs {
+    for a in &tcp {
         eprintln!("  NVMe/TCP listener {a} (discovery: nqn.2014-08.org.nvmexpress.discovery)");
     }
     let open = state
@@ -260,21 +257,29 @@ fn print_banner(config: &Config, target: &Target, drives: usize) {
             "  hosts: {open} of {} subsystem(s) admit any host; the others only listed or composed hosts",
             state.subsystems.len()
         );
+        for a in &rdma {
+            eprintln!("  NVMe/RDMA listener {a} (discovery: nqn.2014-08.org.nvmexpress.discovery)");
+        }
     }
+    let (kind, first) = match (tcp.first(), rdma.first()) {
+        (Some(a), _) => ("tcp", *a),
+        (None, Some(a)) => ("rdma", *a),
+        (None, None) => return,
+    };
     eprintln!("Connect from a Linux host (nvme-cli):");
     eprintln!(
-        "  nvme discover -t tcp -a {} -s {}",
+        "  nvme discover -t {kind} -a {} -s {}",
         first.ip(),
         first.port()
     );
     eprintln!(
-        "  nvme connect-all -t tcp -a {} -s {}",
+        "  nvme connect-all -t {kind} -a {} -s {}",
         first.ip(),
         first.port()
     );
     if let Some(nqn) = nqns.first() {
         eprintln!(
-            "  nvme connect -t tcp -a {} -s {} -n {nqn}",
+            "  nvme connect -t {kind} -a {} -s {} -n {nqn}",
             first.ip(),
             first.port()
         );

@@ -297,13 +297,13 @@ impl State {
 }
 
 fn seed_ports(config: &Config) -> Vec<PortState> {
-    config
-        .listen
-        .iter()
+    let tcp = config.listen.iter().map(|a| ("tcp", a));
+    let rdma = config.rdma_listen.iter().map(|a| ("rdma", a));
+    tcp.chain(rdma)
         .enumerate()
-        .map(|(i, a)| PortState {
+        .map(|(i, (transport, a))| PortState {
             id: i as u16 + 1,
-            transport: "tcp".into(),
+            transport: transport.into(),
             address: *a,
         })
         .collect()

@@ -83,8 +83,8 @@ s_errors() {
   ! "$FABRIK" connect "${A[@]}" -n nqn.2024-01.io.fabrik:interop:nonexistent > /tmp/e.out 2>&1
   cat /tmp/e.out
   assert "a refused connect says so" grep -q "the kernel refused the connect" /tmp/e.out || return 1
-  ! "$FABRIK" bench "${A[@]}" -t rdma -n ${PREFIX}0 > /tmp/e.out 2>&1
-  assert "rdma is refused clearly" grep -q "rdma: not in this build yet" /tmp/e.out
+  ! "$FABRIK" bench "${A[@]}" -t fc -n ${PREFIX}0 > /tmp/e.out 2>&1
+  assert "an unknown transport is refused clearly" grep -q "unknown transport" /tmp/e.out
 }
 
 s_referral() {

@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use anyhow::{Context, Result};
 use clap::Args;
 use fabrik_initiator::proto::tcp::Digests;
-use fabrik_initiator::{ConnectOptions, Controller, HostIdentity};
+use fabrik_initiator::{ConnectOptions, Controller, HostIdentity, Transport};
 
 /// Default ports of `nvme discover` and `nvme connect` (NVMEOF-FACTS 1.11).
 pub const DISCOVERY_PORT: u16 = 8009;
@@ -13,6 +13,9 @@ pub const IO_PORT: u16 = 4420;
 
 #[derive(Args)]
 pub struct TargetArgs {
+    /// Transport: tcp, or rdma (with the `rdma` build feature).
+    #[arg(short = 't', long, default_value = "tcp")]
+    pub transport: String,
     /// Target address (IP or host name).
     #[arg(short = 'a', long)]
     pub traddr: String,
@@ -52,12 +55,21 @@ pub async fn resolve(target: &TargetArgs, default_port: u16) -> Result<SocketAdd
         .with_context(|| format!("{host} has no address"))
 }
 
+pub fn transport(target: &TargetArgs) -> Result<Transport> {
+    match target.transport.as_str() {
+        "tcp" => Ok(Transport::Tcp),
+        "rdma" => Ok(Transport::Rdma),
+        other => anyhow::bail!("unknown transport {other:?} (tcp or rdma)"),
+    }
+}
+
 pub async fn connect_controller(args: &ConnectArgs) -> Result<Controller> {
     let addr = resolve(&args.target, IO_PORT).await?;
     let mut opts = ConnectOptions::new(addr, &args.nqn);
     if let Some(nqn) = &args.hostnqn {
         opts = opts.with_host(&HostIdentity::with_nqn(nqn));
     }
+    opts.transport = transport(&args.target)?;
     opts.io_queues = args.nr_io_queues;
     opts.digests = Digests {
         header: args.hdr_digest,

@@ -15,7 +15,7 @@ use fabrik_initiator::bench::{
 use fabrik_initiator::host::session::{RecoveryPolicy, Session, SessionEvent};
 use fabrik_initiator::proto::fabrics::discovery::{subtype, trtype};
 use fabrik_initiator::proto::tcp::Digests;
-use fabrik_initiator::{discover, ConnectOptions, Controller, HostIdentity};
+use fabrik_initiator::{discover, ConnectOptions, Controller, HostIdentity, Transport};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::args::{DISCOVERY_PORT, IO_PORT};
@@ -324,11 +324,11 @@ pub async fn open_drives(
     threads: usize,
     iodepth: u32,
 ) -> Result<Vec<Drive>> {
-    match address.transport.as_str() {
-        "tcp" => {}
-        "rdma" => bail!("-t rdma: not in this build yet (NVMe/RDMA host support is coming)"),
+    let transport = match address.transport.as_str() {
+        "tcp" => Transport::Tcp,
+        "rdma" => Transport::Rdma,
         other => bail!("-t {other}: unknown transport (tcp or rdma)"),
-    }
+    };
     let mut host = address
         .hostnqn
         .clone()
@@ -338,6 +338,9 @@ pub async fn open_drives(
         host.id = parse_uuid(id).with_context(|| format!("--hostid {id:?} is not a UUID"))?;
     }
     let host_name = address.traddr.trim_start_matches('[').trim_end_matches(']');
+    if address.all && transport == Transport::Rdma {
+        bail!("--all with -t rdma: the userspace host discovers over NVMe/TCP only; name the subsystems with -n");
+    }
     let targets: Vec<(Vec<SocketAddr>, String)> = if address.all {
         let port = address.trsvcid.unwrap_or(DISCOVERY_PORT);
         let addr = resolve(host_name, port).await?;
@@ -374,6 +377,7 @@ pub async fn open_drives(
         let mut connected = Vec::new();
         for path in paths {
             let mut opts = ConnectOptions::new(path, &nqn).with_host(&host);
+            opts.transport = transport;
             opts.io_queues = threads as u16;
             opts.queue_size = address.queue_size.unwrap_or(
                 opts.queue_size

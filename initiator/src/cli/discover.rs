@@ -17,6 +17,9 @@ pub struct DiscoverArgs {
 }
 
 pub async fn run(DiscoverArgs { target, hostnqn }: DiscoverArgs) -> Result<()> {
+    if super::args::transport(&target)? != fabrik_initiator::Transport::Tcp {
+        anyhow::bail!("fabrik discover speaks NVMe/TCP only (connect-based commands take -t rdma)");
+    }
     let addr = resolve(&target, DISCOVERY_PORT).await?;
     let host = hostnqn
         .map(HostIdentity::with_nqn)

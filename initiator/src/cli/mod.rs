@@ -14,6 +14,7 @@ mod id_ns;
 mod io_check;
 mod list;
 mod place;
+mod rdma_probe;
 mod rw;
 mod smart_log;
 mod topo;
@@ -70,6 +71,9 @@ enum Command {
     Subsystems(admin::ListArgs),
     /// List live controllers, or disconnect one (management API).
     Controllers(admin::ControllersArgs),
+    /// Bad input over NVMe/RDMA against a target (for its tests).
+    #[command(hide = true)]
+    RdmaProbe(rdma_probe::RdmaProbeArgs),
 }
 
 pub async fn run() -> Result<()> {
@@ -94,5 +98,6 @@ pub async fn run() -> Result<()> {
         Command::Compositions(args) => admin::compositions(args).await,
         Command::Subsystems(args) => admin::subsystems(args).await,
         Command::Controllers(args) => admin::controllers(args).await,
+        Command::RdmaProbe(args) => rdma_probe::run(args).await,
     }
 }

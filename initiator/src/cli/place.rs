@@ -101,6 +101,7 @@ async fn load_inventory(args: &PlaceArgs) -> Result<BoxInventory> {
     }
     if let Some(traddr) = &args.discover {
         let target = TargetArgs {
+            transport: "tcp".into(),
             traddr: traddr.clone(),
             trsvcid: Some(args.discover_port),
         };

@@ -69,6 +69,7 @@ impl Controller {
         };
 
         let admin = Queue::connect(
+            opts.transport,
             opts.addr,
             queue_config(&opts, 0, ADMIN_QUEUE_SIZE),
             ADMIN_IN_CAPSULE_LIMIT,
@@ -171,6 +172,7 @@ impl Controller {
 
         for qid in 1..=count as u16 {
             let queue = Queue::connect(
+                self.opts.transport,
                 self.opts.addr,
                 queue_config(&self.opts, qid, queue_size),
                 in_capsule_limit,
@@ -238,7 +240,7 @@ impl Controller {
     }
     /// MAXH2CDATA the target announced on the admin queue.
     pub fn maxh2cdata(&self) -> u32 {
-        self.admin.transport().maxh2cdata()
+        self.admin.maxh2cdata()
     }
 
     /// I/O queue `index` (0-based; its qid is `index + 1`).
@@ -282,10 +284,7 @@ impl Controller {
         let admin = self.admin.clone();
         async move {
             let sqe = AdminCommand::AsyncEventRequest.to_sqe(0);
-            let completion = admin
-                .transport()
-                .submit(sqe, None, 0, ADMIN_IN_CAPSULE_LIMIT)
-                .await?;
+            let completion = admin.submit_untimed(sqe, None, 0).await?;
             let status = completion.cqe.status;
             if !status.is_success() {
                 return Err(HostError::Status {
@@ -471,9 +470,13 @@ impl Controller {
 
     /// Largest transfer of one command in bytes (MDTS; None = no limit). CAP.MPSMIN is 4 KiB here.
     pub fn max_transfer(&self) -> Option<usize> {
-        match self.identify.mdts {
+        let mdts = match self.identify.mdts {
             0 => None,
             mdts => Some(4096usize << mdts.min(20)),
+        };
+        match (mdts, self.admin.max_command_data()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         }
     }
 

@@ -12,4 +12,4 @@ pub mod session;
 pub use controller::Controller;
 pub use discovery::{discover, DiscoveryLog};
 pub use io::IoQueue;
-pub use options::{ConnectOptions, HostIdentity};
+pub use options::{ConnectOptions, HostIdentity, Transport};

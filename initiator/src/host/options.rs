@@ -29,9 +29,19 @@ pub struct ConnectOptions {
     /// Largest H2CData PDU to send, below the target's MAXH2CDATA (None: MAXH2CDATA). For
     /// exercising a target's reassembly of write data.
     pub h2c_data_limit: Option<u32>,
+    /// The transport binding: NVMe/TCP, or NVMe/RDMA (needs the `rdma` feature).
+    pub transport: Transport,
     /// Ask the controller to disable SQ flow control (Connect CATTR bit 2, nvme-cli's
     /// `--disable-sqflow`); a target may then complete reads with a SUCCESS-flagged C2HData.
     pub disable_sq_flow: bool,
+}
+
+/// Which NVMe-oF transport binding a controller's queues use.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Transport {
+    #[default]
+    Tcp,
+    Rdma,
 }
 
 /// Defaults of the Linux host (`fabrics.h`): 128 entries per queue, 5 s keep-alive.
@@ -57,6 +67,7 @@ impl ConnectOptions {
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             h2c_data_limit: None,
             disable_sq_flow: false,
+            transport: Transport::Tcp,
         }
     }
 

@@ -9,27 +9,52 @@ use fabrik_proto::fabrics::fctype;
 use fabrik_proto::nvme::{admin_opcode, io_opcode};
 use fabrik_proto::Sqe;
 
+use super::options::Transport;
 use crate::error::HostError;
+#[cfg(feature = "rdma")]
+use crate::transport::rdma::RdmaQueue;
 use crate::transport::{Completion, TcpQueue, TcpQueueConfig};
 
 /// In-capsule data limit of the admin queue (`NVME_TCP_ADMIN_CCSZ`, NVMEOF-FACTS 1.6).
 pub const ADMIN_IN_CAPSULE_LIMIT: usize = 8192;
 
+/// The transport queue under a host queue.
+enum TransportQueue {
+    Tcp(TcpQueue),
+    #[cfg(feature = "rdma")]
+    Rdma(RdmaQueue),
+}
+
 pub struct Queue {
-    transport: TcpQueue,
-    /// Largest write sent in-capsule; bigger ones go through R2T.
+    transport: TransportQueue,
+    /// Largest write sent in-capsule (NVMe/TCP); bigger ones go through R2T.
     in_capsule_limit: usize,
     timeout: Duration,
 }
 
 impl Queue {
+    /// Connects one queue over `transport`; `config` gives its QID and depth (and the NVMe/TCP
+    /// settings, which NVMe/RDMA ignores).
     pub async fn connect(
+        transport: Transport,
         addr: SocketAddr,
         config: TcpQueueConfig,
         in_capsule_limit: usize,
         timeout: Duration,
     ) -> Result<Queue, HostError> {
-        let transport = TcpQueue::connect(addr, config).await?;
+        let transport = match transport {
+            Transport::Tcp => TransportQueue::Tcp(TcpQueue::connect(addr, config).await?),
+            #[cfg(feature = "rdma")]
+            Transport::Rdma => {
+                TransportQueue::Rdma(RdmaQueue::connect(addr, config.qid, config.depth).await?)
+            }
+            #[cfg(not(feature = "rdma"))]
+            Transport::Rdma => {
+                return Err(HostError::Invalid(
+                    "RDMA unavailable: this build has no `rdma` feature".into(),
+                ))
+            }
+        };
         Ok(Queue {
             transport,
             in_capsule_limit,
@@ -38,11 +63,30 @@ impl Queue {
     }
 
     pub fn qid(&self) -> u16 {
-        self.transport.qid()
+        match &self.transport {
+            TransportQueue::Tcp(t) => t.qid(),
+            #[cfg(feature = "rdma")]
+            TransportQueue::Rdma(r) => r.qid(),
+        }
     }
 
-    pub fn transport(&self) -> &TcpQueue {
-        &self.transport
+    /// The most data one command may move on this transport (None: no limit below MDTS).
+    pub fn max_command_data(&self) -> Option<usize> {
+        match &self.transport {
+            TransportQueue::Tcp(_) => None,
+            #[cfg(feature = "rdma")]
+            TransportQueue::Rdma(_) => Some(crate::transport::rdma::SLOT_DATA),
+        }
+    }
+
+    /// The largest write data the target takes in one piece: NVMe/TCP's MAXH2CDATA; NVMe/RDMA
+    /// has no such limit below a command's own.
+    pub fn maxh2cdata(&self) -> u32 {
+        match &self.transport {
+            TransportQueue::Tcp(t) => t.maxh2cdata(),
+            #[cfg(feature = "rdma")]
+            TransportQueue::Rdma(_) => crate::transport::rdma::SLOT_DATA as u32,
+        }
     }
 
     /// Sends a command and waits for it; a non-success status is `HostError::Status` naming the
@@ -54,9 +98,7 @@ impl Queue {
         data_in_len: usize,
     ) -> Result<Completion, HostError> {
         let qid = self.qid();
-        let submit = self
-            .transport
-            .submit(sqe, data_out, data_in_len, self.in_capsule_limit);
+        let submit = self.submit_untimed(sqe, data_out, data_in_len);
         let completion = match tokio::time::timeout(self.timeout, submit).await {
             Ok(Ok(completion)) => completion,
             Ok(Err(HostError::DataDigest { qid, .. })) => {
@@ -72,7 +114,11 @@ impl Queue {
                     command: command_name(qid, &sqe),
                     after: self.timeout,
                 };
-                self.transport.abort(err.clone());
+                match &self.transport {
+                    TransportQueue::Tcp(t) => t.abort(err.clone()),
+                    #[cfg(feature = "rdma")]
+                    TransportQueue::Rdma(r) => r.abort(err.clone()),
+                }
                 return Err(err);
             }
         };
@@ -88,8 +134,30 @@ impl Queue {
         Ok(completion)
     }
 
+    /// Sends a command and waits for its completion however long it takes (an Asynchronous
+    /// Event Request completes only when an event happens); the status is not looked at.
+    pub async fn submit_untimed(
+        &self,
+        sqe: Sqe,
+        data_out: Option<Bytes>,
+        data_in_len: usize,
+    ) -> Result<Completion, HostError> {
+        match &self.transport {
+            TransportQueue::Tcp(t) => {
+                t.submit(sqe, data_out, data_in_len, self.in_capsule_limit)
+                    .await
+            }
+            #[cfg(feature = "rdma")]
+            TransportQueue::Rdma(r) => r.submit(sqe, data_out, data_in_len).await,
+        }
+    }
+
     pub fn close(&self, reason: &str) {
-        self.transport.close(reason);
+        match &self.transport {
+            TransportQueue::Tcp(t) => t.close(reason),
+            #[cfg(feature = "rdma")]
+            TransportQueue::Rdma(r) => r.close(reason),
+        }
     }
 }
 

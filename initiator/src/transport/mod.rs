@@ -1,6 +1,8 @@
 //! Transports: the host halves of the NVMe-oF bindings. Each one moves capsules and data for one
 //! queue; NVMe meaning (status codes, command names, timeouts) lives in `host`.
 
+#[cfg(feature = "rdma")]
+pub mod rdma;
 pub mod tcp;
 
 pub use tcp::{Completion, TcpQueue, TcpQueueConfig};

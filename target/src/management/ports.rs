@@ -8,8 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{conflict, invalid, not_found, Manager};
 use crate::state::PortState;
-use crate::transport::tcp::TcpListenerPort;
-use crate::transport::Listener;
+use crate::transport::{self, Listener};
 
 /// A serving listener.
 pub(super) struct Listening {
@@ -20,17 +19,17 @@ pub(super) struct Listening {
 
 impl Manager {
     /// Binds and serves a port of the state (at start); returns the address bound.
-    pub async fn listen(&self, p: &PortState) -> std::io::Result<SocketAddr> {
-        let port = TcpListenerPort::bind(p.address, p.id).await?;
+    pub async fn listen(&self, p: &PortState) -> anyhow::Result<SocketAddr> {
+        let port = transport::bind(&p.transport, p.address, p.id).await?;
         Ok(self.serve(port))
     }
 
-    fn serve(&self, port: TcpListenerPort) -> SocketAddr {
+    fn serve(&self, port: Box<dyn Listener>) -> SocketAddr {
         let addr = port.port().addr;
         let id = port.port().id;
         self.target.add_port(port.port().clone());
         let stop = self.stop.child_token();
-        let task = Box::new(port).serve(self.target.clone(), stop.clone());
+        let task = port.serve(self.target.clone(), stop.clone());
         self.listeners
             .lock()
             .unwrap()
@@ -49,11 +48,14 @@ impl Manager {
     /// Binds first (a taken address is a 409 and changes nothing), then records the port, then
     /// serves it.
     pub(super) fn add_listener(&self, req: api::PortRequest) -> MgmtResult<api::Port> {
-        match req.transport.as_deref().unwrap_or("tcp") {
-            "tcp" => {}
-            "rdma" => return Err(invalid("the RDMA transport is not available in this build")),
-            other => return Err(invalid(format!("unknown transport {other:?} (tcp)"))),
-        }
+        let kind = match req.transport.as_deref().unwrap_or("tcp") {
+            t @ ("tcp" | "rdma") => t.to_string(),
+            other => {
+                return Err(invalid(format!(
+                    "unknown transport {other:?} (tcp or rdma)"
+                )))
+            }
+        };
         let ip: std::net::IpAddr = req
             .address
             .parse()
@@ -68,17 +70,22 @@ impl Manager {
             st.ports.iter().map(|p| p.id).max().unwrap_or(0) + 1
         };
         let bound = tokio::runtime::Handle::current()
-            .block_on(TcpListenerPort::bind(addr, id))
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::AddrInUse => conflict(format!("{addr} is in use")),
-                _ => invalid(format!("cannot listen on {addr}: {e}")),
+            .block_on(transport::bind(&kind, addr, id))
+            .map_err(|e| {
+                let in_use = e
+                    .downcast_ref::<std::io::Error>()
+                    .is_some_and(|e| e.kind() == std::io::ErrorKind::AddrInUse);
+                match in_use {
+                    true => conflict(format!("{addr} is in use")),
+                    false => invalid(format!("cannot listen on {addr}: {e:#}")),
+                }
             })?;
         // The address bound (port 0 picks one): what a restart must listen on again.
         let address = bound.port().addr;
         self.mutate(|st| {
             st.ports.push(PortState {
                 id,
-                transport: "tcp".into(),
+                transport: kind,
                 address,
             });
             Ok(())

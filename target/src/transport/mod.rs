@@ -1,8 +1,11 @@
 //! Transports: how capsules, data and responses move between a host and a `Queue`.
 //! The controller logic never knows which one it runs on.
 
+#[cfg(feature = "rdma")]
+pub mod rdma;
 pub mod tcp;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
@@ -19,4 +22,37 @@ pub trait Listener: Send + 'static {
         target: Arc<TargetState>,
         stop: CancellationToken,
     ) -> tokio::task::JoinHandle<()>;
+}
+
+/// The machine cannot do RDMA (no rdma-core libraries, no rdma_cm, no device for the address,
+/// or a build without the `rdma` feature): NVMe/TCP listeners still serve.
+#[derive(Debug, thiserror::Error)]
+#[error("RDMA unavailable: {0}")]
+pub struct RdmaUnavailable(pub String);
+
+/// Binds a listener of `transport` ("tcp" or "rdma") for port `id` on `addr`.
+pub async fn bind(transport: &str, addr: SocketAddr, id: u16) -> anyhow::Result<Box<dyn Listener>> {
+    match transport {
+        "tcp" => Ok(Box::new(tcp::TcpListenerPort::bind(addr, id).await?)),
+        "rdma" => bind_rdma(addr, id),
+        other => anyhow::bail!("unknown transport {other:?} (tcp or rdma)"),
+    }
+}
+
+/// How people name a transport: "NVMe/TCP", "NVMe/RDMA".
+pub fn transport_name(transport: &str) -> &'static str {
+    match transport {
+        "rdma" => "NVMe/RDMA",
+        _ => "NVMe/TCP",
+    }
+}
+
+#[cfg(feature = "rdma")]
+fn bind_rdma(addr: SocketAddr, id: u16) -> anyhow::Result<Box<dyn Listener>> {
+    Ok(Box::new(rdma::RdmaListenerPort::bind(addr, id)?))
+}
+
+#[cfg(not(feature = "rdma"))]
+fn bind_rdma(_addr: SocketAddr, _id: u16) -> anyhow::Result<Box<dyn Listener>> {
+    Err(RdmaUnavailable("fabrikd was built without the `rdma` cargo feature".into()).into())
 }

@@ -1,0 +1,466 @@
+//! NVMe/RDMA, host side: one RC queue pair per queue, connected through rdma_cm with the
+//! NVMe/RDMA private data. Commands go by SEND; every data transfer is a keyed SGL (type 0x40)
+//! naming the command's slot in a buffer registered once at connect time, which the target
+//! RDMA-READs (writes) or RDMA-WRITEs (reads). Completions arrive by SEND into 16-byte
+//! receives. A driver task owns the queue pair; callers talk to it through a channel.
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use fabrik_proto::{Cqe, SglDescriptor, Sqe};
+use fabrik_rdma::{
+    self as verbs, Completion as Wc, EventChannel, QpSizes, QueuePair, SendOp, SendWr,
+};
+use tokio::sync::{mpsc, oneshot};
+
+use super::Completion;
+use crate::error::HostError;
+
+/// Data one command may move: each slot has this much registered memory.
+pub const SLOT_DATA: usize = 128 * 1024;
+const SQE_LEN: usize = 64;
+const CQE_LEN: usize = 16;
+const WR_RECV: u64 = 1;
+const WR_SEND: u64 = 2;
+/// IBV_WC_WR_FLUSH_ERR.
+const WC_WR_FLUSH_ERR: u32 = 5;
+/// rdma_cm address and route resolution timeout.
+const RESOLVE_TIMEOUT_MS: i32 = 2000;
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+struct Request {
+    sqe: Sqe,
+    data_out: Bytes,
+    data_in_len: usize,
+    sgl: SglChoice,
+    done: oneshot::Sender<Result<Completion, HostError>>,
+}
+
+/// How a command's SGL is built. Anything but `Auto` is for exercising a target with
+/// commands the Linux host would never send.
+#[derive(Clone, Copy, Debug)]
+pub enum SglChoice {
+    /// A keyed SGL naming the command's slot (or a null one without data).
+    Auto,
+    /// This descriptor, as given.
+    Exact(SglDescriptor),
+    /// The slot's keyed SGL with a wrong rkey.
+    BadKey,
+    /// The slot's keyed SGL with this length.
+    Length(u32),
+}
+
+/// One NVMe/RDMA queue. Dropping it disconnects.
+pub struct RdmaQueue {
+    qid: u16,
+    requests: mpsc::UnboundedSender<Request>,
+    closed: Arc<Mutex<Option<HostError>>>,
+    stop: mpsc::UnboundedSender<HostError>,
+}
+
+impl RdmaQueue {
+    /// Connects queue `qid` of `depth` entries to the target at `addr`.
+    pub async fn connect(addr: SocketAddr, qid: u16, depth: u16) -> Result<RdmaQueue, HostError> {
+        match Self::connect_with(addr, qid, depth, connect_request(qid, depth)).await? {
+            Ok(q) => Ok(q),
+            Err(status) => Err(rejected(qid, status)),
+        }
+    }
+
+    /// Connects with the given CM private data; a target's reject gives its NVMe/RDMA status
+    /// (0 when the reject carried none).
+    pub async fn connect_with(
+        addr: SocketAddr,
+        qid: u16,
+        depth: u16,
+        private: [u8; 32],
+    ) -> Result<Result<RdmaQueue, u16>, HostError> {
+        verbs::check_libraries()
+            .map_err(|e| HostError::Invalid(format!("RDMA unavailable: {e}")))?;
+        let io = |what: &str| {
+            let what = format!("queue {qid}: {what} {addr}");
+            move |e: std::io::Error| HostError::io(what, e)
+        };
+        let channel = EventChannel::new().map_err(io("rdma_cm channel for"))?;
+        let id = channel.create_id().map_err(io("rdma_cm id for"))?;
+        let mut qp = QueuePair::new(id);
+        qp.resolve(&channel, addr, RESOLVE_TIMEOUT_MS)
+            .await
+            .map_err(io("resolving"))?;
+        let slots = u32::from(depth);
+        let (sizes, limits) = qp
+            .setup(
+                |_| QpSizes {
+                    recv_slots: slots,
+                    recv_size: CQE_LEN,
+                    send_wr: slots * 2,
+                    send_sge: 1,
+                    pool_bytes: slots as usize * (SQE_LEN + SLOT_DATA),
+                    remote_access: true,
+                },
+                None,
+            )
+            .map_err(io("queue pair for"))?;
+        let layout = Layout { sizes };
+        for slot in 0..slots as usize {
+            qp.post_recv(wr_id(WR_RECV, slot), layout.cqe_off(slot), CQE_LEN)
+                .map_err(io("posting receives for"))?;
+        }
+        let connected = tokio::time::timeout(
+            CONNECT_TIMEOUT,
+            qp.connect(&channel, &private, limits.max_qp_rd_atom, 0),
+        )
+        .await
+        .map_err(|_| {
+            HostError::io(
+                format!("queue {qid}: connecting to {addr}"),
+                std::io::ErrorKind::TimedOut.into(),
+            )
+        })?
+        .map_err(io("connecting to"))?;
+        if let Err(ev) = connected {
+            tracing::debug!(qid, event = %verbs::event_name(ev.kind), "connect refused");
+            return Ok(Err(reject_status(&ev)));
+        }
+        let (requests, rx) = mpsc::unbounded_channel();
+        let (stop, stop_rx) = mpsc::unbounded_channel();
+        let closed = Arc::new(Mutex::new(None));
+        let driver = Driver {
+            qid,
+            qp,
+            channel,
+            layout,
+            free: (0..slots as u16).rev().collect(),
+            inflight: (0..slots).map(|_| None).collect(),
+            waiting: VecDeque::new(),
+            closed: closed.clone(),
+        };
+        tokio::spawn(driver.run(rx, stop_rx));
+        Ok(Ok(RdmaQueue {
+            qid,
+            requests,
+            closed,
+            stop,
+        }))
+    }
+
+    pub fn qid(&self) -> u16 {
+        self.qid
+    }
+
+    /// Sends a command (its data by keyed SGL) and waits for its completion.
+    pub async fn submit(
+        &self,
+        sqe: Sqe,
+        data_out: Option<Bytes>,
+        data_in_len: usize,
+    ) -> Result<Completion, HostError> {
+        self.submit_with(sqe, data_out, data_in_len, SglChoice::Auto)
+            .await
+    }
+
+    /// As `submit`, with the SGL built as `sgl` says.
+    pub async fn submit_with(
+        &self,
+        sqe: Sqe,
+        data_out: Option<Bytes>,
+        data_in_len: usize,
+        sgl: SglChoice,
+    ) -> Result<Completion, HostError> {
+        let data_out = data_out.unwrap_or_default();
+        if !data_out.is_empty() && data_in_len > 0 {
+            return Err(HostError::Invalid(
+                "a command cannot both send and receive data".into(),
+            ));
+        }
+        if data_out.len().max(data_in_len) > SLOT_DATA {
+            return Err(HostError::Invalid(format!(
+                "NVMe/RDMA transfers are limited to {SLOT_DATA} bytes per command"
+            )));
+        }
+        if let Some(err) = self.closed.lock().unwrap().clone() {
+            return Err(err);
+        }
+        let (done, rx) = oneshot::channel();
+        let req = Request {
+            sqe,
+            data_out,
+            data_in_len,
+            sgl,
+            done,
+        };
+        self.requests.send(req).map_err(|_| self.closed_error())?;
+        rx.await.unwrap_or_else(|_| Err(self.closed_error()))
+    }
+
+    fn closed_error(&self) -> HostError {
+        self.closed
+            .lock()
+            .unwrap()
+            .clone()
+            .unwrap_or(HostError::ConnectionClosed { qid: self.qid })
+    }
+
+    /// Fails every command in flight with `err` and disconnects.
+    pub fn abort(&self, err: HostError) {
+        let _ = self.stop.send(err);
+    }
+
+    pub fn close(&self, reason: &str) {
+        self.abort(HostError::QueueClosed {
+            qid: self.qid,
+            reason: reason.into(),
+        });
+    }
+}
+
+impl Drop for RdmaQueue {
+    fn drop(&mut self) {
+        self.close("the queue was dropped");
+    }
+}
+
+/// The NVMe/RDMA CM request: RECFMT 0, QID, HRQSIZE (our receives), HSQSIZE (0's based).
+pub fn connect_request(qid: u16, depth: u16) -> [u8; 32] {
+    let mut b = [0u8; 32];
+    b[2..4].copy_from_slice(&qid.to_le_bytes());
+    b[4..6].copy_from_slice(&depth.to_le_bytes());
+    b[6..8].copy_from_slice(&(depth - 1).to_le_bytes());
+    b
+}
+
+fn reject_status(ev: &verbs::CmEvent) -> u16 {
+    match ev.private_data.get(2..4) {
+        Some(s) if ev.kind == verbs::EV_REJECTED => u16::from_le_bytes([s[0], s[1]]),
+        _ => 0,
+    }
+}
+
+fn rejected(qid: u16, status: u16) -> HostError {
+    let name = match status {
+        1 => "invalid private data length",
+        2 => "invalid RECFMT",
+        3 => "invalid QID",
+        4 => "invalid HSQSIZE",
+        5 => "invalid HRQSIZE",
+        6 => "no resources",
+        7 => "invalid IRD",
+        8 => "invalid ORD",
+        _ => "no NVMe/RDMA reason",
+    };
+    HostError::Protocol {
+        qid,
+        reason: format!("connect rejected: NVMe/RDMA status {status} ({name})"),
+    }
+}
+
+fn wr_id(kind: u64, slot: usize) -> u64 {
+    kind << 32 | slot as u64
+}
+
+/// Where things sit in the registered region: receives (CQEs), then per slot its SQE and data.
+struct Layout {
+    sizes: QpSizes,
+}
+
+impl Layout {
+    fn cqe_off(&self, slot: usize) -> usize {
+        slot * CQE_LEN
+    }
+    fn sqe_off(&self, slot: usize) -> usize {
+        self.sizes.recv_slots as usize * CQE_LEN + slot * (SQE_LEN + SLOT_DATA)
+    }
+    fn data_off(&self, slot: usize) -> usize {
+        self.sqe_off(slot) + SQE_LEN
+    }
+}
+
+struct Pending {
+    done: oneshot::Sender<Result<Completion, HostError>>,
+    data_in_len: usize,
+}
+
+struct Driver {
+    qid: u16,
+    qp: QueuePair,
+    channel: EventChannel,
+    layout: Layout,
+    free: Vec<u16>,
+    inflight: Vec<Option<Pending>>,
+    waiting: VecDeque<Request>,
+    closed: Arc<Mutex<Option<HostError>>>,
+}
+
+impl Driver {
+    async fn run(
+        mut self,
+        mut requests: mpsc::UnboundedReceiver<Request>,
+        mut stop: mpsc::UnboundedReceiver<HostError>,
+    ) {
+        let err = self.serve(&mut requests, &mut stop).await;
+        *self.closed.lock().unwrap() = Some(err.clone());
+        for p in self.inflight.iter_mut().filter_map(Option::take) {
+            let _ = p.done.send(Err(err.clone()));
+        }
+        for r in self.waiting.drain(..) {
+            let _ = r.done.send(Err(err.clone()));
+        }
+        requests.close();
+        while let Ok(r) = requests.try_recv() {
+            let _ = r.done.send(Err(err.clone()));
+        }
+        self.qp.disconnect();
+        let Driver { qp, channel, .. } = self;
+        // The queue pair (and its cm_id) before the channel; rdma_destroy_id may block.
+        let _ = tokio::task::spawn_blocking(move || {
+            drop(qp);
+            drop(channel);
+        })
+        .await;
+    }
+
+    async fn serve(
+        &mut self,
+        requests: &mut mpsc::UnboundedReceiver<Request>,
+        stop: &mut mpsc::UnboundedReceiver<HostError>,
+    ) -> HostError {
+        let mut wcs = [Wc::default(); 32];
+        loop {
+            loop {
+                let n = match self.qp.poll(&mut wcs) {
+                    Ok(n) => n,
+                    Err(e) => return HostError::io(format!("queue {}: polling", self.qid), e),
+                };
+                for wc in &wcs[..n] {
+                    if let Err(e) = self.on_completion(*wc) {
+                        return e;
+                    }
+                }
+                if n < wcs.len() {
+                    break;
+                }
+            }
+            tokio::select! {
+                r = self.qp.wait() => {
+                    if let Err(e) = r.and_then(|_| self.qp.arm()) {
+                        return HostError::io(format!("queue {}: completion channel", self.qid), e);
+                    }
+                }
+                req = requests.recv() => match req {
+                    Some(req) => {
+                        self.waiting.push_back(req);
+                        if let Err(e) = self.start_waiting() {
+                            return e;
+                        }
+                    }
+                    None => return HostError::QueueClosed { qid: self.qid, reason: "the queue was dropped".into() },
+                },
+                Some(err) = stop.recv() => return err,
+                ev = self.channel.next(|e| e.kind) => {
+                    let kind = ev.unwrap_or(verbs::EV_REJECTED);
+                    if kind != verbs::EV_ESTABLISHED {
+                        tracing::debug!(qid = self.qid, event = %verbs::event_name(kind), "rdma_cm event");
+                        return HostError::ConnectionClosed { qid: self.qid };
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sends waiting commands while slots are free.
+    fn start_waiting(&mut self) -> Result<(), HostError> {
+        while !self.free.is_empty() {
+            let Some(req) = self.waiting.pop_front() else {
+                return Ok(());
+            };
+            let slot = self.free.pop().expect("a free slot") as usize;
+            let region = self.qp.region.as_ref().expect("region");
+            let mut sqe = req.sqe;
+            sqe.cid = slot as u16;
+            let length = req.data_out.len().max(req.data_in_len) as u32;
+            let keyed = |length: u32, key: u32| SglDescriptor::KeyedDataBlock {
+                address: region.addr(self.layout.data_off(slot)),
+                length,
+                key,
+                invalidate: false,
+            };
+            sqe.set_sgl(&match req.sgl {
+                SglChoice::Auto if length == 0 => SglDescriptor::KeyedDataBlock {
+                    address: 0,
+                    length: 0,
+                    key: 0,
+                    invalidate: false,
+                },
+                SglChoice::Auto => keyed(length, region.rkey()),
+                SglChoice::Exact(sgl) => sgl,
+                SglChoice::BadKey => keyed(length, region.rkey() ^ 0x00a5_5a00),
+                SglChoice::Length(n) => keyed(n, region.rkey()),
+            });
+            // SAFETY: a free slot's SQE and data buffers are used by no work request and no
+            // remote access (its previous command completed).
+            unsafe {
+                region
+                    .slice_mut(self.layout.data_off(slot), req.data_out.len())
+                    .copy_from_slice(&req.data_out);
+                sqe.encode(region.slice_mut(self.layout.sqe_off(slot), SQE_LEN));
+            }
+            self.inflight[slot] = Some(Pending {
+                done: req.done,
+                data_in_len: req.data_in_len,
+            });
+            let wr = SendWr {
+                wr_id: wr_id(WR_SEND, slot),
+                op: SendOp::Send { invalidate: None },
+                local: vec![(self.layout.sqe_off(slot), SQE_LEN as u32)],
+                signaled: true,
+            };
+            self.qp
+                .post_send(&[wr])
+                .map_err(|e| HostError::io(format!("queue {}: posting a command", self.qid), e))?;
+        }
+        Ok(())
+    }
+
+    fn on_completion(&mut self, wc: Wc) -> Result<(), HostError> {
+        let kind = wc.wr_id >> 32;
+        let slot = (wc.wr_id & 0xffff_ffff) as usize;
+        if !wc.ok && wc.status == WC_WR_FLUSH_ERR {
+            // Work requests flushed: the queue pair went to the error state because the
+            // connection ended (the target disconnected or failed it).
+            return Err(HostError::ConnectionClosed { qid: self.qid });
+        }
+        if !wc.ok {
+            return Err(HostError::Protocol {
+                qid: self.qid,
+                reason: format!("work request {kind} failed with status {}", wc.status),
+            });
+        }
+        if kind != WR_RECV {
+            return Ok(());
+        }
+        let region = self.qp.region.as_ref().expect("region");
+        // SAFETY: the receive completed; nothing writes it until it is posted again.
+        let cqe = Cqe::decode(unsafe { region.slice(self.layout.cqe_off(slot), CQE_LEN) })
+            .map_err(|e| HostError::protocol(self.qid, format!("bad completion: {e}")))?;
+        self.qp
+            .post_recv(wr_id(WR_RECV, slot), self.layout.cqe_off(slot), CQE_LEN)
+            .map_err(|e| HostError::io(format!("queue {}: posting a receive", self.qid), e))?;
+        let cid = cqe.cid as usize;
+        let Some(p) = self.inflight.get_mut(cid).and_then(Option::take) else {
+            return Err(HostError::protocol(
+                self.qid,
+                format!("completion for command {cid}, which is not in flight"),
+            ));
+        };
+        // SAFETY: the target RDMA-WROTE the data before its response SEND, which completed.
+        let data = Bytes::copy_from_slice(unsafe {
+            region.slice(self.layout.data_off(cid), p.data_in_len)
+        });
+        let _ = p.done.send(Ok(Completion { cqe, data }));
+        self.free.push(cid as u16);
+        self.start_waiting()
+    }
+}

@@ -1,0 +1,670 @@
+//! Verbs: a queue pair with its completion queue and channel, registered memory, the shared
+//! receive queue, and the work requests the NVMe/RDMA queues post.
+
+use std::io;
+use std::net::SocketAddr;
+use std::ptr;
+
+use rdma_mummy_sys as sys;
+use tokio::io::unix::AsyncFd;
+
+use crate::cm::{sockaddr_from, CmEvent, EventChannel};
+use crate::cm::{EV_ADDR_RESOLVED, EV_ESTABLISHED, EV_ROUTE_RESOLVED};
+use crate::util::{check, os_err, set_nonblocking, Fd, Raw};
+
+/// Device limits that size a queue pair.
+#[derive(Clone, Copy, Debug)]
+pub struct DeviceLimits {
+    pub max_qp_wr: u32,
+    pub max_sge: u32,
+    pub max_cqe: u32,
+    pub max_qp_rd_atom: u8,
+    pub max_qp_init_rd_atom: u8,
+}
+
+/// Sizes of one queue pair's resources.
+#[derive(Clone, Copy, Debug)]
+pub struct QpSizes {
+    pub recv_slots: u32,
+    pub recv_size: usize,
+    pub send_wr: u32,
+    pub send_sge: u32,
+    pub pool_bytes: usize,
+    /// Register the buffers for the peer's RDMA READ and WRITE (the host side's data).
+    pub remote_access: bool,
+}
+
+/// A page-aligned buffer registered with the protection domain once, at connect time.
+pub struct Region {
+    ptr: *mut u8,
+    len: usize,
+    mr: *mut sys::ibv_mr,
+}
+
+impl Region {
+    /// Allocates `len` zeroed page-aligned bytes and registers them with `pd`.
+    /// # Safety
+    /// `pd` is a valid protection domain that outlives the region.
+    unsafe fn register(
+        pd: *mut sys::ibv_pd,
+        len: usize,
+        remote_access: bool,
+    ) -> io::Result<Region> {
+        let layout = std::alloc::Layout::from_size_align(len.max(1), 4096)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+        let ptr = std::alloc::alloc_zeroed(layout);
+        if ptr.is_null() {
+            return Err(io::Error::new(io::ErrorKind::OutOfMemory, "RDMA buffers"));
+        }
+        let mut access = sys::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE;
+        if remote_access {
+            access = access
+                | sys::ibv_access_flags::IBV_ACCESS_REMOTE_READ
+                | sys::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE;
+        }
+        let mr = sys::ibv_reg_mr(pd, ptr.cast(), len.max(1), access.0 as i32);
+        if mr.is_null() {
+            let e = os_err("ibv_reg_mr (is the locked-memory limit high enough?)");
+            std::alloc::dealloc(ptr, layout);
+            return Err(e);
+        }
+        Ok(Region { ptr, len, mr })
+    }
+
+    pub fn lkey(&self) -> u32 {
+        // SAFETY: mr is valid while self lives.
+        unsafe { (*self.mr).lkey }
+    }
+    pub fn rkey(&self) -> u32 {
+        // SAFETY: mr is valid while self lives.
+        unsafe { (*self.mr).rkey }
+    }
+    pub fn addr(&self, offset: usize) -> u64 {
+        debug_assert!(offset <= self.len);
+        self.ptr as u64 + offset as u64
+    }
+    /// # Safety
+    /// No RDMA operation may be writing the range (the caller's books say who owns which part).
+    pub unsafe fn slice(&self, offset: usize, len: usize) -> &[u8] {
+        assert!(offset + len <= self.len);
+        std::slice::from_raw_parts(self.ptr.add(offset), len)
+    }
+    /// # Safety
+    /// As `slice`, and no other reference to the range exists.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn slice_mut(&self, offset: usize, len: usize) -> &mut [u8] {
+        assert!(offset + len <= self.len);
+        std::slice::from_raw_parts_mut(self.ptr.add(offset), len)
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: the MR and the memory are ours; the queue pairs using them are gone.
+        unsafe {
+            sys::ibv_dereg_mr(self.mr);
+            std::alloc::dealloc(
+                self.ptr,
+                std::alloc::Layout::from_size_align(self.len.max(1), 4096)
+                    .expect("layout used at alloc"),
+            );
+        }
+    }
+}
+
+/// A shared receive queue (SRQ) with its receive buffers, on one device's protection domain:
+/// every queue pair of that device created with it takes its command capsules from here, so
+/// receive memory does not grow with connections.
+pub struct SharedRecv {
+    pd: *mut sys::ibv_pd,
+    srq: *mut sys::ibv_srq,
+    region: Option<Region>,
+    count: u32,
+    size: usize,
+}
+
+// SAFETY: the SRQ and PD are thread-safe verbs objects; ibv_post_srq_recv may be called from
+// any thread, and each buffer is owned by exactly one user at a time (the SRQ or the queue
+// that received into it, until it posts it back).
+unsafe impl Send for SharedRecv {}
+// SAFETY: as above.
+unsafe impl Sync for SharedRecv {}
+
+/// The device a cm_id is bound to, as a map key.
+/// # Safety
+/// `id` is a valid cm_id.
+pub unsafe fn device_key(id: Raw<sys::rdma_cm_id>) -> usize {
+    (*id.0).verbs as usize
+}
+
+impl SharedRecv {
+    /// Creates a protection domain, an SRQ of `count` receives of `size` bytes each on the
+    /// device of `id`, and posts every receive.
+    pub fn new(id: Raw<sys::rdma_cm_id>, count: u32, size: usize) -> io::Result<SharedRecv> {
+        // SAFETY: a valid id bound to a device; every object is checked and recorded, so Drop
+        // releases what exists.
+        unsafe {
+            let verbs = (*id.0).verbs;
+            let limits = query_limits(verbs)?;
+            let mut shared = SharedRecv {
+                pd: sys::ibv_alloc_pd(verbs),
+                srq: ptr::null_mut(),
+                region: None,
+                count: count.min(limits.max_qp_wr),
+                size,
+            };
+            if shared.pd.is_null() {
+                return Err(os_err("ibv_alloc_pd"));
+            }
+            let mut attr: sys::ibv_srq_init_attr = std::mem::zeroed();
+            attr.attr.max_wr = shared.count;
+            attr.attr.max_sge = 1;
+            shared.srq = sys::ibv_create_srq(shared.pd, &mut attr);
+            if shared.srq.is_null() {
+                return Err(os_err("ibv_create_srq"));
+            }
+            shared.region = Some(Region::register(
+                shared.pd,
+                shared.count as usize * size,
+                false,
+            )?);
+            for i in 0..shared.count as usize {
+                shared.post(i)?;
+            }
+            Ok(shared)
+        }
+    }
+
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
+    /// Posts receive buffer `idx` (again); its completion carries `wr_id` `1 << 32 | idx`.
+    pub fn post(&self, idx: usize) -> io::Result<()> {
+        let region = self.region.as_ref().expect("region");
+        let mut sge = sys::ibv_sge {
+            addr: region.addr(idx * self.size),
+            length: self.size as u32,
+            lkey: region.lkey(),
+        };
+        let mut wr = sys::ibv_recv_wr {
+            wr_id: SRQ_WR_KIND << 32 | idx as u64,
+            next: ptr::null_mut(),
+            sg_list: &mut sge,
+            num_sge: 1,
+        };
+        let mut bad = ptr::null_mut();
+        // SAFETY: valid SRQ; wr and sge live across the call; the buffer is registered.
+        check(
+            unsafe { sys::ibv_post_srq_recv(self.srq, &mut wr, &mut bad) },
+            "ibv_post_srq_recv",
+        )
+    }
+
+    /// The first `len` bytes received into buffer `idx`.
+    /// # Safety
+    /// The buffer's receive completed and it has not been posted again.
+    pub unsafe fn received(&self, idx: usize, len: usize) -> &[u8] {
+        assert!(len <= self.size);
+        self.region
+            .as_ref()
+            .expect("region")
+            .slice(idx * self.size, len)
+    }
+}
+
+/// The work request kind (`wr_id >> 32`) of shared receive queue completions.
+pub const SRQ_WR_KIND: u64 = 1;
+
+impl Drop for SharedRecv {
+    fn drop(&mut self) {
+        // SAFETY: ours; every queue pair using the SRQ is gone (they hold an Arc of it).
+        unsafe {
+            if !self.srq.is_null() {
+                sys::ibv_destroy_srq(self.srq);
+            }
+            self.region = None;
+            if !self.pd.is_null() {
+                sys::ibv_dealloc_pd(self.pd);
+            }
+        }
+    }
+}
+
+/// Everything one NVMe/RDMA queue holds: its cm_id, protection domain, completion queue and
+/// channel, queue pair and registered memory. Dropped in the order the verbs demand.
+pub struct QueuePair {
+    id: Raw<sys::rdma_cm_id>,
+    pd: *mut sys::ibv_pd,
+    channel: *mut sys::ibv_comp_channel,
+    cq: *mut sys::ibv_cq,
+    qp_created: bool,
+    pub region: Option<Region>,
+    fd: Option<AsyncFd<Fd>>,
+    unacked_events: u32,
+    /// The device's shared receive queue and protection domain, when the QP uses them.
+    shared: Option<std::sync::Arc<SharedRecv>>,
+}
+
+// SAFETY: the verbs objects are thread-safe; the QueuePair is used by one task at a time.
+unsafe impl Send for QueuePair {}
+// SAFETY: as above; shared references only read the pointers.
+unsafe impl Sync for QueuePair {}
+
+impl QueuePair {
+    /// Takes ownership of a connect request's cm_id; `setup` then creates the resources.
+    /// Dropping the value destroys the id: do it only after the request's event is acked.
+    pub fn new(id: Raw<sys::rdma_cm_id>) -> QueuePair {
+        QueuePair {
+            id,
+            pd: ptr::null_mut(),
+            channel: ptr::null_mut(),
+            cq: ptr::null_mut(),
+            qp_created: false,
+            region: None,
+            fd: None,
+            unacked_events: 0,
+            shared: None,
+        }
+    }
+
+    /// Creates the queue's resources on the device the connect request came in on. With
+    /// `shared`, the QP takes its receives from that SRQ and lives in its protection domain
+    /// (then `sizes.recv_size` is 0: no receive buffers of its own).
+    pub fn setup(
+        &mut self,
+        sizes: impl FnOnce(&DeviceLimits) -> QpSizes,
+        shared: Option<std::sync::Arc<SharedRecv>>,
+    ) -> io::Result<(QpSizes, DeviceLimits)> {
+        self.shared = shared;
+        // SAFETY: the id is a valid connect-request id (see `new`); every object created is
+        // checked and recorded in self, so Drop releases exactly what exists.
+        unsafe { self.setup_raw(sizes) }
+    }
+
+    unsafe fn setup_raw(
+        &mut self,
+        sizes: impl FnOnce(&DeviceLimits) -> QpSizes,
+    ) -> io::Result<(QpSizes, DeviceLimits)> {
+        let qp = self;
+        let id = qp.id;
+        let verbs = (*id.0).verbs;
+        let limits = query_limits(verbs)?;
+        let sizes = sizes(&limits);
+        let srq = match &qp.shared {
+            Some(shared) => shared.srq,
+            None => {
+                qp.pd = sys::ibv_alloc_pd(verbs);
+                if qp.pd.is_null() {
+                    return Err(os_err("ibv_alloc_pd"));
+                }
+                ptr::null_mut()
+            }
+        };
+        let pd = qp.shared.as_ref().map_or(qp.pd, |s| s.pd);
+        qp.channel = sys::ibv_create_comp_channel(verbs);
+        if qp.channel.is_null() {
+            return Err(os_err("ibv_create_comp_channel"));
+        }
+        let fd = (*qp.channel).fd;
+        set_nonblocking(fd)?;
+        // SAFETY: the channel's fd stays open until Drop, which deregisters it first.
+        qp.fd = Some(AsyncFd::register(Fd(fd))?);
+        let cqe = (sizes.recv_slots + sizes.send_wr).min(limits.max_cqe) as i32;
+        qp.cq = sys::ibv_create_cq(verbs, cqe, ptr::null_mut(), qp.channel, 0);
+        if qp.cq.is_null() {
+            return Err(os_err("ibv_create_cq"));
+        }
+        let mut init: sys::ibv_qp_init_attr = std::mem::zeroed();
+        init.send_cq = qp.cq;
+        init.recv_cq = qp.cq;
+        init.qp_type = sys::ibv_qp_type::IBV_QPT_RC;
+        init.cap.max_send_wr = sizes.send_wr;
+        if srq.is_null() {
+            init.cap.max_recv_wr = sizes.recv_slots;
+            init.cap.max_recv_sge = 1;
+        } else {
+            init.srq = srq;
+        }
+        init.cap.max_send_sge = sizes.send_sge;
+        check(sys::rdma_create_qp(id.0, pd, &mut init), "rdma_create_qp")?;
+        qp.qp_created = true;
+        let len = sizes.recv_slots as usize * sizes.recv_size
+            + sizes.recv_slots as usize * 16
+            + sizes.pool_bytes;
+        qp.region = Some(Region::register(pd, len, sizes.remote_access)?);
+        check(sys::ibv_req_notify_cq(qp.cq, 0), "ibv_req_notify_cq")?;
+        Ok((sizes, limits))
+    }
+
+    pub fn id(&self) -> Raw<sys::rdma_cm_id> {
+        self.id
+    }
+
+    /// Accepts the connection, with our private data and RDMA READ depths.
+    pub fn accept(
+        &self,
+        private: &[u8],
+        responder_resources: u8,
+        initiator_depth: u8,
+    ) -> io::Result<()> {
+        // SAFETY: all-zero is a valid rdma_conn_param.
+        let mut param: sys::rdma_conn_param = unsafe { std::mem::zeroed() };
+        param.private_data = private.as_ptr().cast();
+        param.private_data_len = private.len() as u8;
+        param.responder_resources = responder_resources;
+        param.initiator_depth = initiator_depth;
+        param.flow_control = 1;
+        param.rnr_retry_count = 7;
+        // SAFETY: valid id with a QP; param and its private data live across the call.
+        check(
+            unsafe { sys::rdma_accept(self.id.0, &mut param) },
+            "rdma_accept",
+        )
+    }
+
+    /// Resolves `dst` to a local device and a route to it (the active side, before `setup`).
+    pub async fn resolve(
+        &self,
+        channel: &EventChannel,
+        dst: SocketAddr,
+        timeout_ms: i32,
+    ) -> io::Result<()> {
+        let (mut storage, _len) = sockaddr_from(dst);
+        // SAFETY: valid id; the sockaddr is valid for the call.
+        check(
+            unsafe {
+                sys::rdma_resolve_addr(
+                    self.id.0,
+                    ptr::null_mut(),
+                    (&mut storage as *mut libc::sockaddr_storage).cast(),
+                    timeout_ms,
+                )
+            },
+            "rdma_resolve_addr",
+        )?;
+        channel.expect(EV_ADDR_RESOLVED).await?;
+        // SAFETY: valid id with a resolved address.
+        check(
+            unsafe { sys::rdma_resolve_route(self.id.0, timeout_ms) },
+            "rdma_resolve_route",
+        )?;
+        channel.expect(EV_ROUTE_RESOLVED).await?;
+        Ok(())
+    }
+
+    /// Connects (the active side, after `setup`) with our private data; returns the
+    /// ESTABLISHED event, or the REJECTED one (with the peer's private data) as an error value.
+    pub async fn connect(
+        &self,
+        channel: &EventChannel,
+        private: &[u8],
+        responder_resources: u8,
+        initiator_depth: u8,
+    ) -> io::Result<Result<CmEvent, CmEvent>> {
+        {
+            // In a block of its own: the raw pointer in `param` must not live across the await
+            // below, or the future would not be Send.
+            // SAFETY: all-zero is a valid rdma_conn_param.
+            let mut param: sys::rdma_conn_param = unsafe { std::mem::zeroed() };
+            param.private_data = private.as_ptr().cast();
+            param.private_data_len = private.len() as u8;
+            param.responder_resources = responder_resources;
+            param.initiator_depth = initiator_depth;
+            param.flow_control = 1;
+            param.retry_count = 7;
+            param.rnr_retry_count = 7;
+            // SAFETY: valid id with a QP; param and its private data live across the call.
+            check(
+                unsafe { sys::rdma_connect(self.id.0, &mut param) },
+                "rdma_connect",
+            )?;
+        }
+        let ev = channel
+            .next(|e| CmEvent {
+                kind: e.kind,
+                id: e.id,
+                private_data: e.private_data.clone(),
+                responder_resources: e.responder_resources,
+                initiator_depth: e.initiator_depth,
+            })
+            .await?;
+        Ok(if ev.kind == EV_ESTABLISHED {
+            Ok(ev)
+        } else {
+            Err(ev)
+        })
+    }
+
+    /// Device limits of the id's device (after address resolution).
+    pub fn device_limits(&self) -> io::Result<DeviceLimits> {
+        // SAFETY: valid id bound to a device.
+        unsafe { query_limits((*self.id.0).verbs) }
+    }
+
+    /// Rejects the connect request with NVMe/RDMA private data.
+    pub fn reject(&self, private: &[u8]) {
+        // SAFETY: valid id; the private data lives across the call.
+        unsafe { sys::rdma_reject(self.id.0, private.as_ptr().cast(), private.len() as u8) };
+    }
+
+    pub fn disconnect(&self) {
+        // SAFETY: valid id; disconnecting twice only returns an error.
+        unsafe { sys::rdma_disconnect(self.id.0) };
+    }
+
+    /// Posts one receive of `len` bytes at `offset` in the region.
+    pub fn post_recv(&self, wr_id: u64, offset: usize, len: usize) -> io::Result<()> {
+        let region = self.region.as_ref().expect("region");
+        let mut sge = sys::ibv_sge {
+            addr: region.addr(offset),
+            length: len as u32,
+            lkey: region.lkey(),
+        };
+        let mut wr = sys::ibv_recv_wr {
+            wr_id,
+            next: ptr::null_mut(),
+            sg_list: &mut sge,
+            num_sge: 1,
+        };
+        let mut bad = ptr::null_mut();
+        // SAFETY: valid QP; wr and sge live across the call; the buffer is registered.
+        check(
+            unsafe { sys::ibv_post_recv((*self.id.0).qp, &mut wr, &mut bad) },
+            "ibv_post_recv",
+        )
+    }
+
+    /// Posts a chain of send-queue work requests.
+    pub fn post_send(&self, wrs: &[SendWr]) -> io::Result<()> {
+        let region = self.region.as_ref().expect("region");
+        let lkey = region.lkey();
+        let mut sges: Vec<Vec<sys::ibv_sge>> = wrs
+            .iter()
+            .map(|w| {
+                w.local
+                    .iter()
+                    .map(|&(off, len)| sys::ibv_sge {
+                        addr: region.addr(off),
+                        length: len,
+                        lkey,
+                    })
+                    .collect()
+            })
+            .collect();
+        // SAFETY: all-zero is a valid (empty) work request.
+        let mut raw: Vec<sys::ibv_send_wr> =
+            wrs.iter().map(|_| unsafe { std::mem::zeroed() }).collect();
+        let n = raw.len();
+        let base = raw.as_mut_ptr();
+        for (i, (w, r)) in wrs.iter().zip(raw.iter_mut()).enumerate() {
+            r.wr_id = w.wr_id;
+            r.sg_list = sges[i].as_mut_ptr();
+            r.num_sge = sges[i].len() as i32;
+            r.send_flags = if w.signaled {
+                sys::ibv_send_flags::IBV_SEND_SIGNALED.0
+            } else {
+                0
+            };
+            match w.op {
+                SendOp::Send { invalidate: None } => r.opcode = sys::ibv_wr_opcode::IBV_WR_SEND,
+                SendOp::Send {
+                    invalidate: Some(rkey),
+                } => {
+                    r.opcode = sys::ibv_wr_opcode::IBV_WR_SEND_WITH_INV;
+                    r.imm_data_invalidated_rkey_union.invalidated_rkey = rkey;
+                }
+                SendOp::Read { remote, rkey } | SendOp::Write { remote, rkey } => {
+                    r.opcode = if matches!(w.op, SendOp::Read { .. }) {
+                        sys::ibv_wr_opcode::IBV_WR_RDMA_READ
+                    } else {
+                        sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE
+                    };
+                    r.wr.rdma = sys::rdma_t {
+                        remote_addr: remote,
+                        rkey,
+                    };
+                }
+            }
+            if i + 1 < n {
+                // SAFETY: i + 1 is within the vector.
+                r.next = unsafe { base.add(i + 1) };
+            }
+        }
+        let mut bad = ptr::null_mut();
+        // SAFETY: valid QP; the chain, its SGEs and the registered buffers live across the call.
+        check(
+            unsafe { sys::ibv_post_send((*self.id.0).qp, base, &mut bad) },
+            "ibv_post_send",
+        )
+    }
+
+    /// Takes up to `wcs.len()` completions.
+    pub fn poll(&self, wcs: &mut [Completion]) -> io::Result<usize> {
+        // SAFETY: all-zero is a valid ibv_wc.
+        let mut raw: [sys::ibv_wc; 32] = unsafe { std::mem::zeroed() };
+        let want = wcs.len().min(raw.len()) as i32;
+        // SAFETY: valid CQ; raw holds `want` entries.
+        let n = unsafe { sys::ibv_poll_cq(self.cq, want, raw.as_mut_ptr()) };
+        if n < 0 {
+            return Err(io::Error::other("ibv_poll_cq failed"));
+        }
+        for (w, r) in wcs.iter_mut().zip(&raw[..n as usize]) {
+            *w = Completion {
+                wr_id: r.wr_id,
+                ok: r.status == sys::ibv_wc_status::IBV_WC_SUCCESS,
+                status: r.status,
+                byte_len: r.byte_len,
+            };
+        }
+        Ok(n as usize)
+    }
+
+    /// Re-arms completion notification (then poll once more: completions may have arrived
+    /// before the arming).
+    pub fn arm(&self) -> io::Result<()> {
+        // SAFETY: valid CQ.
+        check(
+            unsafe { sys::ibv_req_notify_cq(self.cq, 0) },
+            "ibv_req_notify_cq",
+        )
+    }
+
+    /// Waits for the completion channel to signal and consumes the event.
+    pub async fn wait(&mut self) -> io::Result<()> {
+        let fd = self.fd.as_ref().expect("completion channel");
+        loop {
+            let mut guard = fd.readable().await?;
+            let mut cq = ptr::null_mut();
+            let mut ctx = ptr::null_mut();
+            // SAFETY: valid channel with a non-blocking fd; out pointers to locals.
+            let ret = unsafe { sys::ibv_get_cq_event(self.channel, &mut cq, &mut ctx) };
+            if ret != 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::WouldBlock {
+                    guard.clear_ready();
+                    continue;
+                }
+                return Err(e);
+            }
+            self.unacked_events += 1;
+            if self.unacked_events >= 64 {
+                // SAFETY: the events came from this CQ.
+                unsafe { sys::ibv_ack_cq_events(self.cq, self.unacked_events) };
+                self.unacked_events = 0;
+            }
+            return Ok(());
+        }
+    }
+}
+
+/// # Safety
+/// `verbs` is a valid device context.
+unsafe fn query_limits(verbs: *mut sys::ibv_context) -> io::Result<DeviceLimits> {
+    if verbs.is_null() {
+        return Err(io::Error::other("the cm_id has no device yet"));
+    }
+    let mut attr: sys::ibv_device_attr = std::mem::zeroed();
+    check(sys::ibv_query_device(verbs, &mut attr), "ibv_query_device")?;
+    Ok(DeviceLimits {
+        max_qp_wr: attr.max_qp_wr.max(1) as u32,
+        max_sge: attr.max_sge.max(1) as u32,
+        max_cqe: attr.max_cqe.max(1) as u32,
+        max_qp_rd_atom: attr.max_qp_rd_atom.clamp(0, 255) as u8,
+        max_qp_init_rd_atom: attr.max_qp_init_rd_atom.clamp(0, 255) as u8,
+    })
+}
+
+impl Drop for QueuePair {
+    fn drop(&mut self) {
+        // SAFETY: each object is ours and destroyed once, users before what they use: the QP
+        // (which may still hold flushed work requests) before the CQ and the memory it used,
+        // the CQ before its channel, everything before the PD and the cm_id. rdma_destroy_id
+        // waits for this id's events to be acked, which the listener does promptly.
+        unsafe {
+            if self.qp_created {
+                sys::rdma_destroy_qp(self.id.0);
+            }
+            if !self.cq.is_null() {
+                if self.unacked_events > 0 {
+                    sys::ibv_ack_cq_events(self.cq, self.unacked_events);
+                }
+                sys::ibv_destroy_cq(self.cq);
+            }
+            self.fd = None;
+            if !self.channel.is_null() {
+                sys::ibv_destroy_comp_channel(self.channel);
+            }
+            self.region = None;
+            if !self.pd.is_null() {
+                sys::ibv_dealloc_pd(self.pd);
+            }
+            sys::rdma_destroy_id(self.id.0);
+        }
+    }
+}
+
+/// A completion, reduced to what the queue needs.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Completion {
+    pub wr_id: u64,
+    pub ok: bool,
+    pub status: u32,
+    pub byte_len: u32,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub enum SendOp {
+    Send { invalidate: Option<u32> },
+    Read { remote: u64, rkey: u32 },
+    Write { remote: u64, rkey: u32 },
+}
+
+/// One send-queue work request: local (offset, length) pieces of the region.
+#[derive(Clone, Debug)]
+pub struct SendWr {
+    pub wr_id: u64,
+    pub op: SendOp,
+    pub local: Vec<(usize, u32)>,
+    pub signaled: bool,
+}

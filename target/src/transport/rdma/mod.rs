@@ -1,0 +1,258 @@
+//! NVMe/RDMA (RoCEv2, iWARP, InfiniBand through rdma_cm), controller side. One rdma_cm
+//! listener per port; each connect request carries the NVMe/RDMA private data (queue ID and
+//! sizes) and becomes one RC queue pair served by its own task (see `queue`). CM events for
+//! every queue arrive on the listener's event channel and are routed to their queue's task.
+//! The queue pairs of one device share a protection domain and a shared receive queue.
+
+mod queue;
+pub mod wire;
+
+use fabrik_rdma as verbs;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+use tokio_util::sync::CancellationToken;
+
+use super::{Listener, RdmaUnavailable};
+use crate::controller::Queue;
+use crate::model::{Port, TargetState, TransportType};
+use queue::Connection;
+use verbs::{CmEvent, EventChannel, QueuePair, Raw, SharedRecv};
+use wire::{reject, CmRequest};
+
+/// Checks that the RDMA libraries can be loaded, so a missing rdma-core says so up front.
+pub fn available() -> Result<(), String> {
+    verbs::check_libraries()
+}
+
+pub struct RdmaListenerPort {
+    channel: EventChannel,
+    port: Port,
+}
+
+impl RdmaListenerPort {
+    /// Binds an rdma_cm listener (needs a tokio runtime: the event channel is driven by it).
+    /// No RDMA on this machine (libraries, rdma_cm, or a device for `addr`) is
+    /// `RdmaUnavailable`.
+    pub fn bind(addr: SocketAddr, port_id: u16) -> anyhow::Result<RdmaListenerPort> {
+        available().map_err(RdmaUnavailable)?;
+        let mut channel = EventChannel::new().map_err(|e| RdmaUnavailable(e.to_string()))?;
+        channel
+            .bind_listen(addr, 128)
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::ENODEV | libc::EADDRNOTAVAIL) => {
+                    anyhow::Error::new(RdmaUnavailable(format!("no RDMA device for {addr}: {e}")))
+                }
+                _ => anyhow::Error::new(e),
+            })?;
+        let addr = channel.local_addr().unwrap_or(addr);
+        Ok(RdmaListenerPort {
+            channel,
+            port: Port {
+                id: port_id,
+                transport: TransportType::Rdma,
+                addr,
+            },
+        })
+    }
+}
+
+type Routes = Arc<Mutex<HashMap<usize, UnboundedSender<u32>>>>;
+type Devices = HashMap<usize, Arc<SharedRecv>>;
+
+/// What a CM event asks of the listener once the event is acked.
+enum Outcome {
+    None,
+    /// A connection was accepted: serve it.
+    Accepted(Box<Connection>, CmRequest),
+    /// A refused or failed connect request: its resources and id go (only after the ack,
+    /// as rdma_destroy_id waits for it).
+    Drop(QueuePair),
+}
+
+impl Listener for RdmaListenerPort {
+    fn port(&self) -> &Port {
+        &self.port
+    }
+
+    fn serve(
+        self: Box<Self>,
+        target: Arc<TargetState>,
+        stop: CancellationToken,
+    ) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            let routes: Routes = Arc::default();
+            // One shared receive queue per device, kept while the listener runs.
+            let mut devices: Devices = HashMap::new();
+            let mut connections = tokio::task::JoinSet::new();
+            let mut stopping = false;
+            loop {
+                if stopping && connections.is_empty() {
+                    break;
+                }
+                tokio::select! {
+                    _ = stop.cancelled(), if !stopping => stopping = true,
+                    ev = self.channel.next(|ev| on_event(ev, &routes, &mut devices, stopping)) => match ev {
+                        Ok(Outcome::None) => {}
+                        Ok(Outcome::Drop(qp)) => drop_blocking(qp),
+                        Ok(Outcome::Accepted(conn, req)) => {
+                            let (tx, rx) = unbounded_channel();
+                            let id = conn.qp.id();
+                            routes.lock().unwrap().insert(id.0 as usize, tx);
+                            let (target, port, stop, routes) =
+                                (target.clone(), self.port.clone(), stop.clone(), routes.clone());
+                            connections.spawn(serve_queue(*conn, req, rx, target, port, stop, routes));
+                        }
+                        Err(e) => {
+                            tracing::warn!("rdma_cm event channel: {e}");
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
+                    },
+                    Some(done) = connections.join_next(), if !connections.is_empty() => {
+                        if let Err(e) = done {
+                            if e.is_panic() {
+                                tracing::error!("BUG: an RDMA queue task panicked: {e}");
+                            }
+                        }
+                    }
+                }
+            }
+            // Every queue's id is gone: the shared receive queues, the listening id and the
+            // channel may go too.
+            drop(devices);
+            drop(self);
+        })
+    }
+}
+
+/// Handles a CM event while it is held (a connect request is accepted or rejected here).
+fn on_event(ev: &CmEvent, routes: &Routes, devices: &mut Devices, stopping: bool) -> Outcome {
+    if ev.kind != verbs::EV_CONNECT_REQUEST {
+        match routes.lock().unwrap().get(&(ev.id.0 as usize)) {
+            Some(tx) => {
+                let _ = tx.send(ev.kind);
+            }
+            None if ev.kind == verbs::EV_DEVICE_REMOVAL => {
+                // The listening id's device went away: its queues end through their own
+                // events; this port takes no new connections until fabrikd restarts.
+                tracing::error!("RDMA device removed under an NVMe/RDMA listener");
+            }
+            None => {}
+        }
+        return Outcome::None;
+    }
+    let qp = QueuePair::new(ev.id);
+    let req = match CmRequest::parse(&ev.private_data) {
+        Ok(r) if !stopping => r,
+        Ok(_) => {
+            qp.reject(&wire::reject_data(reject::NO_RESOURCES));
+            return Outcome::Drop(qp);
+        }
+        Err(status) => {
+            tracing::warn!(
+                status,
+                "NVMe/RDMA connect request rejected: bad private data"
+            );
+            qp.reject(&wire::reject_data(status));
+            return Outcome::Drop(qp);
+        }
+    };
+    // SAFETY: the connect request's id is valid and bound to its device.
+    let key = unsafe { verbs::device_key(ev.id) };
+    let srq = match devices.get(&key) {
+        Some(srq) => srq.clone(),
+        None => match SharedRecv::new(ev.id, queue::SRQ_DEPTH, queue::CAPSULE_SIZE) {
+            Ok(srq) => {
+                let srq = Arc::new(srq);
+                tracing::info!(
+                    receives = srq.count(),
+                    "shared receive queue created for an RDMA device"
+                );
+                devices.insert(key, srq.clone());
+                srq
+            }
+            Err(e) => {
+                tracing::warn!("NVMe/RDMA connect request failed: no shared receive queue: {e}");
+                qp.reject(&wire::reject_data(reject::NO_RESOURCES));
+                return Outcome::Drop(qp);
+            }
+        },
+    };
+    match accept(qp, req, ev, srq) {
+        Ok(conn) => Outcome::Accepted(Box::new(conn), req),
+        Err((qp, e)) => {
+            tracing::warn!(qid = req.qid, "NVMe/RDMA connect request failed: {e}");
+            qp.reject(&wire::reject_data(reject::NO_RESOURCES));
+            Outcome::Drop(qp)
+        }
+    }
+}
+
+fn accept(
+    mut qp: QueuePair,
+    req: CmRequest,
+    ev: &CmEvent,
+    srq: Arc<SharedRecv>,
+) -> Result<Connection, (QueuePair, std::io::Error)> {
+    let sizes = |l: &verbs::DeviceLimits| queue::queue_sizes(req.qid, req.entries(), l.max_sge);
+    let (sizes, limits) = match qp.setup(sizes, Some(srq.clone())) {
+        Ok(s) => s,
+        Err(e) => return Err((qp, e)),
+    };
+    if sizes.send_wr > limits.max_qp_wr {
+        return Err((qp, std::io::Error::other("device queue pairs too small")));
+    }
+    let conn = Connection::new(qp, srq, sizes, req.qid, req.entries());
+    // The CM already turned the host's values round to our side: its responder resources
+    // arrive as our initiator depth (how many RDMA READs we may have outstanding, 0 would
+    // stall them), as nvmet-rdma uses them.
+    let responder = ev.responder_resources.min(limits.max_qp_rd_atom);
+    let initiator = ev.initiator_depth.min(limits.max_qp_init_rd_atom);
+    let crqsize = req.entries() as u16;
+    if let Err(e) = conn
+        .qp
+        .accept(&wire::accept_data(crqsize), responder, initiator)
+    {
+        return Err((conn.qp, e));
+    }
+    Ok(conn)
+}
+
+/// Tears a queue's verbs objects down off the runtime (rdma_destroy_id may wait for the
+/// listener to ack this id's last events).
+fn drop_blocking(qp: QueuePair) {
+    tokio::task::spawn_blocking(move || drop(qp));
+}
+
+async fn serve_queue(
+    mut conn: Connection,
+    req: CmRequest,
+    mut events: UnboundedReceiver<u32>,
+    target: Arc<TargetState>,
+    port: Port,
+    stop: CancellationToken,
+    routes: Routes,
+) {
+    let id: Raw<_> = conn.qp.id();
+    // SAFETY: the id is valid while its QueuePair lives.
+    let (local, peer) = unsafe { (verbs::local_addr(id), verbs::peer_addr(id)) };
+    let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
+    let (local, peer) = (local.unwrap_or(port.addr), peer.unwrap_or(unspecified));
+    let queue = Queue::new(target, port, local, peer);
+    tracing::debug!(%peer, qid = req.qid, entries = req.entries(), "NVMe/RDMA queue connected");
+    let result = conn.run(&queue, &mut events, &stop).await;
+    queue.closed();
+    match result {
+        Ok(()) => tracing::debug!(%peer, qid = req.qid, "NVMe/RDMA queue closed"),
+        Err(e) => tracing::info!(%peer, qid = req.qid, "NVMe/RDMA queue ended: {e}"),
+    }
+    conn.qp.disconnect();
+    conn.return_receives();
+    routes.lock().unwrap().remove(&(id.0 as usize));
+    let qp = conn.qp;
+    let _ = tokio::task::spawn_blocking(move || drop(qp)).await;
+}

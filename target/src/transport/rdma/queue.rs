@@ -1,0 +1,631 @@
+//! One NVMe/RDMA queue (one RC queue pair), controller side. Commands arrive by SEND into
+//! receive buffers posted ahead; write data comes by RDMA READ from the host's keyed buffer (or
+//! in the capsule), read data goes by RDMA WRITE chained before the 16-byte response SEND.
+//! Commands run concurrently; a single task drives the queue pair from its completion channel.
+//!
+//! Capsules arrive in the device's shared receive queue (SRQ): the SQE and any in-capsule data
+//! are copied out and the buffer goes straight back. Each command then takes a slot of this
+//! queue (its response buffer and data chunks) until its response SEND completes. There are
+//! twice as many slots as queue entries (a host may send the next command as soon as it sees
+//! a response, before our SEND completion is polled); a host with more commands outstanding
+//! than that breaks the queue-size contract and loses the queue.
+
+use std::collections::{HashSet, VecDeque};
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use fabrik_proto::nvme::DataDirection;
+use fabrik_proto::{Cqe, SglDescriptor, Sqe, Status};
+use futures_util::stream::{FuturesUnordered, StreamExt};
+use futures_util::FutureExt;
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio_util::sync::CancellationToken;
+
+use crate::controller::queue::Command;
+use crate::controller::{limits, Admitted, Queue, Response};
+use fabrik_proto::nvme::admin::AdminCommand;
+use fabrik_rdma::{self as verbs, Completion, QpSizes, QueuePair, SendOp, SendWr, SharedRecv};
+
+/// Unit of the data buffer pool: a transfer takes whole chunks, moved with one SGE each.
+pub const CHUNK: usize = 32 * 1024;
+const SQE_LEN: usize = 64;
+const CQE_LEN: usize = 16;
+/// Where the SGL descriptor (DPTR) sits in the SQE.
+const SGL_AT: usize = 24;
+
+const WR_RECV: u64 = verbs::SRQ_WR_KIND;
+const WR_READ: u64 = 2;
+const WR_SEND: u64 = 3;
+const WR_WRITE: u64 = 4;
+
+fn wr_id(kind: u64, slot: usize) -> u64 {
+    kind << 32 | slot as u64
+}
+
+/// Receive buffers of a device's shared receive queue, as nvmet-rdma's default SRQ size.
+pub const SRQ_DEPTH: u32 = 1024;
+/// One receive buffer: a command and the largest in-capsule data (I/O queues; admin less).
+pub const CAPSULE_SIZE: usize = SQE_LEN + limits::IO_INLINE_DATA as usize;
+
+/// The sizes of one queue's resources, as the host's CM request and the device allow.
+pub fn queue_sizes(qid: u16, entries: u32, max_sge: u32) -> QpSizes {
+    let slots = 2 * entries;
+    let send_sge = max_sge.min(16);
+    let chunks_per_transfer = (limits::MAX_TRANSFER as usize).div_ceil(CHUNK) as u32;
+    // A slot has at most one command's RDMA READs, or its RDMA WRITEs and the SEND, posted.
+    let wrs_per_slot = 1 + chunks_per_transfer.div_ceil(send_sge);
+    QpSizes {
+        // Receives come from the SRQ: `recv_slots` only sizes the completion queue and the
+        // response buffers.
+        recv_slots: slots,
+        recv_size: 0,
+        send_wr: slots * wrs_per_slot,
+        send_sge,
+        // Room for one largest transfer on the admin queue, a few on I/O queues; commands
+        // beyond it wait for buffers (back-pressure).
+        pool_bytes: if qid == 0 { 1 } else { 4 } * limits::MAX_TRANSFER as usize,
+        remote_access: false,
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConnError {
+    #[error("verbs: {0}")]
+    Io(#[from] io::Error),
+    #[error("{0}")]
+    Protocol(&'static str),
+    #[error("work request {kind} for slot {slot} failed with status {status}")]
+    WorkRequest { kind: u64, slot: usize, status: u32 },
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Keyed {
+    address: u64,
+    length: u32,
+    key: u32,
+}
+
+#[derive(Default)]
+struct Slot {
+    cid: u16,
+    /// The command holds its CID in `active` (not so for a CID conflict's answer).
+    counted: bool,
+    keyed: Option<Keyed>,
+    /// The rkey to invalidate with the response SEND (the host asked, data was mapped).
+    invalidate: Option<u32>,
+    chunks: Vec<u32>,
+    /// A write command waiting for its data.
+    write: Option<Admitted>,
+    /// A read command's answer waiting for buffers.
+    response: Option<Response>,
+}
+
+type Inflight<'q> = FuturesUnordered<Pin<Box<dyn Future<Output = (usize, Response)> + Send + 'q>>>;
+
+pub struct Connection {
+    pub qp: QueuePair,
+    srq: Arc<SharedRecv>,
+    sizes: QpSizes,
+    slots: Vec<Slot>,
+    free_slots: Vec<usize>,
+    free_chunks: Vec<u32>,
+    /// Slots waiting for pool chunks, oldest first: (slot, for an RDMA READ).
+    waiting: VecDeque<(usize, bool)>,
+    active: HashSet<u16>,
+    parked: HashSet<u16>,
+    sq_head: u32,
+    sends_outstanding: usize,
+    close_after_send: bool,
+    qid: u16,
+    entries: u32,
+    sq_flow_disabled: bool,
+}
+
+impl Connection {
+    pub fn new(
+        qp: QueuePair,
+        srq: Arc<SharedRecv>,
+        sizes: QpSizes,
+        qid: u16,
+        entries: u32,
+    ) -> Connection {
+        let chunks = (sizes.pool_bytes / CHUNK) as u32;
+        Connection {
+            qp,
+            srq,
+            sizes,
+            slots: (0..sizes.recv_slots).map(|_| Slot::default()).collect(),
+            free_slots: (0..sizes.recv_slots as usize).rev().collect(),
+            free_chunks: (0..chunks).rev().collect(),
+            waiting: VecDeque::new(),
+            active: HashSet::new(),
+            parked: HashSet::new(),
+            sq_head: 0,
+            sends_outstanding: 0,
+            close_after_send: false,
+            qid,
+            entries,
+            sq_flow_disabled: false,
+        }
+    }
+
+    fn cqe_off(&self, slot: usize) -> usize {
+        slot * CQE_LEN
+    }
+    fn chunk_off(&self, chunk: u32) -> usize {
+        self.sizes.recv_slots as usize * CQE_LEN + chunk as usize * CHUNK
+    }
+
+    /// Serves the queue until the host disconnects, the controller is torn down, a response
+    /// asks to close, or the target stops (then in-flight commands finish first).
+    pub async fn run<'q>(
+        &mut self,
+        queue: &'q Queue,
+        events: &mut UnboundedReceiver<u32>,
+        stop: &CancellationToken,
+    ) -> Result<(), ConnError> {
+        let mut inflight: Inflight<'q> = FuturesUnordered::new();
+        let mut wcs = [Completion::default(); 32];
+        let mut stopping = false;
+        loop {
+            loop {
+                let n = self.qp.poll(&mut wcs)?;
+                for wc in &wcs[..n] {
+                    self.on_completion(*wc, queue, &mut inflight)?;
+                }
+                if n < wcs.len() {
+                    break;
+                }
+            }
+            while let Some(Some((slot, resp))) = inflight.next().now_or_never() {
+                self.respond(queue, slot, resp)?;
+            }
+            if self.close_after_send && self.sends_outstanding == 0 {
+                return Ok(());
+            }
+            if stopping && inflight.len() <= self.parked.len() && self.sends_outstanding == 0 {
+                return Ok(());
+            }
+            let teardown = queue
+                .controller()
+                .map(|c| c.teardown.clone())
+                .unwrap_or_default();
+            tracing::trace!(inflight = inflight.len(), "waiting");
+            tokio::select! {
+                r = self.qp.wait() => {
+                    r?;
+                    self.qp.arm()?;
+                }
+                Some((slot, resp)) = inflight.next(), if !inflight.is_empty() => self.respond(queue, slot, resp)?,
+                ev = events.recv() => match ev {
+                    Some(verbs::EV_ESTABLISHED) => {}
+                    Some(kind) => {
+                        tracing::debug!(event = %verbs::event_name(kind), "queue pair disconnected");
+                        return Ok(());
+                    }
+                    None => return Ok(()),
+                },
+                _ = teardown.cancelled() => return Ok(()),
+                _ = stop.cancelled(), if !stopping => {
+                    stopping = true;
+                    queue.target.shutting_down.store(true, Ordering::Release);
+                }
+            }
+        }
+    }
+
+    fn on_completion<'q>(
+        &mut self,
+        wc: Completion,
+        queue: &'q Queue,
+        inflight: &mut Inflight<'q>,
+    ) -> Result<(), ConnError> {
+        let kind = wc.wr_id >> 32;
+        let slot = (wc.wr_id & 0xffff_ffff) as usize;
+        if kind == WR_RECV {
+            // A capsule in SRQ buffer `slot`: copy it out and give the buffer back first.
+            return self.on_receive(wc, queue, inflight);
+        }
+        tracing::trace!(
+            kind,
+            slot,
+            ok = wc.ok,
+            status = wc.status,
+            len = wc.byte_len,
+            "completion"
+        );
+        if !wc.ok || slot >= self.slots.len() {
+            // Any failed work request (a bad key or length from the host, a flush after the
+            // peer went away) puts the RC queue pair into the error state: the queue ends.
+            return Err(ConnError::WorkRequest {
+                kind,
+                slot,
+                status: wc.status,
+            });
+        }
+        match kind {
+            WR_READ => {
+                self.data_read(slot, queue, inflight);
+                self.serve_waiting()
+            }
+            WR_SEND => {
+                self.sends_outstanding -= 1;
+                let chunks = std::mem::take(&mut self.slots[slot].chunks);
+                self.free_chunks.extend(chunks);
+                self.slots[slot] = Slot::default();
+                self.free_slots.push(slot);
+                self.serve_waiting()
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// After the disconnect (the QP is in the error state and takes no more receives): gives
+    /// every SRQ buffer this queue received into and never processed back to the SRQ, or the
+    /// device's receive pool would shrink with each connection that went away mid-flight.
+    pub fn return_receives(&mut self) {
+        let mut wcs = [Completion::default(); 32];
+        while let Ok(n) = self.qp.poll(&mut wcs) {
+            for wc in wcs[..n].iter().filter(|wc| wc.wr_id >> 32 == WR_RECV) {
+                let _ = self.srq.post((wc.wr_id & 0xffff_ffff) as usize);
+            }
+            if n == 0 {
+                break;
+            }
+        }
+    }
+
+    fn on_receive<'q>(
+        &mut self,
+        wc: Completion,
+        queue: &'q Queue,
+        inflight: &mut Inflight<'q>,
+    ) -> Result<(), ConnError> {
+        let idx = (wc.wr_id & 0xffff_ffff) as usize;
+        if !wc.ok {
+            // Flushed at teardown (or failed): the buffer still belongs to the SRQ's pool.
+            let _ = self.srq.post(idx);
+            return Err(ConnError::WorkRequest {
+                kind: WR_RECV,
+                slot: idx,
+                status: wc.status,
+            });
+        }
+        let len = wc.byte_len as usize;
+        // SAFETY: the receive completed; the buffer is ours until posted again, just below.
+        let capsule = Bytes::copy_from_slice(unsafe { self.srq.received(idx, len) });
+        self.srq.post(idx)?;
+        let Some(slot) = self.free_slots.pop() else {
+            return Err(ConnError::Protocol(
+                "more commands outstanding than the queue size allows",
+            ));
+        };
+        self.on_capsule(slot, capsule, queue, inflight)
+    }
+
+    fn on_capsule<'q>(
+        &mut self,
+        slot: usize,
+        buf: Bytes,
+        queue: &'q Queue,
+        inflight: &mut Inflight<'q>,
+    ) -> Result<(), ConnError> {
+        let len = buf.len();
+        if len < SQE_LEN {
+            return Err(ConnError::Protocol("capsule shorter than a command"));
+        }
+        let mut raw = [0u8; SQE_LEN];
+        raw.copy_from_slice(&buf[..SQE_LEN]);
+        // The Linux host reuses a request's SQE and fills an in-capsule (offset) SGL without
+        // clearing its reserved bytes, where an earlier keyed SGL left its key: as nvmet-rdma
+        // does, ignore them.
+        if raw[SGL_AT + 15] == 0x01 {
+            raw[SGL_AT + 12..SGL_AT + 15].fill(0);
+        }
+        let sqe = Sqe::decode(&raw).map_err(|_| ConnError::Protocol("bad SQE"))?;
+        self.sq_head = self.sq_head.wrapping_add(1);
+        let cid = sqe.cid;
+        self.slots[slot].cid = cid;
+        if !self.active.insert(cid) {
+            // The other command with this CID stays in flight; this one is answered as such.
+            tracing::warn!(cid, "command identifier conflict");
+            return self.post_response(slot, Response::status(Status::CID_CONFLICT), Vec::new());
+        }
+        self.slots[slot].counted = true;
+        let (length, inline) = match sqe.sgl() {
+            Ok(SglDescriptor::KeyedDataBlock {
+                address,
+                length,
+                key,
+                invalidate,
+            }) => {
+                self.slots[slot].keyed = Some(Keyed {
+                    address,
+                    length,
+                    key,
+                });
+                if invalidate && length > 0 {
+                    self.slots[slot].invalidate = Some(key);
+                }
+                (length, None)
+            }
+            Ok(SglDescriptor::DataBlockOffset { offset, length }) => {
+                let carried = (len - SQE_LEN) as u64;
+                if offset
+                    .checked_add(u64::from(length))
+                    .is_none_or(|end| end > carried)
+                    || length > queue.inline_data_limit(&sqe)
+                {
+                    return self.respond(queue, slot, Response::status(Status::SGL_OFFSET_INVALID));
+                }
+                let start = SQE_LEN + offset as usize;
+                (length, Some(buf.slice(start..start + length as usize)))
+            }
+            Ok(_) | Err(_) => {
+                return self.respond(queue, slot, Response::status(Status::SGL_TYPE_INVALID))
+            }
+        };
+        let admitted = match queue.admit(&sqe, length) {
+            Ok(a) => a,
+            Err(status) => {
+                // Nothing was mapped: the host invalidates its key itself.
+                self.slots[slot].invalidate = None;
+                return self.respond(queue, slot, Response::status(status));
+            }
+        };
+        match admitted.direction {
+            DataDirection::ToController if inline.is_some() || length == 0 => {
+                let data = inline.unwrap_or_default();
+                inflight.push(Box::pin(async move {
+                    (slot, queue.execute(admitted, data).await)
+                }));
+            }
+            DataDirection::ToController => {
+                self.slots[slot].write = Some(admitted);
+                self.waiting.push_back((slot, true));
+                self.serve_waiting()?;
+            }
+            _ if inline.is_some() => {
+                return self.respond(queue, slot, Response::status(Status::INVALID_FIELD))
+            }
+            _ => {
+                if matches!(
+                    admitted.command,
+                    Command::Admin(AdminCommand::AsyncEventRequest)
+                ) {
+                    self.parked.insert(cid);
+                }
+                inflight.push(Box::pin(async move {
+                    (slot, queue.execute(admitted, Bytes::new()).await)
+                }));
+            }
+        }
+        Ok(())
+    }
+
+    /// Starts the data movements waiting for pool chunks, oldest first (a large one is not
+    /// overtaken for ever by small ones).
+    fn serve_waiting(&mut self) -> Result<(), ConnError> {
+        while let Some(&(slot, read)) = self.waiting.front() {
+            let need = if read {
+                self.slots[slot]
+                    .write
+                    .as_ref()
+                    .map_or(0, |c| c.transfer_len as usize)
+            } else {
+                self.slots[slot]
+                    .response
+                    .as_ref()
+                    .map_or(0, |r| r.data.len())
+            };
+            let n = need.div_ceil(CHUNK);
+            if self.free_chunks.len() < n {
+                return Ok(());
+            }
+            self.waiting.pop_front();
+            let at = self.free_chunks.len() - n;
+            self.slots[slot].chunks = self.free_chunks.split_off(at);
+            if read {
+                self.post_reads(slot, need)?;
+            } else {
+                let resp = self.slots[slot].response.take().expect("waiting response");
+                self.post_data_and_response(slot, resp)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The pieces of the slot's chunks that hold `len` bytes, grouped per work request.
+    fn pieces(&self, slot: usize, len: usize) -> Vec<Vec<(usize, u32)>> {
+        let mut left = len;
+        let pieces: Vec<(usize, u32)> = self.slots[slot]
+            .chunks
+            .iter()
+            .map(|&c| {
+                let n = left.min(CHUNK);
+                left -= n;
+                (self.chunk_off(c), n as u32)
+            })
+            .filter(|&(_, n)| n > 0)
+            .collect();
+        pieces
+            .chunks(self.sizes.send_sge as usize)
+            .map(|c| c.to_vec())
+            .collect()
+    }
+
+    fn post_reads(&mut self, slot: usize, len: usize) -> Result<(), ConnError> {
+        let k = self.slots[slot]
+            .keyed
+            .expect("write data comes by keyed SGL");
+        let groups = self.pieces(slot, len);
+        let last = groups.len() - 1;
+        let mut remote = k.address;
+        let wrs: Vec<SendWr> = groups
+            .into_iter()
+            .enumerate()
+            .map(|(i, local)| {
+                let wr = SendWr {
+                    wr_id: wr_id(WR_READ, slot),
+                    op: SendOp::Read {
+                        remote,
+                        rkey: k.key,
+                    },
+                    signaled: i == last,
+                    local,
+                };
+                remote += wr.local.iter().map(|&(_, n)| u64::from(n)).sum::<u64>();
+                wr
+            })
+            .collect();
+        tracing::trace!(slot, len, wrs = wrs.len(), "RDMA READ posted");
+        self.qp.post_send(&wrs)?;
+        Ok(())
+    }
+
+    /// The write data arrived: gather it and run the command.
+    fn data_read<'q>(&mut self, slot: usize, queue: &'q Queue, inflight: &mut Inflight<'q>) {
+        let Some(cmd) = self.slots[slot].write.take() else {
+            return;
+        };
+        let len = cmd.transfer_len as usize;
+        let mut data = BytesMut::with_capacity(len);
+        let region = self.qp.region.as_ref().expect("region");
+        let mut left = len;
+        for &c in &self.slots[slot].chunks {
+            let n = left.min(CHUNK);
+            // SAFETY: the RDMA READ into these chunks completed; nothing else writes them.
+            data.extend_from_slice(unsafe { region.slice(self.chunk_off(c), n) });
+            left -= n;
+        }
+        let chunks = std::mem::take(&mut self.slots[slot].chunks);
+        self.free_chunks.extend(chunks);
+        let data = data.freeze();
+        inflight.push(Box::pin(
+            async move { (slot, queue.execute(cmd, data).await) },
+        ));
+    }
+
+    /// A command is done: it leaves the books and its answer goes out.
+    fn respond(&mut self, queue: &Queue, slot: usize, resp: Response) -> Result<(), ConnError> {
+        self.sq_flow_disabled = queue.binding().is_some_and(|b| b.sq_flow_disabled);
+        let s = &mut self.slots[slot];
+        if s.counted {
+            self.active.remove(&s.cid);
+            self.parked.remove(&s.cid);
+            s.counted = false;
+        }
+        if resp.close {
+            self.close_after_send = true;
+        }
+        if resp.status.is_success() && !resp.data.is_empty() && s.keyed.is_some() {
+            s.response = Some(resp);
+            self.waiting.push_back((slot, false));
+            return self.serve_waiting();
+        }
+        self.post_response(slot, resp, Vec::new())
+    }
+
+    /// RDMA WRITEs the answer's data into the host's buffer, then the response.
+    fn post_data_and_response(&mut self, slot: usize, resp: Response) -> Result<(), ConnError> {
+        let k = self.slots[slot].keyed.expect("read data goes by keyed SGL");
+        let len = resp.data.len().min(k.length as usize);
+        let region = self.qp.region.as_ref().expect("region");
+        let mut done = 0;
+        for &c in &self.slots[slot].chunks {
+            let n = (len - done).min(CHUNK);
+            // SAFETY: the chunks belong to this slot and no work request uses them yet.
+            unsafe { region.slice_mut(self.chunk_off(c), n) }
+                .copy_from_slice(&resp.data[done..done + n]);
+            done += n;
+        }
+        let mut remote = k.address;
+        let wrs = self
+            .pieces(slot, len)
+            .into_iter()
+            .map(|local| {
+                let wr = SendWr {
+                    wr_id: wr_id(WR_WRITE, slot),
+                    op: SendOp::Write {
+                        remote,
+                        rkey: k.key,
+                    },
+                    signaled: false,
+                    local,
+                };
+                remote += wr.local.iter().map(|&(_, n)| u64::from(n)).sum::<u64>();
+                wr
+            })
+            .collect();
+        self.post_response(slot, resp, wrs)
+    }
+
+    /// Posts `wrs` and the 16-byte response SEND (with invalidation where the host asked).
+    fn post_response(
+        &mut self,
+        slot: usize,
+        resp: Response,
+        mut wrs: Vec<SendWr>,
+    ) -> Result<(), ConnError> {
+        let cqe = Cqe {
+            result: resp.result,
+            sqhd: if self.sq_flow_disabled {
+                0xffff
+            } else {
+                (self.sq_head % self.entries) as u16
+            },
+            sqid: self.qid,
+            cid: self.slots[slot].cid,
+            status: resp.status,
+        };
+        let off = self.cqe_off(slot);
+        // SAFETY: the slot's response buffer is not in use by any work request (one response
+        // per slot, its SEND completes before the slot is reused).
+        cqe.encode(unsafe {
+            self.qp
+                .region
+                .as_ref()
+                .expect("region")
+                .slice_mut(off, CQE_LEN)
+        });
+        wrs.push(SendWr {
+            wr_id: wr_id(WR_SEND, slot),
+            op: SendOp::Send {
+                invalidate: self.slots[slot].invalidate,
+            },
+            local: vec![(off, CQE_LEN as u32)],
+            signaled: true,
+        });
+        tracing::trace!(slot, cid = cqe.cid, status = ?cqe.status, wrs = wrs.len(), "response posted");
+        self.qp.post_send(&wrs)?;
+        self.sends_outstanding += 1;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_hold_the_largest_transfer_and_every_slot_s_work_requests() {
+        for (qid, entries, max_sge) in [(0, 32, 32), (1, 128, 32), (3, 1024, 4), (1, 2, 1)] {
+            let s = queue_sizes(qid, entries, max_sge);
+            assert_eq!(s.recv_slots, 2 * entries);
+            assert!(s.send_sge >= 1 && s.send_sge <= max_sge.min(16));
+            assert!(s.pool_bytes >= limits::MAX_TRANSFER as usize);
+            assert_eq!(s.pool_bytes % CHUNK, 0);
+            // The largest transfer's RDMA READs or WRITEs plus the response SEND fit one slot's
+            // share of the send queue.
+            let wrs = (limits::MAX_TRANSFER as usize).div_ceil(CHUNK * s.send_sge as usize) + 1;
+            assert!(
+                wrs as u32 * s.recv_slots <= s.send_wr,
+                "{qid} {entries} {max_sge}"
+            );
+        }
+    }
+}

@@ -1,0 +1,214 @@
+#!/bin/bash
+# fabrikd-rdma.sh - guest script: the Linux kernel NVMe/RDMA host (nvme-rdma over Soft-RoCE,
+# nvme-cli, fio) against fabrikd listening on rdma:10.99.0.1:4420 inside the guest
+# (rxe0 on veth0 <-> rxe1 on veth1, see rxe_pair_setup; the suite is nvmf-suite-lib.sh).
+# Args (VAR=value): NDRIVES=8 DRIVE_SIZE=1G BACKEND=file FIO_DEVS=4 FIO_MIB=32
+#   DATA_FS=ext4|tmpfs SKIP="fio acl ..." RUST_LOG=info FABRIKD=/path FABRIKD_ARGS="extra args"
+# Artifacts: when /share is mounted, /share/out/ gets fabrikd-rdma.log, dmesg-rdma.txt.
+set -u
+. /vmh/lib.sh
+args_to_env "$@"
+TRTYPE=rdma
+TRADDR=${TRADDR:-$RXE_IP0}
+TRSVCID=${TRSVCID:-4420}
+NDRIVES=${NDRIVES:-8}
+PERSIST_DRIVE=${PERSIST_DRIVE:-5}
+RESTART_DRIVE=${RESTART_DRIVE:-6}
+# Digests are NVMe/TCP only; the block step is covered by the TCP suite.
+SKIP="digest ${SKIP:-}"
+. /vmh/nvmf-suite-lib.sh
+T_SUITE="kernel nvme-rdma host vs fabrikd (Soft-RoCE)"
+DRIVE_SIZE=${DRIVE_SIZE:-1G}
+DRIVE_BYTES=$(to_bytes "$DRIVE_SIZE")
+BACKEND=${BACKEND:-file}
+DATA=/data/fabrik
+LOGF=/tmp/fabrikd-rdma.log
+NQN_PREFIX=${NQN_PREFIX:-nqn.2024-01.io.fabrik:$(hostname):drive-}
+export RUST_LOG=${RUST_LOG:-info} RUST_BACKTRACE=1 NO_COLOR=1
+FABRIKD=${FABRIKD:-$(command -v fabrikd)}
+[ -n "$FABRIKD" ] && [ -x "$FABRIKD" ] || { echo "FAIL: no fabrikd binary in the guest (PATH=$PATH)"; echo "0 passed, 1 failed"; exit 1; }
+OUT=; if grep -q ' /share 9p ' /proc/mounts; then OUT=/share/out; mkdir -p $OUT; fi
+
+rxe_pair_setup || { echo "FAIL: Soft-RoCE setup"; exit 1; }
+ping -c1 -W2 "$RXE_IP0" >/dev/null 2>&1   # ARP first: the first rdma_resolve_addr is slow otherwise
+rdma link show | sed 's/^/  /'
+data_dir_setup /data || { echo "FAIL: data dir setup"; exit 1; }
+mkdir -p $DATA
+FPID=
+START_N=0
+listening() { [ "$(grep -c 'NVMe/RDMA listener' $LOGF 2>/dev/null)" -ge "$START_N" ]; }
+target_start() {  # [allowed hostnqn]
+  local hostargs=() i
+  [ -n "${1:-}" ] && hostargs=(--host "$1")
+  START_N=$((START_N + 1))
+  echo "===== fabrikd start #$START_N $(date +%T) =====" >> $LOGF
+  local cmd=("$FABRIKD" --data-dir $DATA --listen "rdma:$TRADDR:$TRSVCID" --drives "$NDRIVES"
+             --drive-size "$DRIVE_SIZE" --backend "$BACKEND" "${hostargs[@]}")
+  # shellcheck disable=SC2206
+  cmd+=(${FABRIKD_ARGS:-})
+  echo "+ ${cmd[*]} >> $LOGF 2>&1 &"
+  "${cmd[@]}" >> $LOGF 2>&1 &
+  FPID=$!
+  for i in $(seq 1 600); do
+    listening && break
+    kill -0 $FPID 2>/dev/null || break
+    sleep 0.1
+  done
+  if ! kill -0 $FPID 2>/dev/null; then
+    wait $FPID; echo "  fabrikd (pid $FPID) exited with status $? before listening"; FPID=; return 1
+  fi
+  listening || { echo "  fabrikd pid $FPID not listening on rdma:$TRADDR:$TRSVCID after 60 s"; return 1; }
+  echo "  fabrikd pid $FPID listening on rdma:$TRADDR:$TRSVCID after ${i}00 ms"
+}
+target_stop() {  # SIGTERM, must exit 0 within 30 s
+  local i rc
+  [ -n "$FPID" ] || { echo "  fabrikd not running"; return 1; }
+  kill -TERM $FPID
+  for i in $(seq 1 300); do kill -0 $FPID 2>/dev/null || break; sleep 0.1; done
+  if kill -0 $FPID 2>/dev/null; then
+    echo "  fabrikd pid $FPID still running 30 s after SIGTERM: SIGKILL"
+    kill -KILL $FPID; wait $FPID 2>/dev/null; FPID=; return 1
+  fi
+  wait $FPID; rc=$?; FPID=
+  echo "  fabrikd exited with status $rc after SIGTERM (${i}00 ms)"
+  [ $rc = 0 ]
+}
+target_log() {
+  echo "---- fabrikd log (last 60 lines of $LOGF)"; tail -n 60 $LOGF | sed 's/^/  fabrikd: /'; echo "----"
+  [ -n "$FPID" ] && ! kill -0 $FPID 2>/dev/null && echo "  NOTE: fabrikd (pid $FPID) is no longer running"
+  return 0
+}
+
+# One fabrikd serving NVMe/TCP and NVMe/RDMA at once: the discovery log (read over RDMA) lists
+# every drive on both ports, and a namespace reached over TCP and over RDMA holds the same data.
+s_both() {
+  local out=/tmp/disc-both.out n_rdma n_tcp i d1 d2
+  [ "$(ctrl_count)" = 0 ] || { timeout 60 nvme disconnect-all; wait_no_ctrls 30; }
+  [ -z "$FPID" ] || target_stop || return 1
+  FABRIKD_ARGS="${FABRIKD_ARGS:-} --listen 127.0.0.1:4420" target_start || return 1
+  for i in $(seq 1 50); do (exec 3<>/dev/tcp/127.0.0.1/4420) 2>/dev/null && break; sleep 0.1; done
+  modprobe nvme-tcp
+  timeout 30 nvme discover "${FAB[@]}" > $out 2>&1
+  assert "nvme discover over RDMA exits 0" [ $? = 0 ] || { cat $out; return 1; }
+  n_rdma=$(grep -c '^trtype: *rdma' $out); n_tcp=$(grep -c '^trtype: *tcp' $out)
+  echo "  discovery log: $n_rdma rdma + $n_tcp tcp entries"
+  grep -E '^(trtype|rdma_prtype|rdma_qptype|rdma_cms)' $out | sort | uniq -c | sed 's/^/  | /'
+  assert "discovery lists $NDRIVES drives on the RDMA port" [ "$n_rdma" = "$NDRIVES" ] || return 1
+  assert "discovery lists $NDRIVES drives on the TCP port" [ "$n_tcp" = "$NDRIVES" ] || return 1
+  assert "RDMA entries: connected QP, RDMA-CM" [ "$(grep -c '^rdma_cms: *rdma-cm' $out)" = "$NDRIVES" ] || return 1
+  nvme_connect_find "$(drive_nqn 0)" "${FAB[@]}" "${CONN_OPTS[@]}"; d1=$DEV
+  assert "connect drive 0 over RDMA" [ -n "$d1" ] || return 1
+  dd if=/dev/urandom of=/tmp/both bs=128k count=8 2>/dev/null
+  dd if=/tmp/both of="$d1" bs=128k count=8 oflag=direct 2>/dev/null
+  x timeout 60 nvme disconnect-all; wait_no_ctrls 30
+  nvme_connect_find "$(drive_nqn 0)" -t tcp -a 127.0.0.1 -s 4420 "${CONN_OPTS[@]}"; d2=$DEV
+  assert "connect drive 0 over TCP" [ -n "$d2" ] || return 1
+  dd if="$d2" of=/tmp/both.r bs=128k count=8 iflag=direct 2>/dev/null
+  assert "data written over RDMA reads back over TCP" cmp -s /tmp/both /tmp/both.r || return 1
+  x timeout 60 nvme disconnect-all
+  assert "disconnected" wait_no_ctrls 30 || return 1
+  assert "fabrikd stops cleanly" target_stop
+}
+# fabrik's own userspace NVMe/RDMA host (the fabrik CLI, built with the rdma feature): write
+# random data, read it back and compare, against fabrikd and against the kernel's nvmet-rdma.
+s_host() {
+  local knqn=nqn.2024-01.io.fabrik:host:nvmet out=/tmp/fabrik-host.out
+  FABRIK=${FABRIK:-$(command -v fabrik)}
+  assert "fabrik CLI present in the guest" [ -n "$FABRIK" ] || return 1
+  [ -n "$FPID" ] || target_start || return 1
+  x timeout 60 "$FABRIK" io-check -t rdma -a "$TRADDR" -s "$TRSVCID" -n "$(drive_nqn 1)" -i 2 -c 600 > $out 2>&1
+  assert "fabrik io-check over RDMA against fabrikd (2.3 MiB, 128k commands)" [ $? = 0 ] || { cat $out; return 1; }
+  sed 's/^/  | /' $out
+  x timeout 60 "$FABRIK" id-ctrl -t rdma -a "$TRADDR" -s "$TRSVCID" -n "$(drive_nqn 1)" > $out 2>&1
+  assert "fabrik id-ctrl over RDMA against fabrikd" [ $? = 0 ] || { cat $out; return 1; }
+  grep -iE 'sgls|model|mn' $out | head -3 | sed 's/^/  | /'
+  modprobe nvmet-rdma || { echo "  cannot load nvmet-rdma"; return 1; }
+  truncate -s 64M /data/nvmet-host.img
+  nvmet_export "$knqn" /data/nvmet-host.img rdma "$TRADDR" 4422 2 || return 1
+  x timeout 60 "$FABRIK" io-check -t rdma -a "$TRADDR" -s 4422 -n "$knqn" -c 600 > $out 2>&1; local rc=$?
+  nvmet_unexport "$knqn" 2
+  assert "fabrik io-check over RDMA against the kernel's nvmet-rdma" [ $rc = 0 ] || { cat $out; dmesg | tail -5; return 1; }
+  sed 's/^/  | /' $out
+}
+# Bad input over RDMA (fabrik rdma-probe): wrong CM private data rejected with the NVMe/RDMA
+# status, bad SGLs answered with the right NVMe status, a wrong rkey ends only that queue, and a
+# bystander host's data and controller stay intact; fabrikd keeps serving.
+s_probe() {
+  local out=/tmp/fabrik-probe.out
+  FABRIK=${FABRIK:-$(command -v fabrik)}
+  assert "fabrik CLI present in the guest" [ -n "$FABRIK" ] || return 1
+  [ -n "$FPID" ] || target_start || return 1
+  x timeout 120 "$FABRIK" rdma-probe -t rdma -a "$TRADDR" -s "$TRSVCID" -n "$(drive_nqn 2)" > $out 2>&1; local rc=$?
+  sed 's/^/  | /' $out
+  assert "every bad-input check passed" [ $rc = 0 ] || return 1
+  assert "fabrikd still running" kill -0 "$FPID" || return 1
+  x timeout 60 "$FABRIK" io-check -t rdma -a "$TRADDR" -s "$TRSVCID" -n "$(drive_nqn 2)" -c 64 > $out 2>&1
+  assert "fabrikd serves a new host afterwards" [ $? = 0 ] || { cat $out; return 1; }
+}
+# Figures: fio 4k randread IOPS and 128k sequential read MB/s over rxe, fabrikd (null backend)
+# against the kernel target nvmet-rdma (null_blk) in the same guest run. TCG and Soft-RoCE make
+# absolute numbers meaningless; the ratio is what counts.
+perf_fio() {  # label dev rw bs iodepth numjobs -> "iops kib_per_s"
+  local out=/tmp/perf-$1.out line
+  fio --name="$1" --filename="$2" --ioengine=libaio --direct=1 --rw="$3" --bs="$4" \
+      --iodepth="$5" --numjobs="$6" --group_reporting --time_based --runtime="${PERF_SECS:-10}" \
+      --output-format=terse > "$out" 2>&1 || { echo "  fio $1 failed:" >&2; tail -5 "$out" >&2; return 1; }
+  line=$(grep ';' "$out" | tail -1)
+  echo "$line" | awk -F';' '{print $8, $7}'
+}
+perf_pair() {  # dev tag -> sets P4K (IOPS) P128K (MB/s)
+  local r
+  r=$(perf_fio "$2-4k" "$1" randread 4k 32 2) || return 1; P4K=${r%% *}
+  r=$(perf_fio "$2-128k" "$1" read 128k 16 1) || return 1; P128K=$(( ${r##* } * 1024 / 1000000 ))
+  echo "  $2: 4k randread $P4K IOPS, 128k read $P128K MB/s"
+}
+s_perf() {
+  local knqn=nqn.2024-01.io.fabrik:perf:nvmet f4 f128 k4 k128
+  [ "$(ctrl_count)" = 0 ] || { timeout 60 nvme disconnect-all; wait_no_ctrls 30; }
+  [ -z "$FPID" ] || target_stop || return 1
+  BACKEND=null target_start || return 1
+  nvme_connect_find "$(drive_nqn 0)" "${FAB[@]}" "${CONN_OPTS[@]}"
+  assert "connect fabrikd drive 0 over RDMA" [ -n "$DEV" ] || return 1
+  perf_pair "$DEV" fabrikd || return 1; f4=$P4K; f128=$P128K
+  x timeout 60 nvme disconnect-all; wait_no_ctrls 30
+  target_stop || return 1
+  modprobe null_blk nr_devices=1 gb=1 bs=4096 && modprobe nvmet-rdma || { echo "  cannot load null_blk/nvmet-rdma"; return 1; }
+  for i in $(seq 1 50); do [ -b /dev/nullb0 ] && break; sleep 0.1; done
+  nvmet_export "$knqn" /dev/nullb0 rdma "$TRADDR" 4421 1 || return 1
+  nvme_connect_find "$knqn" -t rdma -a "$TRADDR" -s 4421 "${CONN_OPTS[@]}"
+  assert "connect nvmet-rdma" [ -n "$DEV" ] || return 1
+  perf_pair "$DEV" nvmet-rdma || return 1; k4=$P4K; k128=$P128K
+  x timeout 60 nvme disconnect-all; wait_no_ctrls 30
+  nvmet_unexport "$knqn" 1
+  echo "PERF rdma 4k randread qd32x2: fabrikd $f4 IOPS, nvmet-rdma $k4 IOPS, ratio $(awk -v a="$f4" -v b="$k4" 'BEGIN{printf "%.2f", b ? a/b : 0}')"
+  echo "PERF rdma 128k read qd16: fabrikd $f128 MB/s, nvmet-rdma $k128 MB/s, ratio $(awk -v a="$f128" -v b="$k128" 'BEGIN{printf "%.2f", b ? a/b : 0}')"
+  assert "fio measured both targets" [ "${f4:-0}" -gt 0 ] && [ "${k4:-0}" -gt 0 ]
+}
+s_log() {
+  local n_err n_warn
+  n_err=$(grep -cE '\bERROR\b' $LOGF); n_warn=$(grep -cE '\bWARN\b' $LOGF)
+  echo "  fabrikd log: $(wc -l < $LOGF) lines, $n_err ERROR, $n_warn WARN (over $START_N starts)"
+  grep -E '\b(ERROR|WARN)\b' $LOGF | head -10 | sed 's/^/  fabrikd: /'
+  assert "fabrikd never panicked" [ "$(grep -c 'panicked' $LOGF)" = 0 ] || { grep -A5 panicked $LOGF; return 1; }
+  # The kernel host checks every response SEND and remote invalidation (NVMEOF-FACTS 2.3).
+  assert "kernel host saw no bad response or bogus remote invalidation" \
+    [ "$(dmesg | grep -cE 'Bogus remote invalidation|RECV for CQE|tag 0x[0-9a-f]+ on QP' )" = 0 ] ||
+    { dmesg | grep -E 'Bogus remote invalidation|RECV for CQE|tag 0x[0-9a-f]+ on QP' | head -5; return 1; }
+}
+suite_extra_steps() {
+  skipped both || step "one fabrikd on TCP and RDMA: discovery lists both, same data" s_both
+  skipped host || step "fabrik's RDMA host: io-check vs fabrikd and vs nvmet-rdma" s_host
+  skipped probe || step "bad input over RDMA: rejects, SGL statuses, bystander undisturbed" s_probe
+  skipped perf || step "figures: fio over rxe, fabrikd vs nvmet-rdma" s_perf
+  step "fabrikd log has no panic" s_log
+}
+
+echo "fabrikd: $FABRIKD ($(stat -c %s "$FABRIKD") bytes), backend $BACKEND, $NDRIVES x $DRIVE_SIZE, data dir $DATA"
+"$FABRIKD" --version 2>&1 | head -1
+nvmf_suite_run; rc=$?
+[ -n "$FPID" ] && { kill -KILL $FPID 2>/dev/null; wait $FPID 2>/dev/null; }
+if [ $rc != 0 ]; then
+  echo; echo "fabrikd log (last 40 lines):"; tail -n 40 $LOGF | sed 's/^/  fabrikd: /'
+fi
+if [ -n "$OUT" ]; then cp $LOGF $OUT/; dmesg > $OUT/dmesg-rdma.txt; fi
+exit $rc
