@@ -9,6 +9,7 @@ fn fabrik(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_fabrik"))
         .args(args)
         .env_remove("RUST_BACKTRACE")
+        .env_remove("FABRIK_API")
         .output()
         .expect("running fabrik")
 }
@@ -225,7 +226,7 @@ fn apply_runs_nvme_connect_per_drive_and_reports_failures() {
 }
 
 /// The commands the kernel interop check runs in its guest (see
-/// `fixtures/topology/guest-place-apply.sh`); with FABRIK_FIXTURE_EXPORT=FILE the fixture tree
+/// `tests/interop/place-apply.sh`); with FABRIK_FIXTURE_EXPORT=FILE the fixture tree
 /// is also written there as a tar for the guest.
 #[test]
 fn guest_fixture_gives_the_connect_commands_the_interop_check_runs() {
@@ -288,6 +289,28 @@ fn place_refuses_bad_input_clearly() {
     ]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("is not a box description"));
+    // --apply composes at the box's API: without one it says what to give.
+    let good = m.root().join("good.json");
+    std::fs::write(
+        &good,
+        r#"{"ports":[{"trtype":"rdma","traddr":"10.10.0.100"}],"drives":[{"nqn":"nqn.x:drive-0"}]}"#,
+    )
+    .unwrap();
+    let out = fabrik(&[
+        "place",
+        "--sysfs-root",
+        root(&m),
+        "--box",
+        good.to_str().unwrap(),
+        "--apply",
+        "-q",
+        "nqn.host",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("give --api URL (or FABRIK_API)"),
+        "{out:?}"
+    );
     let out = fabrik(&["topo", "--sysfs-root", "/nonexistent"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent is not a sysfs tree"));
