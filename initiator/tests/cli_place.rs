@@ -466,6 +466,22 @@ async fn apply_composes_through_the_api_then_connects() {
     connected.sort();
     assert_eq!(connected, [nqn(0), nqn(1), nqn(2)]);
 
+    // Applying again: nothing composed twice, the drives connected again.
+    let out = place(&["-q", HOST, "--token", TOKEN])
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        stdout(&out).contains(&format!(
+            "already composed to {HOST}: composition c1 (3 drive(s))"
+        )) && !stdout(&out).contains("composed 3 drive(s)"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(client.compositions().await.unwrap().len(), 1);
+    assert_eq!(std::fs::read_to_string(&log).unwrap().lines().count(), 6);
+
     // Another host: the API refuses to compose, and the target refuses its sessions.
     let out = place(&["--userspace", "-q", OTHER, "--token", TOKEN])
         .output()

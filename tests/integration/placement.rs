@@ -96,7 +96,11 @@ async fn applying_a_plan_composes_its_drives_to_this_host_only() {
     let me = HostIdentity::random();
     let other = HostIdentity::random();
     // The dry run reads the box and changes nothing: the other host still reaches drive 00.
-    let req = apply::request(&api.anon, &plan, &me.nqn).await.unwrap();
+    let cp = apply::composition_plan(&api.anon, &plan, &me.nqn)
+        .await
+        .unwrap();
+    assert!(cp.existing.is_empty());
+    let req = cp.request.unwrap();
     let mut ids = req.drives.clone();
     ids.sort();
     assert_eq!(ids, ["00", "01", "02", "03"]);
@@ -113,11 +117,17 @@ async fn applying_a_plan_composes_its_drives_to_this_host_only() {
     }
     assert!(api.admin.compositions().await.unwrap().is_empty());
 
-    let comp = apply::compose(&api.admin, &plan, &me.nqn).await.unwrap();
+    let (comp, _) = apply::compose(&api.admin, &plan, &me.nqn).await.unwrap();
+    let comp = comp.expect("a new composition");
     assert_eq!(comp.host_nqn, me.nqn);
     assert_eq!(comp.drives.len(), 4);
-    assert!(apply::unconfirmed(&plan, &comp).is_empty(), "{comp:?}");
+    assert!(apply::unconfirmed(&plan, &[&comp]).is_empty(), "{comp:?}");
     assert_eq!(api.admin.compositions().await.unwrap(), vec![comp.clone()]);
+    // Applying again composes nothing twice: the existing composition covers the plan.
+    let (again, cp) = apply::compose(&api.admin, &plan, &me.nqn).await.unwrap();
+    assert!(again.is_none() && cp.request.is_none());
+    assert_eq!(cp.existing, vec![comp.clone()]);
+    assert_eq!(api.admin.compositions().await.unwrap().len(), 1);
 
     // A second host can neither compose the same drives nor connect to them.
     let err = apply::compose(&api.admin, &plan, &other.nqn)

@@ -319,24 +319,40 @@ async fn apply(args: &PlaceArgs, plan: &Plan) -> Result<()> {
         };
         let nqn = hostnqn.as_deref().expect("composing needs the host NQN");
         if args.dry_run {
-            let req = apply_plan::request(&Client::new(url, None), plan, nqn).await?;
-            println!(
-                "would compose: POST {}/api/v1/compositions {}",
-                url.trim_end_matches('/'),
-                serde_json::to_string(&req)?
-            );
+            let cp = apply_plan::composition_plan(&Client::new(url, None), plan, nqn).await?;
+            for c in &cp.existing {
+                println!("already composed to {nqn}: composition {}", c.id);
+            }
+            if let Some(req) = &cp.request {
+                println!(
+                    "would compose: POST {}/api/v1/compositions {}",
+                    url.trim_end_matches('/'),
+                    serde_json::to_string(req)?
+                );
+            }
         } else {
             let token = match &args.token {
                 Some(t) => t.clone(),
                 None => super::admin::token_from_file()?,
             };
-            let comp = apply_plan::compose(&Client::new(url, Some(token)), plan, nqn).await?;
-            println!(
-                "composed {} drive(s) to {nqn}: composition {}",
-                comp.drives.len(),
-                comp.id
-            );
-            for c in apply_plan::unconfirmed(plan, &comp) {
+            let (new, cp) = apply_plan::compose(&Client::new(url, Some(token)), plan, nqn).await?;
+            for c in &cp.existing {
+                println!(
+                    "already composed to {nqn}: composition {} ({} drive(s))",
+                    c.id,
+                    c.drives.len()
+                );
+            }
+            let mut all: Vec<&_> = cp.existing.iter().collect();
+            if let Some(comp) = &new {
+                println!(
+                    "composed {} drive(s) to {nqn}: composition {}",
+                    comp.drives.len(),
+                    comp.id
+                );
+                all.push(comp);
+            }
+            for c in apply_plan::unconfirmed(plan, &all) {
                 println!(
                     "note: the box's answer lists no port {} {}:{} for {}: connecting anyway",
                     c.target.trtype.as_str(),
@@ -345,7 +361,7 @@ async fn apply(args: &PlaceArgs, plan: &Plan) -> Result<()> {
                     c.nqn
                 );
             }
-            composition = Some(comp.id);
+            composition = new.map(|c| c.id);
         }
     }
     let result = if args.userspace {

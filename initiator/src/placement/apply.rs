@@ -86,34 +86,64 @@ fn same_port(p: &ApiPort, t: &TargetPort) -> bool {
     p.transport == t.trtype.as_str() && p.service_id == t.trsvcid && addr_eq
 }
 
-/// Asks the box for its drives, then composes the plan's drives to `host_nqn`.
+/// What applying a plan asks of the box: a composition of the drives not yet composed to this
+/// host (None: all of them are), and this host's compositions that hold the others already.
+#[derive(Debug, Clone)]
+pub struct CompositionPlan {
+    pub request: Option<CompositionRequest>,
+    pub existing: Vec<Composition>,
+}
+
+/// Reads the box's drives, ports and compositions (changes nothing) and works out the
+/// composition the plan needs; running `--apply` again composes nothing twice.
+pub async fn composition_plan(
+    client: &Client,
+    plan: &Plan,
+    host_nqn: &str,
+) -> Result<CompositionPlan, ApplyError> {
+    let drives = client.drives().await.map_err(ApplyError::Inventory)?;
+    let ports = client.ports().await.map_err(ApplyError::Inventory)?;
+    let mine: Vec<Composition> = client
+        .compositions()
+        .await
+        .map_err(ApplyError::Inventory)?
+        .into_iter()
+        .filter(|c| c.host_nqn == host_nqn)
+        .collect();
+    let mut req = composition_request(plan, host_nqn, &drives, &ports)?;
+    let existing: Vec<Composition> = mine
+        .into_iter()
+        .filter(|c| c.drives.iter().any(|d| req.drives.contains(d)))
+        .collect();
+    req.drives
+        .retain(|d| !existing.iter().any(|c| c.drives.contains(d)));
+    Ok(CompositionPlan {
+        request: (!req.drives.is_empty()).then_some(req),
+        existing,
+    })
+}
+
+/// Composes the plan's drives to `host_nqn` (those not composed to it already): the new
+/// composition, if one was needed.
 pub async fn compose(
     client: &Client,
     plan: &Plan,
     host_nqn: &str,
-) -> Result<Composition, ApplyError> {
-    let req = request(client, plan, host_nqn).await?;
-    client.compose(&req).await.map_err(ApplyError::Refused)
+) -> Result<(Option<Composition>, CompositionPlan), ApplyError> {
+    let cp = composition_plan(client, plan, host_nqn).await?;
+    let new = match &cp.request {
+        Some(req) => Some(client.compose(req).await.map_err(ApplyError::Refused)?),
+        None => None,
+    };
+    Ok((new, cp))
 }
 
-/// The composition request `compose` would send (reads the box's drives and ports; changes
-/// nothing).
-pub async fn request(
-    client: &Client,
-    plan: &Plan,
-    host_nqn: &str,
-) -> Result<CompositionRequest, ApplyError> {
-    let drives = client.drives().await.map_err(ApplyError::Inventory)?;
-    let ports = client.ports().await.map_err(ApplyError::Inventory)?;
-    composition_request(plan, host_nqn, &drives, &ports)
-}
-
-/// Planned connections the composition's answer does not list (a box port the API does not
-/// know by the plan's address): the connect may still work, but the box did not confirm it.
-pub fn unconfirmed<'a>(plan: &'a Plan, comp: &Composition) -> Vec<&'a Connection> {
+/// Planned connections that none of `comps` lists (a box port the API does not know by the
+/// plan's address): the connect may still work, but the box did not confirm it.
+pub fn unconfirmed<'a>(plan: &'a Plan, comps: &[&Composition]) -> Vec<&'a Connection> {
     connections(plan)
         .filter(|c| {
-            !comp.connect.iter().any(|k| {
+            !comps.iter().flat_map(|comp| &comp.connect).any(|k| {
                 k.subsystem == c.nqn
                     && k.transport == c.target.trtype.as_str()
                     && k.service_id == c.target.trsvcid
