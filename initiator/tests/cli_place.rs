@@ -9,6 +9,7 @@ fn fabrik(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_fabrik"))
         .args(args)
         .env_remove("RUST_BACKTRACE")
+        .env_remove("FABRIK_API")
         .output()
         .expect("running fabrik")
 }
@@ -115,6 +116,7 @@ fn place_prints_the_plan_and_the_connect_commands() {
         "--drive-gbps",
         "6.8",
         "--apply",
+        "--no-compose",
         "--dry-run",
     ]);
     assert!(out.status.success(), "{out:?}");
@@ -139,7 +141,10 @@ fn place_prints_the_plan_and_the_connect_commands() {
         "nvme connect --transport rdma --traddr 10.10.0.100 --trsvcid 4420 \
          --nqn nqn.2024-01.io.fabrik:box:drive-00 --host-traddr 10.10.0.1"
     );
-    assert!(text.contains("does not compose drives through the box's REST API yet"));
+    assert!(
+        !text.contains("would compose"),
+        "--no-compose composes nothing"
+    );
 
     let json = fabrik(&[
         "place",
@@ -193,6 +198,7 @@ fn apply_runs_nvme_connect_per_drive_and_reports_failures() {
             "--box",
             box_file.to_str().unwrap(),
             "--apply",
+            "--no-compose",
             "-q",
             "nqn.host",
         ])
@@ -220,7 +226,7 @@ fn apply_runs_nvme_connect_per_drive_and_reports_failures() {
 }
 
 /// The commands the kernel interop check runs in its guest (see
-/// `fixtures/topology/guest-place-apply.sh`); with FABRIK_FIXTURE_EXPORT=FILE the fixture tree
+/// `tests/interop/place-apply.sh`); with FABRIK_FIXTURE_EXPORT=FILE the fixture tree
 /// is also written there as a tar for the guest.
 #[test]
 fn guest_fixture_gives_the_connect_commands_the_interop_check_runs() {
@@ -238,6 +244,7 @@ fn guest_fixture_gives_the_connect_commands_the_interop_check_runs() {
         "--box",
         box_file.to_str().unwrap(),
         "--apply",
+        "--no-compose",
         "--dry-run",
     ]);
     assert!(out.status.success(), "{out:?}");
@@ -282,6 +289,28 @@ fn place_refuses_bad_input_clearly() {
     ]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("is not a box description"));
+    // --apply composes at the box's API: without one it says what to give.
+    let good = m.root().join("good.json");
+    std::fs::write(
+        &good,
+        r#"{"ports":[{"trtype":"rdma","traddr":"10.10.0.100"}],"drives":[{"nqn":"nqn.x:drive-0"}]}"#,
+    )
+    .unwrap();
+    let out = fabrik(&[
+        "place",
+        "--sysfs-root",
+        root(&m),
+        "--box",
+        good.to_str().unwrap(),
+        "--apply",
+        "-q",
+        "nqn.host",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("give --api URL (or FABRIK_API)"),
+        "{out:?}"
+    );
     let out = fabrik(&["topo", "--sysfs-root", "/nonexistent"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent is not a sysfs tree"));
@@ -304,4 +333,194 @@ fn this_machine_says_plainly_what_it_lacks() {
         );
         assert!(stdout(&place).contains("warning: no GPU found under /sys: nothing to place"));
     }
+}
+
+/// `fabrik place --api URL --apply` against an in-process fabrikd: the box's ports and drives
+/// come from its API; the dry run prints the composition request and the commands and changes
+/// nothing; the apply composes the drives to the host NQN given and runs `nvme connect` (a
+/// stand-in on PATH) with that NQN; a second host is refused by the API (its problem detail
+/// shown) and by the target; the composed host's userspace sessions read every drive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_composes_through_the_api_then_connects() {
+    use std::os::unix::fs::PermissionsExt;
+    const TOKEN: &str = "place-test-token";
+    const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-0000000000a1";
+    const OTHER: &str = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-0000000000b2";
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = fabrik_target::config::Config::default_jbof(dir.path().join("data"));
+    cfg.listen = vec!["127.0.0.1:0".parse().unwrap()];
+    cfg.box_name = "placebox".into();
+    cfg.drives = 3;
+    cfg.drive_size = 1 << 24;
+    cfg.backend = fabrik_target::backend::BackendKind::Ram;
+    let target = fabrik_target::Target::start(cfg).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let api = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(fabrik_api::serve(
+        listener,
+        target.api_router(TOKEN.into()),
+        std::future::pending(),
+    ));
+    let client = fabrik_api::client::Client::new(&api, None);
+
+    let m = fixtures::machines::reference_2gpu();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let log = dir.path().join("nvme.log");
+    std::fs::write(
+        bin.join("nvme"),
+        format!("#!/bin/sh\necho \"$@\" >> {}\n", log.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(bin.join("nvme"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let place = |extra: &[&str]| {
+        let mut args = vec![
+            "place",
+            "--sysfs-root",
+            root(&m),
+            "--api",
+            &api,
+            "--subnet-bits",
+            "0",
+            "--apply",
+        ];
+        args.extend_from_slice(extra);
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_fabrik"));
+        cmd.args(args)
+            .env("PATH", &path)
+            .env("HOME", dir.path())
+            .env("FABRIK_DATA_DIR", dir.path())
+            .env_remove("FABRIK_API")
+            .env_remove("FABRIK_API_TOKEN")
+            .env_remove("RUST_BACKTRACE");
+        cmd
+    };
+    let nqn = |i: u32| format!("nqn.2024-01.io.fabrik:placebox:drive-{i:02}");
+
+    let out = place(&["--dry-run", "-q", HOST]).output().await.unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = stdout(&out);
+    assert!(
+        text.contains(&format!(
+            "would compose: POST {api}/api/v1/compositions {{\"host_nqn\":\"{HOST}\",\"drives\":["
+        )),
+        "{text}"
+    );
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.starts_with("nvme connect "))
+            .count(),
+        3
+    );
+    assert!(client.compositions().await.unwrap().is_empty());
+    assert!(!log.exists(), "the dry run ran nvme");
+
+    // No token: the API's problem is the error.
+    let out = place(&["-q", HOST, "--token", "wrong"])
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("the box's API refused the composition: 401"),
+        "{err}"
+    );
+    assert!(!log.exists(), "nvme ran after the composition was refused");
+
+    let out = place(&["-q", HOST, "--token", TOKEN])
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        stdout(&out).contains(&format!("composed 3 drive(s) to {HOST}: composition c1")),
+        "{}",
+        stdout(&out)
+    );
+    let comps = client.compositions().await.unwrap();
+    assert_eq!(comps.len(), 1);
+    assert_eq!(comps[0].host_nqn, HOST);
+    let mut drives = comps[0].drives.clone();
+    drives.sort();
+    assert_eq!(drives, ["00", "01", "02"]);
+    let calls = std::fs::read_to_string(&log).unwrap();
+    let mut connected: Vec<String> = calls
+        .lines()
+        .map(|l| {
+            assert!(l.ends_with(&format!("--hostnqn {HOST}")), "{l}");
+            l.split(" --nqn ")
+                .nth(1)
+                .unwrap()
+                .split(' ')
+                .next()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    connected.sort();
+    assert_eq!(connected, [nqn(0), nqn(1), nqn(2)]);
+
+    // Applying again: nothing composed twice, the drives connected again.
+    let out = place(&["-q", HOST, "--token", TOKEN])
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(
+        stdout(&out).contains(&format!(
+            "already composed to {HOST}: composition c1 (3 drive(s))"
+        )) && !stdout(&out).contains("composed 3 drive(s)"),
+        "{}",
+        stdout(&out)
+    );
+    assert_eq!(client.compositions().await.unwrap().len(), 1);
+    assert_eq!(std::fs::read_to_string(&log).unwrap().lines().count(), 6);
+
+    // Another host: the API refuses to compose, and the target refuses its sessions.
+    let out = place(&["--userspace", "-q", OTHER, "--token", TOKEN])
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("the box's API refused the composition: 409")
+            && err.contains(&format!("is composed to {HOST}")),
+        "{err}"
+    );
+    let out = place(&["--userspace", "--no-compose", "-q", OTHER])
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("userspace connect failed for"),
+        "{out:?}"
+    );
+
+    // The composed host's own sessions: a block read from every drive.
+    let out = place(&["--userspace", "--no-compose", "-q", HOST])
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = stdout(&out);
+    for i in 0..3 {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("connected (userspace) tcp 127.0.0.1:")
+                    && l.contains(&format!(
+                        " {} as {HOST}: read 4096 bytes of namespace 1",
+                        nqn(i)
+                    ))),
+            "{text}"
+        );
+    }
+    target.shutdown().await;
 }

@@ -36,7 +36,7 @@ impl ApiArgs {
     }
 }
 
-fn token_from_file() -> Result<String> {
+pub(super) fn token_from_file() -> Result<String> {
     let mut dirs: Vec<PathBuf> = Vec::new();
     if let Some(d) = std::env::var_os("FABRIK_DATA_DIR") {
         dirs.push(d.into());

@@ -1,11 +1,14 @@
 //! `fabrik place`: which NIC ports, target ports and drives each GPU should use, the ceiling it
-//! can expect and what limits it; `--apply` connects the drives with the kernel's `nvme connect`.
+//! can expect and what limits it; `--apply` composes the drives to this host through the box's
+//! REST API and connects them with the kernel's `nvme connect` (or fabrik's userspace host).
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use fabrik_api::client::Client;
+use fabrik_initiator::placement::apply::{self as apply_plan, connections};
 use fabrik_initiator::placement::{
     nvme_connect_args, plan, BoxInventory, PlaceOptions, Plan, Warning,
 };
@@ -23,6 +26,15 @@ pub struct PlaceArgs {
     /// {"ports":[{"trtype":"rdma","traddr":"10.0.0.1","trsvcid":4420}],"drives":[{"nqn":"...","gbytes_per_sec":6.8}]}.
     #[arg(long = "box", value_name = "FILE", conflicts_with = "discover")]
     box_file: Option<PathBuf>,
+    /// The box's management API (fabrikd's REST API, e.g. http://box:8080): where `--apply`
+    /// composes the drives, and the box's ports and drives when neither --box nor --discover
+    /// is given.
+    #[arg(long, env = "FABRIK_API", value_name = "URL")]
+    api: Option<String>,
+    /// API token for composing [default: the api-token file in $FABRIK_DATA_DIR,
+    /// /var/lib/fabrik or ~/.local/share/fabrik].
+    #[arg(long, env = "FABRIK_API_TOKEN", hide_env_values = true)]
+    token: Option<String>,
     /// Or: ask the box's discovery controller at this address for its ports and drives.
     #[arg(long, value_name = "ADDR")]
     discover: Option<String>,
@@ -48,13 +60,23 @@ pub struct PlaceArgs {
     /// Print the plan as JSON.
     #[arg(long)]
     json: bool,
-    /// Connect every drive of the plan with `nvme connect --host-traddr/--host-iface`.
+    /// Compose the plan's drives to this host at the box's API (--api), then connect every
+    /// drive with `nvme connect --host-traddr/--host-iface`.
     #[arg(long)]
     apply: bool,
-    /// With --apply: print the `nvme connect` commands instead of running them.
+    /// With --apply: print the composition request and the commands instead of running them.
     #[arg(long, requires = "apply")]
     dry_run: bool,
-    /// Host NQN for discovery and `nvme connect` (default: nvme-cli's /etc/nvme/hostnqn).
+    /// With --apply: connect with fabrik's own userspace host instead of the kernel's, reading
+    /// one block of each drive to prove the connection (the source address is not bound).
+    #[arg(long, requires = "apply")]
+    userspace: bool,
+    /// With --apply: do not compose; the drives are already exported to this host (a box
+    /// without the REST API, e.g. a Linux nvmet target).
+    #[arg(long, requires = "apply")]
+    no_compose: bool,
+    /// Host NQN for discovery, the composition and the connections (default: nvme-cli's
+    /// /etc/nvme/hostnqn).
     #[arg(short = 'q', long)]
     hostnqn: Option<String>,
 }
@@ -87,9 +109,21 @@ pub async fn run(args: PlaceArgs) -> Result<()> {
         print!("{}", render(&plan));
     }
     if args.apply {
-        apply(&plan, args.hostnqn.as_deref(), args.dry_run)?;
+        apply(&args, &plan).await?;
     }
     Ok(())
+}
+
+/// The host part of an API URL (`http://[fd00::1]:8080/x` -> `fd00::1`): the box's address for
+/// the ports it lists with a wildcard address.
+fn api_host(url: &str) -> Option<&str> {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split('/').next()?;
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next()?,
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+    };
+    (!host.is_empty()).then_some(host)
 }
 
 async fn load_inventory(args: &PlaceArgs) -> Result<BoxInventory> {
@@ -115,6 +149,18 @@ async fn load_inventory(args: &PlaceArgs) -> Result<BoxInventory> {
             .await
             .with_context(|| format!("discovery at {addr}"))?;
         return Ok(BoxInventory::from_discovery(&log.entries));
+    }
+    if let Some(url) = &args.api {
+        let client = Client::new(url, None);
+        let ports = client
+            .ports()
+            .await
+            .context("the box's ports from its API")?;
+        let drives = client
+            .drives()
+            .await
+            .context("the box's drives from its API")?;
+        return Ok(BoxInventory::from_api(&ports, &drives, api_host(url)));
     }
     Ok(BoxInventory::default())
 }
@@ -238,16 +284,136 @@ fn render(plan: &Plan) -> String {
     s
 }
 
-/// Runs (or prints) one kernel `nvme connect` per connection of the plan. Composing the drives
-/// to this host through the box's REST API is not done here yet: they must already be exported
-/// to this host's NQN.
-fn apply(plan: &Plan, hostnqn: Option<&str>, dry_run: bool) -> Result<()> {
-    println!(
-        "note: --apply does not compose drives through the box's REST API yet; \
-         they must already be exported to this host"
-    );
+/// The host NQN for the composition and the connections: `-q`, or nvme-cli's.
+fn host_nqn(given: Option<&str>) -> Result<String> {
+    if let Some(n) = given {
+        return Ok(n.to_string());
+    }
+    let path = "/etc/nvme/hostnqn";
+    let nqn = std::fs::read_to_string(path)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    if nqn.is_empty() {
+        bail!("--apply needs this host's NQN to compose the drives to: give -q NQN (no {path})");
+    }
+    Ok(nqn)
+}
+
+/// Composes the plan's drives to this host (unless --no-compose), then makes one connection
+/// per planned drive: the kernel's `nvme connect`, or a userspace session that reads a block.
+async fn apply(args: &PlaceArgs, plan: &Plan) -> Result<()> {
+    if connections(plan).next().is_none() {
+        bail!("the plan connects no drive: nothing to apply");
+    }
+    let hostnqn = match (args.no_compose, args.userspace) {
+        (true, false) => args.hostnqn.clone(),
+        _ => Some(host_nqn(args.hostnqn.as_deref())?),
+    };
+    let mut composition = None;
+    if !args.no_compose {
+        let Some(url) = &args.api else {
+            bail!(
+                "--apply composes the drives at the box's REST API: give --api URL (or FABRIK_API), \
+                 or --no-compose when they are already exported to this host"
+            );
+        };
+        let nqn = hostnqn.as_deref().expect("composing needs the host NQN");
+        if args.dry_run {
+            let cp = apply_plan::composition_plan(&Client::new(url, None), plan, nqn).await?;
+            for c in &cp.existing {
+                println!("already composed to {nqn}: composition {}", c.id);
+            }
+            if let Some(req) = &cp.request {
+                println!(
+                    "would compose: POST {}/api/v1/compositions {}",
+                    url.trim_end_matches('/'),
+                    serde_json::to_string(req)?
+                );
+            }
+        } else {
+            let token = match &args.token {
+                Some(t) => t.clone(),
+                None => super::admin::token_from_file()?,
+            };
+            let (new, cp) = apply_plan::compose(&Client::new(url, Some(token)), plan, nqn).await?;
+            for c in &cp.existing {
+                println!(
+                    "already composed to {nqn}: composition {} ({} drive(s))",
+                    c.id,
+                    c.drives.len()
+                );
+            }
+            let mut all: Vec<&_> = cp.existing.iter().collect();
+            if let Some(comp) = &new {
+                println!(
+                    "composed {} drive(s) to {nqn}: composition {}",
+                    comp.drives.len(),
+                    comp.id
+                );
+                all.push(comp);
+            }
+            for c in apply_plan::unconfirmed(plan, &all) {
+                println!(
+                    "note: the box's answer lists no port {} {}:{} for {}: connecting anyway",
+                    c.target.trtype.as_str(),
+                    c.target.traddr,
+                    c.target.trsvcid,
+                    c.nqn
+                );
+            }
+            composition = new.map(|c| c.id);
+        }
+    }
+    let result = if args.userspace {
+        connect_userspace(plan, hostnqn.as_deref().expect("set above"), args.dry_run).await
+    } else {
+        connect_kernel(plan, hostnqn.as_deref(), args.dry_run)
+    };
+    match (result, composition) {
+        (Err(e), Some(id)) => Err(e.context(format!(
+            "composition {id} stays in place (`fabrik decompose {id}` takes it back)"
+        ))),
+        (r, _) => r,
+    }
+}
+
+/// Runs (or prints) one userspace session per connection of the plan, each proven by a read.
+async fn connect_userspace(plan: &Plan, hostnqn: &str, dry_run: bool) -> Result<()> {
+    let host = HostIdentity::with_nqn(hostnqn);
     let mut failed = Vec::new();
-    for c in plan.gpus.iter().flat_map(|g| &g.connections) {
+    for c in connections(plan) {
+        let what = format!(
+            "{} {}:{} {} as {hostnqn}",
+            c.target.trtype.as_str(),
+            c.target.traddr,
+            c.target.trsvcid,
+            c.nqn
+        );
+        if dry_run {
+            println!("would connect (userspace) {what} and read one block");
+            continue;
+        }
+        match apply_plan::check_session(c, &host).await {
+            Ok(s) => println!(
+                "connected (userspace) {what}: read {} bytes of namespace {}",
+                s.bytes_read, s.nsid
+            ),
+            Err(e) => {
+                println!("failed (userspace) {what}: {e}");
+                failed.push(format!("{} ({e})", c.nqn));
+            }
+        }
+    }
+    if !failed.is_empty() {
+        bail!("userspace connect failed for {}", failed.join(", "));
+    }
+    Ok(())
+}
+
+/// Runs (or prints) one kernel `nvme connect` per connection of the plan.
+fn connect_kernel(plan: &Plan, hostnqn: Option<&str>, dry_run: bool) -> Result<()> {
+    let mut failed = Vec::new();
+    for c in connections(plan) {
         let args = nvme_connect_args(c, hostnqn);
         if dry_run {
             println!("nvme {}", args.join(" "));
@@ -265,4 +431,18 @@ fn apply(plan: &Plan, hostnqn: Option<&str>, dry_run: bool) -> Result<()> {
         bail!("nvme connect failed for {}", failed.join(", "));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::api_host;
+
+    #[test]
+    fn host_of_api_url() {
+        assert_eq!(api_host("http://10.0.0.1:8080"), Some("10.0.0.1"));
+        assert_eq!(api_host("http://box.example/"), Some("box.example"));
+        assert_eq!(api_host("http://[fd00::1]:8080/api"), Some("fd00::1"));
+        assert_eq!(api_host("box:8080"), Some("box"));
+        assert_eq!(api_host("http://"), None);
+    }
 }

@@ -1,4 +1,4 @@
-//! What the box offers: its ports and drives, from a file, its REST API (later) or discovery.
+//! What the box offers: its ports and drives, from a file, its REST API or discovery.
 
 use fabrik_proto::fabrics::discovery::{subtype, trtype, DiscoveryLogEntry};
 use serde::{Deserialize, Serialize};
@@ -42,7 +42,7 @@ pub struct Drive {
     pub gbytes_per_sec: Option<f64>,
 }
 
-/// What the box offers (later from its REST API or discovery).
+/// What the box offers.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct BoxInventory {
     pub ports: Vec<TargetPort>,
@@ -50,6 +50,50 @@ pub struct BoxInventory {
 }
 
 impl BoxInventory {
+    /// Ports and drives from the box's REST API: every listening TCP or RDMA port (a wildcard
+    /// address stands for `api_host`, the address the API was reached at) and every subsystem
+    /// holding a drive, once, in the order of the box's drives.
+    pub fn from_api(
+        ports: &[fabrik_api::models::Port],
+        drives: &[fabrik_api::models::Drive],
+        api_host: Option<&str>,
+    ) -> BoxInventory {
+        let mut inv = BoxInventory::default();
+        for p in ports.iter().filter(|p| p.state == "listening") {
+            let trtype = match p.transport.as_str() {
+                "tcp" => Transport::Tcp,
+                "rdma" => Transport::Rdma,
+                _ => continue,
+            };
+            let wildcard = p
+                .address
+                .parse::<std::net::IpAddr>()
+                .is_ok_and(|a| a.is_unspecified());
+            let traddr = match (wildcard, api_host) {
+                (true, Some(h)) => h.to_string(),
+                (true, None) => continue,
+                (false, _) => p.address.clone(),
+            };
+            let port = TargetPort {
+                trtype,
+                traddr,
+                trsvcid: p.service_id,
+            };
+            if !inv.ports.contains(&port) {
+                inv.ports.push(port);
+            }
+        }
+        for nqn in drives.iter().flat_map(|d| &d.subsystems) {
+            if !inv.drives.iter().any(|d| &d.nqn == nqn) {
+                inv.drives.push(Drive {
+                    nqn: nqn.clone(),
+                    gbytes_per_sec: None,
+                });
+            }
+        }
+        inv
+    }
+
     /// Ports and drives from a discovery log: every NVM subsystem entry of a transport the
     /// host can use; each subsystem is one drive, each distinct address one port.
     pub fn from_discovery(entries: &[DiscoveryLogEntry]) -> BoxInventory {
@@ -162,6 +206,59 @@ mod tests {
         );
         let nqns: Vec<&str> = inv.drives.iter().map(|d| d.nqn.as_str()).collect();
         assert_eq!(nqns, ["nqn.box:drive-00", "nqn.box:drive-01"]);
+    }
+
+    #[test]
+    fn api_gives_listening_ports_and_subsystems_with_drives() {
+        let port = |id: u16, t: &str, a: &str, state: &str| fabrik_api::models::Port {
+            id,
+            transport: t.into(),
+            address: a.into(),
+            service_id: 4420,
+            state: state.into(),
+            controllers: 0,
+        };
+        let ports = [
+            port(1, "tcp", "10.0.0.1", "listening"),
+            port(2, "rdma", "0.0.0.0", "listening"),
+            port(3, "tcp", "10.0.0.2", "stopped"),
+            port(4, "fc", "x", "listening"),
+        ];
+        let drive = |id: &str, subs: &[&str]| -> fabrik_api::models::Drive {
+            serde_json::from_value(serde_json::json!({
+                "id": id, "slot": 0, "serial": "", "model": "", "backend": "ram", "path": null,
+                "capacity_bytes": 0, "block_size": 4096,
+                "health": {"state": "ok", "source": "fabrikd", "source_error": null,
+                    "temperature_celsius": null, "percentage_used": null, "media_errors": 0,
+                    "critical_warnings": 0, "power_on_hours": 0, "read_commands": 0,
+                    "write_commands": 0, "bytes_read": 0, "bytes_written": 0},
+                "subsystems": subs, "hosts": null, "composed_to": []
+            }))
+            .unwrap()
+        };
+        let drives = [
+            drive("00", &["nqn.box:drive-00"]),
+            drive("01", &[]),
+            drive("02", &["nqn.box:pair"]),
+            drive("03", &["nqn.box:pair"]),
+        ];
+        let inv = BoxInventory::from_api(&ports, &drives, Some("box.example"));
+        let addrs: Vec<(Transport, &str)> = inv
+            .ports
+            .iter()
+            .map(|p| (p.trtype, p.traddr.as_str()))
+            .collect();
+        assert_eq!(
+            addrs,
+            [
+                (Transport::Tcp, "10.0.0.1"),
+                (Transport::Rdma, "box.example")
+            ]
+        );
+        let nqns: Vec<&str> = inv.drives.iter().map(|d| d.nqn.as_str()).collect();
+        assert_eq!(nqns, ["nqn.box:drive-00", "nqn.box:pair"]);
+        // A wildcard listener with no API host to stand for it is left out.
+        assert_eq!(BoxInventory::from_api(&ports, &drives, None).ports.len(), 1);
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! Every path that leaves the PCIe switches (PHB, NODE, SYS) gets a warning saying why it was
 //! still chosen. The plan is a pure function of its inputs: same inputs, same plan.
 
+pub mod apply;
 mod ceiling;
 mod connect;
 mod inventory;
