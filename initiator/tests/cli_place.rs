@@ -524,3 +524,21 @@ async fn apply_composes_through_the_api_then_connects() {
     }
     target.shutdown().await;
 }
+
+/// A reader that goes away (`fabrik topo | head -1`) ends fabrik quietly with status 0, as Unix
+/// tools do, instead of a panic about a broken pipe.
+#[test]
+fn a_closed_stdout_pipe_ends_fabrik_quietly() {
+    let m = fixtures::machines::dgx_h100();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_fabrik"))
+        .args(["topo", "--sysfs-root", root(&m)])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take()); // the reader is gone before fabrik writes a byte
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+}

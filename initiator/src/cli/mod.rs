@@ -1,5 +1,16 @@
 //! The `fabrik` subcommands: this file names them and dispatches; each lives in its own file.
 
+/// `println!`/`print!` for every subcommand, ending the process quietly when stdout is a closed
+/// pipe (`fabrik drives | head -1`, `... | grep -q`), as Unix tools do, where std's would panic.
+/// Defined before the `mod` lines so that they see it.
+macro_rules! println {
+    () => { $crate::cli::write_stdout(format_args!("\n")) };
+    ($($arg:tt)*) => { $crate::cli::write_stdout(format_args!("{}\n", format_args!($($arg)*))) };
+}
+macro_rules! print {
+    ($($arg:tt)*) => { $crate::cli::write_stdout(format_args!($($arg)*)) };
+}
+
 mod admin;
 mod args;
 mod bench;
@@ -99,5 +110,19 @@ pub async fn run() -> Result<()> {
         Command::Subsystems(args) => admin::subsystems(args).await,
         Command::Controllers(args) => admin::controllers(args).await,
         Command::RdmaProbe(args) => rdma_probe::run(args).await,
+    }
+}
+
+/// Writes to stdout; a reader that went away ends the process with status 0, any other write
+/// error with status 1 and a message.
+pub fn write_stdout(args: std::fmt::Arguments) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if let Err(e) = out.write_fmt(args) {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("fabrik: cannot write to stdout: {e}");
+        std::process::exit(1);
     }
 }
