@@ -38,7 +38,9 @@ FPID=
 START_N=0
 listening() { [ "$(grep -c 'NVMe/RDMA listener' $LOGF 2>/dev/null)" -ge "$START_N" ]; }
 target_start() {  # [allowed hostnqn]
-  local hostargs=() i
+  # fabrikd keeps access lists in its state file: say "any host" explicitly when no host is
+  # given, or a start after the access-control step would inherit its single allowed host.
+  local hostargs=(--allow-any-host) i
   [ -n "${1:-}" ] && hostargs=(--host "$1")
   START_N=$((START_N + 1))
   echo "===== fabrikd start #$START_N $(date +%T) =====" >> $LOGF
@@ -166,7 +168,7 @@ s_perf() {
   local knqn=nqn.2024-01.io.fabrik:perf:nvmet f4 f128 k4 k128
   [ "$(ctrl_count)" = 0 ] || { timeout 60 nvme disconnect-all; wait_no_ctrls 30; }
   [ -z "$FPID" ] || target_stop || return 1
-  BACKEND=null target_start || return 1
+  DATA=$DATA/perf BACKEND=null target_start || return 1   # its own state: another backend
   nvme_connect_find "$(drive_nqn 0)" "${FAB[@]}" "${CONN_OPTS[@]}"
   assert "connect fabrikd drive 0 over RDMA" [ -n "$DEV" ] || return 1
   perf_pair "$DEV" fabrikd || return 1; f4=$P4K; f128=$P128K
