@@ -1,7 +1,7 @@
 //! `fabrik bench`: fio/gdsio-like benchmarks over the userspace NVMe-oF host, addressed as
 //! nvme-cli addresses subsystems. The engine is `fabrik_initiator::bench`.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -77,6 +77,12 @@ pub struct AddressArgs {
     /// Keep-alive timeout in seconds.
     #[arg(short = 'k', long, default_value_t = 5)]
     pub keep_alive_tmo: u32,
+    /// Local IP address to connect from.
+    #[arg(short = 'w', long)]
+    pub host_traddr: Option<IpAddr>,
+    /// Local network interface to connect through (NVMe/TCP; needs CAP_NET_RAW).
+    #[arg(short = 'f', long)]
+    pub host_iface: Option<String>,
     /// Another path to the same subsystems, HOST:PORT (repeatable): one multipath session.
     #[arg(long = "path", value_name = "HOST:PORT")]
     pub paths: Vec<String>,
@@ -388,6 +394,8 @@ pub async fn open_drives(
                 header: address.hdr_digest,
                 data: address.data_digest,
             };
+            opts.host_traddr = address.host_traddr;
+            opts.host_iface = address.host_iface.clone();
             let ctrl = Controller::connect(opts.clone())
                 .await
                 .with_context(|| format!("connecting to {nqn} at {path}"))?;

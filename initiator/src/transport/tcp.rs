@@ -13,7 +13,7 @@
 //! closes the connection, as the Linux host's error recovery does (NVMEOF-FACTS 1.10, 4.5).
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,7 +25,6 @@ use fabrik_proto::tcp::{
 };
 use fabrik_proto::{Cqe, SglDescriptor, Sqe, Status};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::task::AbortHandle;
 
@@ -53,6 +52,10 @@ pub struct TcpQueueConfig {
     /// Send H2CData PDUs of at most this many bytes even if MAXH2CDATA allows more (a host may
     /// always send smaller PDUs; tests use it to exercise a target's reassembly).
     pub h2c_data_limit: Option<u32>,
+    /// Local address to connect from (nvme-cli `--host-traddr`).
+    pub host_traddr: Option<IpAddr>,
+    /// Local interface to connect through (nvme-cli `--host-iface`; needs CAP_NET_RAW).
+    pub host_iface: Option<String>,
 }
 
 impl TcpQueueConfig {
@@ -64,6 +67,8 @@ impl TcpQueueConfig {
             max_pdu_data: 32 << 20,
             connect_timeout: Duration::from_secs(10),
             h2c_data_limit: None,
+            host_traddr: None,
+            host_iface: None,
         }
     }
 }
@@ -124,14 +129,14 @@ impl TcpQueue {
     /// Opens a TCP connection to `addr` and sets the queue up on it (ICReq/ICResp).
     pub async fn connect(addr: SocketAddr, config: TcpQueueConfig) -> Result<TcpQueue, HostError> {
         let qid = config.qid;
-        let stream = tokio::time::timeout(config.connect_timeout, TcpStream::connect(addr))
-            .await
-            .map_err(|_| HostError::Timeout {
-                qid,
-                command: format!("TCP connect to {addr}"),
-                after: config.connect_timeout,
-            })?
-            .map_err(|e| HostError::io(format!("queue {qid}: connect to {addr}"), e))?;
+        let stream = bind::connect(
+            qid,
+            addr,
+            config.host_traddr,
+            config.host_iface.as_deref(),
+            config.connect_timeout,
+        )
+        .await?;
         // Capsules are small and latency matters: never wait to coalesce (as the Linux host).
         stream
             .set_nodelay(true)
@@ -764,5 +769,6 @@ async fn write_segments<W: AsyncWrite + Unpin>(
     Ok(())
 }
 
+mod bind;
 #[cfg(test)]
 mod tests;
