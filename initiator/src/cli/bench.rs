@@ -412,7 +412,7 @@ pub async fn open_drives(
             ctrl_loss_tmo: (address.ctrl_loss_tmo >= 0.0)
                 .then(|| Duration::from_secs_f64(address.ctrl_loss_tmo)),
         };
-        let session = Session::from_controllers(connected, policy)?;
+        let session = Session::from_controllers(connected, policy).await?;
         let nsids = if address.nsid.is_empty() {
             session
                 .with_path(|ctrl| async move { ctrl.active_namespaces().await })
