@@ -28,6 +28,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::task::AbortHandle;
 
+use self::data_in::DataIn;
 use crate::error::HostError;
 
 /// Bytes asked of the socket per read call.
@@ -119,7 +120,7 @@ struct InFlight {
     /// End of the furthest range the target has asked for so far.
     requested: u64,
     /// Data received so far (C2HData), and how much the command reads in total.
-    data_in: BytesMut,
+    data_in: DataIn,
     data_in_len: usize,
     /// A C2HData PDU for this command failed its data digest.
     digest_error: bool,
@@ -298,7 +299,7 @@ impl TcpQueue {
                         data_out.clone()
                     },
                     requested: 0,
-                    data_in: BytesMut::with_capacity(data_in_len),
+                    data_in: DataIn::default(),
                     data_in_len,
                     digest_error: false,
                 },
@@ -414,7 +415,7 @@ impl Shared {
                     success,
                     data,
                 } = data;
-                self.on_c2h_data(cccid, datao, &data, last, success, false)
+                self.on_c2h_data(cccid, datao, data, last, success, false)
             }
             Pdu::R2T(r2t) => self.on_r2t(r2t),
             Pdu::C2HTermReq(term) => Err(HostError::Terminated {
@@ -490,7 +491,7 @@ impl Shared {
         &self,
         cccid: u16,
         datao: u32,
-        data: &[u8],
+        data: Bytes,
         last: bool,
         success: bool,
         digest_failed: bool,
@@ -534,12 +535,9 @@ impl Shared {
                 format!("C2HData for command {cccid:#06x} has SUCCESS set but not LAST_PDU"),
             ));
         }
-        if digest_failed {
-            command.digest_error = true;
-            command.data_in.resize(received + data.len(), 0);
-        } else {
-            command.data_in.extend_from_slice(data);
-        }
+        // A failed digest's bytes come as zeroes; the command will fail anyway.
+        command.digest_error |= digest_failed;
+        command.data_in.push(data, command.data_in_len);
         if success {
             // SUCCESS: the command completed without error and no CapsuleResp follows.
             let command = state.in_flight.remove(&cccid).expect("looked up above");
@@ -722,10 +720,10 @@ async fn read_loop<R: AsyncRead + Unpin>(
                 let Some((pdu_flags, _, datao, datal)) = c2h_header else {
                     break HostError::protocol(qid, "data digest error on an unreadable C2HData");
                 };
-                let zeros = vec![0u8; datal as usize];
+                let zeros = Bytes::from(vec![0u8; datal as usize]);
                 let last = pdu_flags & flags::LAST_PDU != 0;
                 let success = pdu_flags & flags::SUCCESS != 0;
-                if let Err(err) = shared.on_c2h_data(cccid, datao, &zeros, last, success, true) {
+                if let Err(err) = shared.on_c2h_data(cccid, datao, zeros, last, success, true) {
                     break err;
                 }
             }
@@ -770,5 +768,6 @@ async fn write_segments<W: AsyncWrite + Unpin>(
 }
 
 mod bind;
+mod data_in;
 #[cfg(test)]
 mod tests;
