@@ -250,6 +250,30 @@ async fn refusals_are_clear() {
         assert!(out.stderr.contains(says), "{extra:?}: {}", out.stderr);
         assert!(!out.stderr.contains("panicked"), "{}", out.stderr);
     }
+    // --all: the discovery connection is bound too.
+    let port = target.listen_addrs()[0].port().to_string();
+    let out = fabrik(args(&[
+        "bench",
+        "--quiet",
+        "-a",
+        "127.0.0.1",
+        "-s",
+        &port,
+        "--all",
+        "-w",
+        "192.0.2.1",
+    ]))
+    .await;
+    assert!(
+        !out.ok && out.stderr.contains("discovery at"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("not an address of this host"),
+        "{}",
+        out.stderr
+    );
     target.shutdown().await;
 }
 
