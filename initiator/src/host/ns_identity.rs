@@ -18,7 +18,15 @@ pub type NamespaceIds = BTreeMap<u32, Vec<NsDescriptor>>;
 pub async fn namespace_ids(ctrl: &Controller) -> Result<NamespaceIds, HostError> {
     let mut ids = NamespaceIds::new();
     for nsid in ctrl.active_namespaces().await? {
-        let mut descriptors = ctrl.ns_descriptors(nsid).await?;
+        let mut descriptors = match ctrl.ns_descriptors(nsid).await {
+            Ok(d) => d,
+            // A controller without the list (before NVMe 1.3) identifies nothing this way.
+            Err(HostError::Status { status, .. }) => {
+                tracing::debug!(nsid, "no namespace identification descriptors: {status}");
+                Vec::new()
+            }
+            Err(e) => return Err(e),
+        };
         // The command set is not an identity.
         descriptors.retain(|d| !matches!(d, NsDescriptor::Csi(_)));
         ids.insert(nsid, descriptors);
