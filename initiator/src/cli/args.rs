@@ -53,7 +53,7 @@ pub struct HostBindArgs {
     /// Local IP address to connect from.
     #[arg(short = 'w', long)]
     pub host_traddr: Option<IpAddr>,
-    /// Local network interface to connect through (NVMe/TCP; needs CAP_NET_RAW).
+    /// Local network interface to connect through (NVMe/TCP; kernels before 5.7 need CAP_NET_RAW).
     #[arg(short = 'f', long)]
     pub host_iface: Option<String>,
 }

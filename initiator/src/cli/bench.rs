@@ -80,7 +80,7 @@ pub struct AddressArgs {
     /// Local IP address to connect from.
     #[arg(short = 'w', long)]
     pub host_traddr: Option<IpAddr>,
-    /// Local network interface to connect through (NVMe/TCP; needs CAP_NET_RAW).
+    /// Local network interface to connect through (NVMe/TCP; kernels before 5.7 need CAP_NET_RAW).
     #[arg(short = 'f', long)]
     pub host_iface: Option<String>,
     /// Another path to the same subsystems, HOST:PORT (repeatable): one multipath session.

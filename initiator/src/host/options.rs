@@ -38,7 +38,7 @@ pub struct ConnectOptions {
     /// the route from it.
     pub host_traddr: Option<IpAddr>,
     /// Local interface every NVMe/TCP queue connects through (nvme-cli `--host-iface`,
-    /// SO_BINDTODEVICE: needs CAP_NET_RAW).
+    /// SO_BINDTODEVICE: kernels before 5.7 allow it only with CAP_NET_RAW).
     pub host_iface: Option<String>,
 }
 

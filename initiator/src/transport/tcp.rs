@@ -55,7 +55,8 @@ pub struct TcpQueueConfig {
     pub h2c_data_limit: Option<u32>,
     /// Local address to connect from (nvme-cli `--host-traddr`).
     pub host_traddr: Option<IpAddr>,
-    /// Local interface to connect through (nvme-cli `--host-iface`; needs CAP_NET_RAW).
+    /// Local interface to connect through (nvme-cli `--host-iface`; SO_BINDTODEVICE, which kernels
+    /// before 5.7 allow only with CAP_NET_RAW).
     pub host_iface: Option<String>,
 }
 

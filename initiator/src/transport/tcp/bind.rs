@@ -55,7 +55,7 @@ pub(super) async fn connect(
 fn bind_device(qid: u16, socket: &TcpSocket, iface: &str) -> Result<(), HostError> {
     socket.bind_device(Some(iface.as_bytes())).map_err(|e| {
         let why = match e.raw_os_error() {
-            Some(libc::EPERM) => " (needs CAP_NET_RAW: run as root, or leave out the interface)",
+            Some(libc::EPERM) => " (not permitted: needs CAP_NET_RAW here, e.g. as root)",
             Some(libc::ENODEV) => " (no such interface)",
             _ => "",
         };
