@@ -207,7 +207,8 @@ async fn write_and_read_round_trip_a_file() {
 async fn id_ns_and_smart_log_json() {
     let dir = tempfile::tempdir().unwrap();
     let target = target(dir.path(), 1).await;
-    let mut id = args(&["id-ns", "--json"]);
+    // From another loopback address (nvme-cli's --host-traddr).
+    let mut id = args(&["id-ns", "--json", "--host-traddr", "127.0.0.2"]);
     id.extend(address(&target, 0));
     let out = fabrik(id).await;
     assert!(out.ok, "{}", out.stderr);
@@ -238,6 +239,8 @@ async fn refusals_are_clear() {
         (vec!["--mem", "gpu"], "only host memory"),
         (vec!["--rw", "sideways"], "unknown --rw"),
         (vec!["--rw", "read", "--verify"], "say how much with --size"),
+        (vec!["-w", "192.0.2.1"], "not an address of this host"),
+        (vec!["-f", "fabrik-none0"], "interface \"fabrik-none0\""),
     ] {
         let mut v = args(&["bench", "--quiet"]);
         v.extend(a.clone());
@@ -247,6 +250,30 @@ async fn refusals_are_clear() {
         assert!(out.stderr.contains(says), "{extra:?}: {}", out.stderr);
         assert!(!out.stderr.contains("panicked"), "{}", out.stderr);
     }
+    // --all: the discovery connection is bound too.
+    let port = target.listen_addrs()[0].port().to_string();
+    let out = fabrik(args(&[
+        "bench",
+        "--quiet",
+        "-a",
+        "127.0.0.1",
+        "-s",
+        &port,
+        "--all",
+        "-w",
+        "192.0.2.1",
+    ]))
+    .await;
+    assert!(
+        !out.ok && out.stderr.contains("discovery at"),
+        "{}",
+        out.stderr
+    );
+    assert!(
+        out.stderr.contains("not an address of this host"),
+        "{}",
+        out.stderr
+    );
     target.shutdown().await;
 }
 

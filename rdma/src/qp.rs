@@ -363,20 +363,26 @@ impl QueuePair {
         )
     }
 
-    /// Resolves `dst` to a local device and a route to it (the active side, before `setup`).
+    /// Resolves `dst` to a local device and a route to it (the active side, before `setup`),
+    /// from the local address `src` if given (else the one the routing table picks).
     pub async fn resolve(
         &self,
         channel: &EventChannel,
+        src: Option<std::net::IpAddr>,
         dst: SocketAddr,
         timeout_ms: i32,
     ) -> io::Result<()> {
         let (mut storage, _len) = sockaddr_from(dst);
-        // SAFETY: valid id; the sockaddr is valid for the call.
+        let mut src = src.map(|ip| sockaddr_from(SocketAddr::new(ip, 0)).0);
+        let src_ptr = src.as_mut().map_or(ptr::null_mut(), |s| {
+            (s as *mut libc::sockaddr_storage).cast()
+        });
+        // SAFETY: valid id; the sockaddrs are valid for the call.
         check(
             unsafe {
                 sys::rdma_resolve_addr(
                     self.id.0,
-                    ptr::null_mut(),
+                    src_ptr,
                     (&mut storage as *mut libc::sockaddr_storage).cast(),
                     timeout_ms,
                 )

@@ -23,6 +23,7 @@ async fn open(target: &Target, index: usize, queues: u16) -> Drive {
     opts.io_queues = queues;
     let ctrl = Controller::connect(opts.clone()).await.expect("connect");
     let session = Session::from_controllers(vec![(opts, Some(ctrl))], RecoveryPolicy::default())
+        .await
         .expect("session");
     Drive::open(session, 1).await.expect("namespace 1")
 }

@@ -371,3 +371,90 @@ async fn a_command_failing_on_every_connection_is_failed_not_retried_forever() {
     session.shutdown().await;
     target.shutdown().await;
 }
+
+/// A target exporting its drive 00 as `nqn`. Namespace identifiers derive from the box name:
+/// two boxes give the same NQN different namespaces (a misconfiguration multipath must catch).
+fn shared_nqn_config(dir: &std::path::Path, box_name: &str, nqn: &str) -> Config {
+    let mut cfg = config(dir, BackendKind::Ram, 1, 16 * MIB);
+    cfg.box_name = box_name.into();
+    cfg.subsystem_specs = vec![fabrik_target::config::SubsystemSpec {
+        nqn: nqn.into(),
+        drives: vec!["00".into()],
+        hosts: None,
+        model: None,
+    }];
+    cfg
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_path_to_other_namespaces_under_the_same_nqn_is_refused() {
+    let nqn = "nqn.2024-01.io.fabrik.test:shared";
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let box_a = start(shared_nqn_config(dirs[0].path(), "box-a", nqn)).await;
+    let box_b = start(shared_nqn_config(dirs[1].path(), "box-b", nqn)).await;
+    let policy = quick_policy(Duration::from_secs(1));
+
+    // Box a and box b: the same NQN, not the same namespace. Refused at connect.
+    let err = Session::connect(
+        vec![
+            path_options(addr(&box_a), nqn),
+            path_options(addr(&box_b), nqn),
+        ],
+        policy,
+    )
+    .await
+    .err()
+    .expect("refused");
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&format!("path 1 ({})", addr(&box_b)))
+            && msg.contains("other namespaces under the same NQN")
+            && msg.contains("namespace 1 is NGUID"),
+        "{msg}"
+    );
+
+    // A twin of box a (same box name, so the same identifiers): one device, two paths.
+    let twin = start(shared_nqn_config(dirs[2].path(), "box-a", nqn)).await;
+    let session = Session::connect(
+        vec![
+            path_options(addr(&box_a), nqn),
+            path_options(addr(&twin), nqn),
+        ],
+        policy,
+    )
+    .await
+    .unwrap();
+    assert_eq!(session.live_paths(), 2);
+    session.shutdown().await;
+    twin.shutdown().await;
+    box_b.shutdown().await;
+
+    // Box a replaced on its port by box b: the path is not re-joined, it is given up.
+    let a_addr = addr(&box_a);
+    let session = Session::connect(vec![path_options(a_addr, nqn)], policy)
+        .await
+        .unwrap();
+    let mut events = session.events();
+    session.read(0, 1, 0, 1).await.unwrap();
+    box_a.shutdown().await;
+    let mut cfg = shared_nqn_config(dirs[1].path(), "box-b", nqn);
+    cfg.listen = vec![a_addr];
+    let box_b = start(cfg).await;
+    let err = session.read(0, 1, 0, 1).await.expect_err("no path left");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("every path lost") && msg.contains("other namespaces under the same NQN"),
+        "{msg}"
+    );
+    let mut seen = Vec::new();
+    while let Ok(e) = events.try_recv() {
+        seen.push(format!("{e:?}"));
+    }
+    assert!(
+        seen.iter().any(|e| e.starts_with("PathGivenUp")),
+        "{seen:?}"
+    );
+    assert!(!seen.iter().any(|e| e.starts_with("PathUp")), "{seen:?}");
+    session.shutdown().await;
+    box_b.shutdown().await;
+}

@@ -1,6 +1,6 @@
 //! Arguments shared by subcommands, named as nvme-cli names them.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use anyhow::{Context, Result};
 use clap::Args;
@@ -43,6 +43,26 @@ pub struct ConnectArgs {
     /// Data digest.
     #[arg(short = 'G', long)]
     pub data_digest: bool,
+    #[command(flatten)]
+    pub bind: HostBindArgs,
+}
+
+/// Where the host's connections leave from (nvme-cli's names).
+#[derive(Args, Clone)]
+pub struct HostBindArgs {
+    /// Local IP address to connect from.
+    #[arg(short = 'w', long)]
+    pub host_traddr: Option<IpAddr>,
+    /// Local network interface to connect through (NVMe/TCP; kernels before 5.7 need CAP_NET_RAW).
+    #[arg(short = 'f', long)]
+    pub host_iface: Option<String>,
+}
+
+impl HostBindArgs {
+    pub fn apply(&self, opts: &mut ConnectOptions) {
+        opts.host_traddr = self.host_traddr;
+        opts.host_iface = self.host_iface.clone();
+    }
 }
 
 pub async fn resolve(target: &TargetArgs, default_port: u16) -> Result<SocketAddr> {
@@ -75,6 +95,7 @@ pub async fn connect_controller(args: &ConnectArgs) -> Result<Controller> {
         header: args.hdr_digest,
         data: args.data_digest,
     };
+    args.bind.apply(&mut opts);
     Controller::connect(opts)
         .await
         .with_context(|| format!("connecting to {} at {addr}", args.nqn))

@@ -1,7 +1,7 @@
 //! `fabrik bench`: fio/gdsio-like benchmarks over the userspace NVMe-oF host, addressed as
 //! nvme-cli addresses subsystems. The engine is `fabrik_initiator::bench`.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +15,7 @@ use fabrik_initiator::bench::{
 use fabrik_initiator::host::session::{RecoveryPolicy, Session, SessionEvent};
 use fabrik_initiator::proto::fabrics::discovery::{subtype, trtype};
 use fabrik_initiator::proto::tcp::Digests;
-use fabrik_initiator::{discover, ConnectOptions, Controller, HostIdentity, Transport};
+use fabrik_initiator::{ConnectOptions, Controller, HostIdentity, Transport};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::args::{DISCOVERY_PORT, IO_PORT};
@@ -77,6 +77,12 @@ pub struct AddressArgs {
     /// Keep-alive timeout in seconds.
     #[arg(short = 'k', long, default_value_t = 5)]
     pub keep_alive_tmo: u32,
+    /// Local IP address to connect from.
+    #[arg(short = 'w', long)]
+    pub host_traddr: Option<IpAddr>,
+    /// Local network interface to connect through (NVMe/TCP; kernels before 5.7 need CAP_NET_RAW).
+    #[arg(short = 'f', long)]
+    pub host_iface: Option<String>,
     /// Another path to the same subsystems, HOST:PORT (repeatable): one multipath session.
     #[arg(long = "path", value_name = "HOST:PORT")]
     pub paths: Vec<String>,
@@ -344,7 +350,8 @@ pub async fn open_drives(
     let targets: Vec<(Vec<SocketAddr>, String)> = if address.all {
         let port = address.trsvcid.unwrap_or(DISCOVERY_PORT);
         let addr = resolve(host_name, port).await?;
-        discover_all(addr, &host.nqn).await?
+        let bind = (address.host_traddr, address.host_iface.clone());
+        discover_all_from(addr, &host.nqn, bind).await?
     } else {
         let addr = resolve(host_name, address.trsvcid.unwrap_or(IO_PORT)).await?;
         address
@@ -388,6 +395,8 @@ pub async fn open_drives(
                 header: address.hdr_digest,
                 data: address.data_digest,
             };
+            opts.host_traddr = address.host_traddr;
+            opts.host_iface = address.host_iface.clone();
             let ctrl = Controller::connect(opts.clone())
                 .await
                 .with_context(|| format!("connecting to {nqn} at {path}"))?;
@@ -404,7 +413,7 @@ pub async fn open_drives(
             ctrl_loss_tmo: (address.ctrl_loss_tmo >= 0.0)
                 .then(|| Duration::from_secs_f64(address.ctrl_loss_tmo)),
         };
-        let session = Session::from_controllers(connected, policy)?;
+        let session = Session::from_controllers(connected, policy).await?;
         let nsids = if address.nsid.is_empty() {
             session
                 .with_path(|ctrl| async move { ctrl.active_namespaces().await })
@@ -480,6 +489,15 @@ pub async fn discover_all(
     addr: SocketAddr,
     hostnqn: &str,
 ) -> Result<Vec<(Vec<SocketAddr>, String)>> {
+    discover_all_from(addr, hostnqn, (None, None)).await
+}
+
+/// [`discover_all`] with the discovery connections bound to a host address and interface.
+async fn discover_all_from(
+    addr: SocketAddr,
+    hostnqn: &str,
+    (host_traddr, host_iface): (Option<IpAddr>, Option<String>),
+) -> Result<Vec<(Vec<SocketAddr>, String)>> {
     /// Referral chains longer than this are a loop or a misconfiguration.
     const MAX_DISCOVERY_CONTROLLERS: usize = 16;
     let mut targets: Vec<(Vec<SocketAddr>, String)> = Vec::new();
@@ -493,7 +511,10 @@ pub async fn discover_all(
             bail!("more than {MAX_DISCOVERY_CONTROLLERS} discovery controllers through referrals from {addr}");
         }
         visited.push(at);
-        let log = discover(at, hostnqn)
+        let mut opts = ConnectOptions::discovery(at).with_host(&HostIdentity::with_nqn(hostnqn));
+        opts.host_traddr = host_traddr;
+        opts.host_iface = host_iface.clone();
+        let log = discover_with(opts)
             .await
             .with_context(|| format!("discovery at {at}"))?;
         for e in log.entries {
@@ -558,6 +579,14 @@ fn parse_uuid(text: &str) -> Option<[u8; 16]> {
 fn random_seed() -> u64 {
     let id = fabrik_initiator::host::options::random_uuid();
     u64::from_le_bytes(id[..8].try_into().expect("8 bytes"))
+}
+
+/// `nvme discover` with these options: reads the log and disconnects.
+async fn discover_with(opts: ConnectOptions) -> Result<fabrik_initiator::DiscoveryLog> {
+    let ctrl = Controller::connect(opts).await?;
+    let log = ctrl.discovery_log().await;
+    ctrl.shutdown().await?;
+    Ok(log?)
 }
 
 #[cfg(test)]

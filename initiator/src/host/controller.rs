@@ -520,6 +520,8 @@ impl Drop for Controller {
 fn queue_config(opts: &ConnectOptions, qid: u16, depth: u16) -> TcpQueueConfig {
     TcpQueueConfig {
         h2c_data_limit: opts.h2c_data_limit,
+        host_traddr: opts.host_traddr,
+        host_iface: opts.host_iface.clone(),
         ..TcpQueueConfig::new(qid, depth, opts.digests)
     }
 }

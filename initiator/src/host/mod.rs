@@ -5,6 +5,7 @@ pub mod discovery;
 pub mod events;
 pub mod io;
 pub mod kernel;
+pub mod ns_identity;
 pub mod options;
 pub mod queue;
 pub mod session;

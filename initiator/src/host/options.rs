@@ -1,6 +1,6 @@
 //! What a host says when it connects: where, to which subsystem, as whom, with how many queues.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use fabrik_proto::fabrics::nqn::DISCOVERY_NQN;
@@ -34,6 +34,12 @@ pub struct ConnectOptions {
     /// Ask the controller to disable SQ flow control (Connect CATTR bit 2, nvme-cli's
     /// `--disable-sqflow`); a target may then complete reads with a SUCCESS-flagged C2HData.
     pub disable_sq_flow: bool,
+    /// Local address every queue connects from (nvme-cli `--host-traddr`); NVMe/RDMA resolves
+    /// the route from it.
+    pub host_traddr: Option<IpAddr>,
+    /// Local interface every NVMe/TCP queue connects through (nvme-cli `--host-iface`,
+    /// SO_BINDTODEVICE: kernels before 5.7 allow it only with CAP_NET_RAW).
+    pub host_iface: Option<String>,
 }
 
 /// Which NVMe-oF transport binding a controller's queues use.
@@ -68,6 +74,8 @@ impl ConnectOptions {
             h2c_data_limit: None,
             disable_sq_flow: false,
             transport: Transport::Tcp,
+            host_traddr: None,
+            host_iface: None,
         }
     }
 

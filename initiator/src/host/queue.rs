@@ -46,7 +46,15 @@ impl Queue {
             Transport::Tcp => TransportQueue::Tcp(TcpQueue::connect(addr, config).await?),
             #[cfg(feature = "rdma")]
             Transport::Rdma => {
-                TransportQueue::Rdma(RdmaQueue::connect(addr, config.qid, config.depth).await?)
+                if let Some(iface) = &config.host_iface {
+                    // As the Linux host: host_iface is an NVMe/TCP option only.
+                    return Err(HostError::Invalid(format!(
+                        "host interface {iface:?}: NVMe/RDMA binds by host address only"
+                    )));
+                }
+                TransportQueue::Rdma(
+                    RdmaQueue::connect(config.host_traddr, addr, config.qid, config.depth).await?,
+                )
             }
             #[cfg(not(feature = "rdma"))]
             Transport::Rdma => {

@@ -19,6 +19,7 @@ use tokio::sync::{broadcast, Notify};
 use crate::error::HostError;
 use crate::host::controller::Controller;
 use crate::host::events::{self, KnownNamespaces};
+use crate::host::ns_identity::{self, NamespaceIds};
 use crate::host::options::ConnectOptions;
 
 /// Tries of one command on failing connections before it fails (an outage in between costs
@@ -87,10 +88,14 @@ pub struct Session {
     changed: Notify,
     events: broadcast::Sender<SessionEvent>,
     namespaces: KnownNamespaces,
+    /// The namespaces' identifiers as the paths first showed them (None until a path was
+    /// live): a path that shows others for the same NSID is another subsystem, not joined.
+    ns_ids: Arc<Mutex<Option<NamespaceIds>>>,
 }
 
 impl Session {
-    /// Connects every path (all must be the same subsystem); fails if none connects.
+    /// Connects every path (all must be the same subsystem, with the same namespaces); fails if
+    /// none connects.
     pub async fn connect(
         paths: Vec<ConnectOptions>,
         policy: RecoveryPolicy,
@@ -111,11 +116,12 @@ impl Session {
                 HostError::Invalid("a session needs at least one path".into())
             }));
         }
-        Session::from_controllers(paths.into_iter().zip(ctrls).collect(), policy)
+        Session::from_controllers(paths.into_iter().zip(ctrls).collect(), policy).await
     }
 
-    /// A session over controllers already connected (`None`: a path to re-establish).
-    pub fn from_controllers(
+    /// A session over controllers already connected (`None`: a path to re-establish). The live
+    /// ones must show the same identifiers for the namespaces they share.
+    pub async fn from_controllers(
         paths: Vec<(ConnectOptions, Option<Controller>)>,
         policy: RecoveryPolicy,
     ) -> Result<Arc<Session>, HostError> {
@@ -128,6 +134,15 @@ impl Session {
                 "the paths of a session lead to one subsystem, not {subnqn} and {}",
                 o.subnqn
             )));
+        }
+        let mut reference: Option<NamespaceIds> = None;
+        for (index, (opts, ctrl)) in paths.iter().enumerate() {
+            let Some(ctrl) = ctrl else { continue };
+            let ids = ns_identity::namespace_ids(ctrl).await?;
+            match &reference {
+                Some(r) => ns_identity::check_same(&subnqn, r, index, opts.addr, &ids)?,
+                None => reference = Some(ids),
+            }
         }
         let (events, _) = broadcast::channel(64);
         let mut missing = Vec::new();
@@ -161,6 +176,7 @@ impl Session {
             changed: Notify::new(),
             events,
             namespaces: KnownNamespaces::default(),
+            ns_ids: Arc::new(Mutex::new(reference)),
         });
         for index in 0..session.paths.len() {
             if let Some((ctrl, _)) = session.live(index) {
@@ -358,8 +374,15 @@ impl Session {
     /// Asynchronous events of a live controller become session events.
     fn watch_events(&self, ctrl: &Arc<Controller>) {
         let events = self.events.clone();
+        let ns_ids = self.ns_ids.clone();
         events::spawn_watcher(ctrl, self.namespaces.clone(), move |event| {
             tracing::info!("{event:?}");
+            if let SessionEvent::NamespaceRemoved { nsid } = event {
+                // The NSID may come back as another namespace.
+                if let Some(ids) = ns_ids.lock().unwrap().as_mut() {
+                    ids.remove(&nsid);
+                }
+            }
             let _ = events.send(event);
         });
     }
@@ -384,11 +407,35 @@ impl Session {
                 let Some(session) = weak.upgrade() else {
                     return;
                 };
+                let attempt = match attempt {
+                    Ok(ctrl) => session.check_rejoin(path, ctrl).await,
+                    Err(e) => Err(e),
+                };
                 if session.reconnected(path, generation, since, attempt) {
                     return;
                 }
             }
         });
+    }
+
+    /// A re-established path must still lead to the session's namespaces (the target may have
+    /// been replaced by another box exporting the same NQN).
+    async fn check_rejoin(&self, path: usize, ctrl: Controller) -> Result<Controller, HostError> {
+        let ids = ns_identity::namespace_ids(&ctrl).await?;
+        let addr = self.paths[path].opts.addr;
+        let mut reference = self.ns_ids.lock().unwrap();
+        match reference.as_mut() {
+            Some(r) => {
+                ns_identity::check_same(self.subnqn(), r, path, addr, &ids)?;
+                // Namespaces added meanwhile are checked from now on.
+                for (nsid, d) in ids {
+                    r.entry(nsid).or_insert(d);
+                }
+            }
+            None => *reference = Some(ids),
+        }
+        drop(reference);
+        Ok(ctrl)
     }
 
     fn reconnecting_since(&self, path: usize) -> Option<Instant> {

@@ -5,7 +5,7 @@
 //! receives. A driver task owns the queue pair; callers talk to it through a channel.
 
 use std::collections::VecDeque;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -62,9 +62,15 @@ pub struct RdmaQueue {
 }
 
 impl RdmaQueue {
-    /// Connects queue `qid` of `depth` entries to the target at `addr`.
-    pub async fn connect(addr: SocketAddr, qid: u16, depth: u16) -> Result<RdmaQueue, HostError> {
-        match Self::connect_with(addr, qid, depth, connect_request(qid, depth)).await? {
+    /// Connects queue `qid` of `depth` entries to the target at `addr`, from the local address
+    /// `src` if given (nvme-cli `--host-traddr`).
+    pub async fn connect(
+        src: Option<IpAddr>,
+        addr: SocketAddr,
+        qid: u16,
+        depth: u16,
+    ) -> Result<RdmaQueue, HostError> {
+        match Self::connect_from(src, addr, qid, depth, connect_request(qid, depth)).await? {
             Ok(q) => Ok(q),
             Err(status) => Err(rejected(qid, status)),
         }
@@ -73,6 +79,16 @@ impl RdmaQueue {
     /// Connects with the given CM private data; a target's reject gives its NVMe/RDMA status
     /// (0 when the reject carried none).
     pub async fn connect_with(
+        addr: SocketAddr,
+        qid: u16,
+        depth: u16,
+        private: [u8; 32],
+    ) -> Result<Result<RdmaQueue, u16>, HostError> {
+        Self::connect_from(None, addr, qid, depth, private).await
+    }
+
+    async fn connect_from(
+        src: Option<IpAddr>,
         addr: SocketAddr,
         qid: u16,
         depth: u16,
@@ -87,7 +103,7 @@ impl RdmaQueue {
         let channel = EventChannel::new().map_err(io("rdma_cm channel for"))?;
         let id = channel.create_id().map_err(io("rdma_cm id for"))?;
         let mut qp = QueuePair::new(id);
-        qp.resolve(&channel, addr, RESOLVE_TIMEOUT_MS)
+        qp.resolve(&channel, src, addr, RESOLVE_TIMEOUT_MS)
             .await
             .map_err(io("resolving"))?;
         let slots = u32::from(depth);

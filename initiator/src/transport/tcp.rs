@@ -13,7 +13,7 @@
 //! closes the connection, as the Linux host's error recovery does (NVMEOF-FACTS 1.10, 4.5).
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,10 +25,10 @@ use fabrik_proto::tcp::{
 };
 use fabrik_proto::{Cqe, SglDescriptor, Sqe, Status};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::task::AbortHandle;
 
+use self::data_in::DataIn;
 use crate::error::HostError;
 
 /// Bytes asked of the socket per read call.
@@ -53,6 +53,11 @@ pub struct TcpQueueConfig {
     /// Send H2CData PDUs of at most this many bytes even if MAXH2CDATA allows more (a host may
     /// always send smaller PDUs; tests use it to exercise a target's reassembly).
     pub h2c_data_limit: Option<u32>,
+    /// Local address to connect from (nvme-cli `--host-traddr`).
+    pub host_traddr: Option<IpAddr>,
+    /// Local interface to connect through (nvme-cli `--host-iface`; SO_BINDTODEVICE, which kernels
+    /// before 5.7 allow only with CAP_NET_RAW).
+    pub host_iface: Option<String>,
 }
 
 impl TcpQueueConfig {
@@ -64,6 +69,8 @@ impl TcpQueueConfig {
             max_pdu_data: 32 << 20,
             connect_timeout: Duration::from_secs(10),
             h2c_data_limit: None,
+            host_traddr: None,
+            host_iface: None,
         }
     }
 }
@@ -114,7 +121,7 @@ struct InFlight {
     /// End of the furthest range the target has asked for so far.
     requested: u64,
     /// Data received so far (C2HData), and how much the command reads in total.
-    data_in: BytesMut,
+    data_in: DataIn,
     data_in_len: usize,
     /// A C2HData PDU for this command failed its data digest.
     digest_error: bool,
@@ -124,14 +131,14 @@ impl TcpQueue {
     /// Opens a TCP connection to `addr` and sets the queue up on it (ICReq/ICResp).
     pub async fn connect(addr: SocketAddr, config: TcpQueueConfig) -> Result<TcpQueue, HostError> {
         let qid = config.qid;
-        let stream = tokio::time::timeout(config.connect_timeout, TcpStream::connect(addr))
-            .await
-            .map_err(|_| HostError::Timeout {
-                qid,
-                command: format!("TCP connect to {addr}"),
-                after: config.connect_timeout,
-            })?
-            .map_err(|e| HostError::io(format!("queue {qid}: connect to {addr}"), e))?;
+        let stream = bind::connect(
+            qid,
+            addr,
+            config.host_traddr,
+            config.host_iface.as_deref(),
+            config.connect_timeout,
+        )
+        .await?;
         // Capsules are small and latency matters: never wait to coalesce (as the Linux host).
         stream
             .set_nodelay(true)
@@ -293,7 +300,7 @@ impl TcpQueue {
                         data_out.clone()
                     },
                     requested: 0,
-                    data_in: BytesMut::with_capacity(data_in_len),
+                    data_in: DataIn::default(),
                     data_in_len,
                     digest_error: false,
                 },
@@ -409,7 +416,7 @@ impl Shared {
                     success,
                     data,
                 } = data;
-                self.on_c2h_data(cccid, datao, &data, last, success, false)
+                self.on_c2h_data(cccid, datao, data, last, success, false)
             }
             Pdu::R2T(r2t) => self.on_r2t(r2t),
             Pdu::C2HTermReq(term) => Err(HostError::Terminated {
@@ -485,7 +492,7 @@ impl Shared {
         &self,
         cccid: u16,
         datao: u32,
-        data: &[u8],
+        data: Bytes,
         last: bool,
         success: bool,
         digest_failed: bool,
@@ -529,12 +536,9 @@ impl Shared {
                 format!("C2HData for command {cccid:#06x} has SUCCESS set but not LAST_PDU"),
             ));
         }
-        if digest_failed {
-            command.digest_error = true;
-            command.data_in.resize(received + data.len(), 0);
-        } else {
-            command.data_in.extend_from_slice(data);
-        }
+        // A failed digest's bytes come as zeroes; the command will fail anyway.
+        command.digest_error |= digest_failed;
+        command.data_in.push(data, command.data_in_len);
         if success {
             // SUCCESS: the command completed without error and no CapsuleResp follows.
             let command = state.in_flight.remove(&cccid).expect("looked up above");
@@ -717,10 +721,10 @@ async fn read_loop<R: AsyncRead + Unpin>(
                 let Some((pdu_flags, _, datao, datal)) = c2h_header else {
                     break HostError::protocol(qid, "data digest error on an unreadable C2HData");
                 };
-                let zeros = vec![0u8; datal as usize];
+                let zeros = Bytes::from(vec![0u8; datal as usize]);
                 let last = pdu_flags & flags::LAST_PDU != 0;
                 let success = pdu_flags & flags::SUCCESS != 0;
-                if let Err(err) = shared.on_c2h_data(cccid, datao, &zeros, last, success, true) {
+                if let Err(err) = shared.on_c2h_data(cccid, datao, zeros, last, success, true) {
                     break err;
                 }
             }
@@ -764,5 +768,7 @@ async fn write_segments<W: AsyncWrite + Unpin>(
     Ok(())
 }
 
+mod bind;
+mod data_in;
 #[cfg(test)]
 mod tests;
