@@ -18,6 +18,7 @@ use fabrik_api::metrics::{
 };
 use tokio_util::sync::CancellationToken;
 
+use crate::management::Manager;
 use crate::model::{Port, TargetState, TransportType};
 
 /// Bucket bounds of [`LATENCY_BUCKETS`] in nanoseconds, so an observation is integer compares.
@@ -225,34 +226,41 @@ impl TargetMetrics {
     }
 }
 
-/// Takes the figures a scrape reports.
-pub fn snapshot(target: &TargetState) -> Snapshot {
-    let mut drives: BTreeMap<String, DriveMetrics> = BTreeMap::new();
-    for sub in target.subsystems() {
-        for ns in sub.namespaces() {
-            let info = ns.drive.info();
-            let health = ns.drive.health();
+/// Takes the figures a scrape reports. Drives come from the drive registry (every drive of the
+/// box once, exported or not); their health from [`Manager::drive_health`], as the REST API's.
+/// Blocking (SMART logs are read by ioctl).
+pub fn snapshot(manager: &Manager) -> Snapshot {
+    let target = manager.target_state();
+    let mut composed: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for c in manager.state().compositions {
+        for d in c.drives {
+            composed.entry(d).or_default().push(c.host_nqn.clone());
+        }
+    }
+    let mut drives = Vec::new();
+    for (id, drive) in manager.drive_registry() {
+        let exported = manager.namespaces_of(id);
+        let namespaces: Vec<_> = exported.iter().map(|(_, ns)| ns.clone()).collect();
+        let info = drive.info();
+        let mut d = DriveMetrics {
+            drive: id.clone(),
+            backend: info.kind.name().to_string(),
+            subsystem: exported
+                .first()
+                .map(|(nqn, _)| nqn.clone())
+                .unwrap_or_default(),
+            capacity_bytes: info.capacity,
+            composed_to: composed.remove(id).unwrap_or_default(),
+            health: manager.drive_health(id, &namespaces),
+            ..DriveMetrics::default()
+        };
+        // A drive exported in several namespaces: the sum over them.
+        for ns in &namespaces {
             let s = &ns.stats;
-            let d = drives
-                .entry(ns.drive_id.clone())
-                .or_insert_with(|| DriveMetrics {
-                    drive: ns.drive_id.clone(),
-                    backend: info.kind.name().to_string(),
-                    subsystem: sub.nqn.to_string(),
-                    capacity_bytes: info.capacity,
-                    ready: ns.is_ready(),
-                    critical_warning: health.critical_warning,
-                    temperature_celsius: health.temperature_celsius,
-                    percentage_used: health.percentage_used,
-                    ..DriveMetrics::default()
-                });
-            // A drive exported in several namespaces: the sum over them.
-            d.ready &= ns.is_ready();
             d.read_ops += s.read_commands.load(Relaxed);
             d.write_ops += s.write_commands.load(Relaxed);
             d.read_bytes += s.bytes_read.load(Relaxed);
             d.write_bytes += s.bytes_written.load(Relaxed);
-            d.media_errors += s.media_errors.load(Relaxed);
             for c in s.io.all() {
                 d.other_ops += c.other_commands.load(Relaxed);
                 d.errors += c.errors.load(Relaxed);
@@ -260,6 +268,7 @@ pub fn snapshot(target: &TargetState) -> Snapshot {
                 add_histogram(&mut d.write_latency, c.write_latency.snapshot());
             }
         }
+        drives.push(d);
     }
     let ports = target
         .ports()
@@ -292,7 +301,7 @@ pub fn snapshot(target: &TargetState) -> Snapshot {
         version: env!("CARGO_PKG_VERSION").to_string(),
         box_name: target.box_name.clone(),
         uptime_seconds: target.started.elapsed().as_secs_f64(),
-        drives: drives.into_values().collect(),
+        drives,
         ports,
         controllers,
     }
@@ -326,7 +335,7 @@ fn port_metrics(target: &TargetState, port: &Port) -> PortMetrics {
     }
 }
 
-/// The `GET /metrics` endpoint on its own address (until the REST API serves it too).
+/// The `GET /metrics` endpoint on its own address (the REST API's address serves it too).
 pub struct MetricsEndpoint {
     addr: SocketAddr,
     stop: CancellationToken,
@@ -335,12 +344,12 @@ pub struct MetricsEndpoint {
 
 impl MetricsEndpoint {
     pub async fn start(
-        target: Arc<TargetState>,
+        manager: Arc<Manager>,
         addr: SocketAddr,
     ) -> std::io::Result<MetricsEndpoint> {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
-        let router = fabrik_api::metrics::router(move || snapshot(&target));
+        let router = fabrik_api::metrics::router(move || snapshot(&manager));
         let stop = CancellationToken::new();
         let task = tokio::spawn({
             let stop = stop.clone();

@@ -102,7 +102,7 @@ async fn dashboard_queries_only_metrics_fabrikd_serves() {
     // A live fabrikd with a host connected and I/O done, so that every family has samples.
     let dir = tempfile::tempdir().unwrap();
     let target = common::start(common::config(dir.path(), BackendKind::Ram, 2, 16 << 20)).await;
-    let metrics = MetricsEndpoint::start(target.state().clone(), "127.0.0.1:0".parse().unwrap())
+    let metrics = MetricsEndpoint::start(target.manager(), "127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
     let nqns = common::nqns(&target);
