@@ -377,6 +377,111 @@ impl MetricsEndpoint {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::{ram::RamDrive, BoxFuture, Drive, DriveError, DriveInfo};
+    use bytes::Bytes;
+    use fabrik_api::Management;
+    use fabrik_proto::nvme::log::SmartLog;
+
+    /// A RAM drive that has a SMART log, as an NVMe block drive does.
+    struct SmartRam(RamDrive);
+
+    impl Drive for SmartRam {
+        fn info(&self) -> &DriveInfo {
+            self.0.info()
+        }
+        fn smart_log(&self) -> Option<std::io::Result<SmartLog>> {
+            Some(Ok(SmartLog {
+                critical_warning: 0x02,
+                temperature_k: 310,
+                percentage_used: 7,
+                power_on_hours: 1234,
+                media_errors: 3,
+                ..SmartLog::default()
+            }))
+        }
+        fn read(&self, offset: u64, len: usize) -> BoxFuture<'_, Result<Bytes, DriveError>> {
+            self.0.read(offset, len)
+        }
+        fn write(
+            &self,
+            offset: u64,
+            data: Bytes,
+            fua: bool,
+        ) -> BoxFuture<'_, Result<(), DriveError>> {
+            self.0.write(offset, data, fua)
+        }
+        fn flush(&self) -> BoxFuture<'_, Result<(), DriveError>> {
+            self.0.flush()
+        }
+        fn write_zeroes(&self, offset: u64, len: u64) -> BoxFuture<'_, Result<(), DriveError>> {
+            self.0.write_zeroes(offset, len)
+        }
+        fn deallocate(&self, offset: u64, len: u64) -> BoxFuture<'_, Result<(), DriveError>> {
+            self.0.deallocate(offset, len)
+        }
+    }
+
+    /// The metrics' health gauges and the REST drive view come from one place: with a SMART
+    /// log, both show its figures; without, both show fabrikd's.
+    #[test]
+    fn drive_health_is_the_drive_views() {
+        let mut config = crate::config::Config::default_jbof("/nonexistent".into());
+        config.drives = 2;
+        config.backend = crate::backend::BackendKind::Ram;
+        config.drive_size = 1 << 20;
+        let state = crate::state::State::seed(&config);
+        let ids: Vec<String> = state.drives.iter().map(|d| d.id.clone()).collect();
+        let mut drives: BTreeMap<String, Arc<dyn Drive>> = BTreeMap::new();
+        drives.insert(
+            ids[0].clone(),
+            Arc::new(SmartRam(RamDrive::new(1 << 20, 4096).unwrap())),
+        );
+        drives.insert(
+            ids[1].clone(),
+            Arc::new(RamDrive::new(1 << 20, 4096).unwrap()),
+        );
+        let manager = Manager::new(
+            Arc::new(TargetState::new("box".into())),
+            drives,
+            state,
+            None,
+            CancellationToken::new(),
+        );
+        let snap = snapshot(&manager);
+        assert_eq!(snap.drives.len(), 2);
+        for (d, id) in snap.drives.iter().zip(&ids) {
+            assert_eq!(&d.drive, id);
+            assert_eq!(d.health, manager.drive(id).unwrap().health, "drive {id}");
+        }
+        let smart = &snap.drives[0].health;
+        assert_eq!(
+            (smart.source.as_str(), smart.state.as_str()),
+            ("smart", "warning")
+        );
+        assert_eq!(
+            (smart.temperature_celsius, smart.percentage_used),
+            (Some(37), Some(7))
+        );
+        assert_eq!((smart.media_errors, smart.power_on_hours), (3, 1234));
+        assert_eq!(snap.drives[1].health.source, "fabrikd");
+        let text = fabrik_api::metrics::encode(&snap, fabrik_api::metrics::Format::PrometheusText);
+        let d0 = &ids[0];
+        for line in [
+            format!("fabrik_drive_temperature_celsius{{drive=\"{d0}\"}} 37.0"),
+            format!("fabrik_drive_endurance_used_ratio{{drive=\"{d0}\"}} 0.07"),
+            format!("fabrik_drive_critical_warning{{drive=\"{d0}\"}} 2"),
+            format!("fabrik_drive_media_errors_total{{drive=\"{d0}\"}} 3"),
+            format!(
+                "fabrik_drive_power_on_seconds{{drive=\"{d0}\"}} {}",
+                1234 * 3600
+            ),
+            format!("fabrik_drive_ready{{drive=\"{d0}\"}} 1"),
+        ] {
+            assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
+        }
+        assert!(text.contains("health_source=\"smart\""));
+        assert!(text.contains("health_source=\"fabrikd\""));
+    }
 
     #[test]
     fn histogram_buckets_by_upper_bound() {
