@@ -245,6 +245,9 @@ fn print_banner(config: &Config, target: &Target, drives: usize) {
     for a in &tcp {
         eprintln!("  NVMe/TCP listener {a} (discovery: nqn.2014-08.org.nvmexpress.discovery)");
     }
+    for a in &rdma {
+        eprintln!("  NVMe/RDMA listener {a} (discovery: nqn.2014-08.org.nvmexpress.discovery)");
+    }
     let open = state
         .subsystems
         .iter()
@@ -257,9 +260,6 @@ fn print_banner(config: &Config, target: &Target, drives: usize) {
             "  hosts: {open} of {} subsystem(s) admit any host; the others only listed or composed hosts",
             state.subsystems.len()
         );
-        for a in &rdma {
-            eprintln!("  NVMe/RDMA listener {a} (discovery: nqn.2014-08.org.nvmexpress.discovery)");
-        }
     }
     let (kind, first) = match (tcp.first(), rdma.first()) {
         (Some(a), _) => ("tcp", *a),
