@@ -38,7 +38,8 @@ FPID=
 START_N=0
 listening() { [ "$(grep -c 'NVMe/RDMA listener' $LOGF 2>/dev/null)" -ge "$START_N" ]; }
 target_start() {  # [allowed hostnqn]
-  local hostargs=() i
+  # No host: any host, said explicitly (the persisted state keeps a previous start's --host).
+  local hostargs=(--allow-any-host) i
   [ -n "${1:-}" ] && hostargs=(--host "$1")
   START_N=$((START_N + 1))
   echo "===== fabrikd start #$START_N $(date +%T) =====" >> $LOGF
