@@ -167,7 +167,9 @@ s_perf() {
   local knqn=nqn.2024-01.io.fabrik:perf:nvmet f4 f128 k4 k128
   [ "$(ctrl_count)" = 0 ] || { timeout 60 nvme disconnect-all; wait_no_ctrls 30; }
   [ -z "$FPID" ] || target_stop || return 1
-  BACKEND=null target_start || return 1
+  # Its own data dir: the persisted state of the file drives refuses another backend.
+  mkdir -p $DATA/perf
+  BACKEND=null DATA=$DATA/perf target_start || return 1
   nvme_connect_find "$(drive_nqn 0)" "${FAB[@]}" "${CONN_OPTS[@]}"
   assert "connect fabrikd drive 0 over RDMA" [ -n "$DEV" ] || return 1
   perf_pair "$DEV" fabrikd || return 1; f4=$P4K; f128=$P128K
