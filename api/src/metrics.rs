@@ -20,6 +20,8 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
+use crate::models::DriveHealth;
+
 /// Content type of the OpenMetrics text format.
 pub const OPENMETRICS_CONTENT_TYPE: &str =
     "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -43,16 +45,17 @@ pub struct Snapshot {
     pub controllers: Vec<ControllerMetrics>,
 }
 
-/// One drive (all namespaces backed by it together).
+/// One drive of the box (all namespaces backed by it together; a drive no subsystem exports
+/// too, with an empty `subsystem`).
 #[derive(Clone, Debug, Default)]
 pub struct DriveMetrics {
     pub drive: String,
     pub backend: String,
-    /// Subsystem NQN it is exported in (the first one, should there be several).
+    /// Subsystem NQN it is exported in (the first one, should there be several; empty if none).
     pub subsystem: String,
     pub capacity_bytes: u64,
-    /// The drive serves I/O (else commands get Namespace Not Ready).
-    pub ready: bool,
+    /// Host NQNs the drive is composed to.
+    pub composed_to: Vec<String>,
     pub read_ops: u64,
     pub write_ops: u64,
     /// Flush, Write Zeroes, Dataset Management.
@@ -62,16 +65,12 @@ pub struct DriveMetrics {
     /// I/O commands that failed once admitted: backend errors (media errors included), ranges
     /// found invalid once the data arrived, the drive gone not ready.
     pub errors: u64,
-    /// Backend I/O errors (reported to hosts as media errors, and in SMART).
-    pub media_errors: u64,
     pub read_latency: Histogram,
     pub write_latency: Histogram,
-    /// SMART critical warning bits (0 when the backend has no SMART and fabrikd saw nothing wrong).
-    pub critical_warning: u8,
-    /// From the backend's sensor; None when it has none (files, RAM).
-    pub temperature_celsius: Option<f64>,
-    /// SMART Percentage Used (may exceed 100); None when the backend does not report it.
-    pub percentage_used: Option<u8>,
+    /// Health exactly as `GET /api/v1/drives/{id}` shows it (SMART where the drive has it, else
+    /// fabrikd's own figures): readiness, temperature, percentage used, media errors, critical
+    /// warnings, power-on hours.
+    pub health: DriveHealth,
 }
 
 /// A latency histogram: count per bucket (not cumulative), one per bound of
@@ -179,7 +178,16 @@ where
             async move {
                 let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
                 let format = Format::negotiate(accept);
-                let body = encode(&source(), format);
+                // The source may block (a drive's SMART log is an ioctl).
+                let snapshot = match tokio::task::spawn_blocking(move || source()).await {
+                    Ok(s) => s,
+                    Err(e) => {
+                        let msg = format!("metrics snapshot failed: {e}\n");
+                        return (axum::http::StatusCode::INTERNAL_SERVER_ERROR, msg)
+                            .into_response();
+                    }
+                };
+                let body = encode(&snapshot, format);
                 (
                     [(
                         header::CONTENT_TYPE,
@@ -245,14 +253,29 @@ impl SnapshotCollector {
                 ("drive", d.drive.as_str()),
                 ("backend", d.backend.as_str()),
                 ("subsystem", d.subsystem.as_str()),
+                ("health_source", d.health.source.as_str()),
             ];
             (labels, 1u64)
         });
         out.gauges(
             "fabrik_drive_info",
-            "Drive backend and the subsystem exporting it (always 1).",
+            "Drive backend, the subsystem exporting it (empty: none) and where its health figures come from: smart (its SMART log) or fabrikd (fabrikd's counters) (always 1).",
             None,
             info,
+        )?;
+        let composed = drives.iter().flat_map(|d| {
+            d.composed_to.iter().map(move |h| {
+                (
+                    vec![("drive", d.drive.as_str()), ("host", h.as_str())],
+                    1u64,
+                )
+            })
+        });
+        out.gauges(
+            "fabrik_drive_composed_info",
+            "A composition of the drive to a host (always 1).",
+            None,
+            composed,
         )?;
         out.gauges(
             "fabrik_drive_capacity",
@@ -264,7 +287,9 @@ impl SnapshotCollector {
             "fabrik_drive_ready",
             "1 when the drive serves I/O, 0 when commands get Namespace Not Ready.",
             None,
-            drives.iter().map(|d| (by_drive(d), d.ready as u64)),
+            drives
+                .iter()
+                .map(|d| (by_drive(d), (d.health.state != "not_ready") as u64)),
         )?;
         out.gauges(
             "fabrik_drive_critical_warning",
@@ -272,11 +297,11 @@ impl SnapshotCollector {
             None,
             drives
                 .iter()
-                .map(|d| (by_drive(d), d.critical_warning as u64)),
+                .map(|d| (by_drive(d), d.health.critical_warnings as u64)),
         )?;
         let temps: Vec<_> = drives
             .iter()
-            .filter_map(|d| Some((by_drive(d), d.temperature_celsius?)))
+            .filter_map(|d| Some((by_drive(d), d.health.temperature_celsius? as f64)))
             .collect();
         if !temps.is_empty() {
             out.gauges(
@@ -288,7 +313,7 @@ impl SnapshotCollector {
         }
         let used: Vec<_> = drives
             .iter()
-            .filter_map(|d| Some((by_drive(d), d.percentage_used? as f64 / 100.0)))
+            .filter_map(|d| Some((by_drive(d), d.health.percentage_used? as f64 / 100.0)))
             .collect();
         if !used.is_empty() {
             out.gauges(
@@ -298,6 +323,14 @@ impl SnapshotCollector {
                 used,
             )?;
         }
+        out.gauges(
+            "fabrik_drive_power_on",
+            "Power-on time in whole hours (SMART), or fabrikd's uptime for drives without SMART.",
+            Some(Unit::Seconds),
+            drives
+                .iter()
+                .map(|d| (by_drive(d), d.health.power_on_hours.saturating_mul(3600))),
+        )?;
         out.counters(
             "fabrik_drive_read_ops",
             "Read commands completed successfully.",
@@ -336,9 +369,9 @@ impl SnapshotCollector {
         )?;
         out.counters(
             "fabrik_drive_media_errors",
-            "Backend I/O errors, reported to hosts as media errors.",
+            "Media errors: the drive's SMART count where it has SMART, else backend I/O errors fabrikd reported to hosts as media errors.",
             None,
-            per(|d| d.media_errors),
+            per(|d| d.health.media_errors),
         )?;
         out.histograms(
             "fabrik_drive_read_latency",
@@ -537,14 +570,21 @@ mod tests {
                 backend: "ram".into(),
                 subsystem: "nqn.2024-01.io.fabrik:jbof-a:drive-03".into(),
                 capacity_bytes: 1 << 30,
-                ready: true,
+                composed_to: vec!["nqn.2014-08.org.nvmexpress:uuid:gpu-a".into()],
                 read_ops: 1,
                 write_ops: 10,
                 read_bytes: 4096,
                 write_bytes: 40960,
                 read_latency,
-                temperature_celsius: Some(41.0),
-                percentage_used: Some(3),
+                health: DriveHealth {
+                    state: "ok".into(),
+                    source: "smart".into(),
+                    temperature_celsius: Some(41),
+                    percentage_used: Some(3),
+                    power_on_hours: 2,
+                    media_errors: 4,
+                    ..DriveHealth::default()
+                },
                 ..DriveMetrics::default()
             }],
             ports: vec![PortMetrics {
@@ -582,6 +622,10 @@ mod tests {
             "fabrik_drive_read_latency_seconds_count{drive=\"03\"} 1",
             "fabrik_drive_temperature_celsius{drive=\"03\"} 41.0",
             "fabrik_drive_endurance_used_ratio{drive=\"03\"} 0.03",
+            "fabrik_drive_power_on_seconds{drive=\"03\"} 7200",
+            "fabrik_drive_media_errors_total{drive=\"03\"} 4",
+            "fabrik_drive_ready{drive=\"03\"} 1",
+            "fabrik_drive_composed_info{drive=\"03\",host=\"nqn.2014-08.org.nvmexpress:uuid:gpu-a\"} 1",
             "fabrik_port_received_bytes_total{port=\"1\",transport=\"tcp\",address=\"127.0.0.1:4420\"} 100",
             "fabrik_connected_hosts 1",
             "fabrik_uptime_seconds 12.5",
@@ -604,8 +648,8 @@ mod tests {
     #[test]
     fn metrics_without_a_sensor_are_left_out() {
         let mut s = sample();
-        s.drives[0].temperature_celsius = None;
-        s.drives[0].percentage_used = None;
+        s.drives[0].health.temperature_celsius = None;
+        s.drives[0].health.percentage_used = None;
         let text = encode(&s, Format::OpenMetrics);
         assert!(!text.contains("fabrik_drive_temperature"));
         assert!(!text.contains("fabrik_drive_endurance_used"));

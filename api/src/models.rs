@@ -31,7 +31,7 @@ pub struct Drive {
 /// Drive health: from the device's SMART log for NVMe drives (`source` "smart"), else what
 /// fabrikd tracks (`source` "fabrikd"; no sensor on file, RAM or null drives: those fields are
 /// null). Command and byte counters are fabrikd's, since it started.
-#[derive(Clone, Debug, Serialize, Deserialize, ToSchema, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, ToSchema, PartialEq)]
 pub struct DriveHealth {
     /// "ok", "warning" (SMART critical warning bits set), or "not_ready" while the drive cannot
     /// serve I/O.

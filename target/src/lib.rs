@@ -143,8 +143,8 @@ impl Target {
 
     /// `GET /metrics` over this target's counters, to merge into the API's router.
     pub fn metrics_router(&self) -> fabrik_api::axum::Router {
-        let state = self.state.clone();
-        fabrik_api::metrics::router(move || metrics::snapshot(&state))
+        let manager = self.manager.clone();
+        fabrik_api::metrics::router(move || metrics::snapshot(&manager))
     }
 
     /// Stops accepting, lets in-flight commands complete and their answers reach the hosts,

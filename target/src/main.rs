@@ -171,7 +171,7 @@ async fn run(config: Config, metrics: Option<(SocketAddr, bool)>) -> anyhow::Res
     let drives = target.manager().state().drives.len();
     let metrics = match metrics {
         None => None,
-        Some((addr, asked)) => match MetricsEndpoint::start(target.state().clone(), addr).await {
+        Some((addr, asked)) => match MetricsEndpoint::start(target.manager(), addr).await {
             Ok(m) => Some(m),
             Err(e) if asked => {
                 return Err(e).with_context(|| format!("cannot serve metrics on {addr}"))

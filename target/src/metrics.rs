@@ -18,6 +18,7 @@ use fabrik_api::metrics::{
 };
 use tokio_util::sync::CancellationToken;
 
+use crate::management::Manager;
 use crate::model::{Port, TargetState, TransportType};
 
 /// Bucket bounds of [`LATENCY_BUCKETS`] in nanoseconds, so an observation is integer compares.
@@ -225,34 +226,41 @@ impl TargetMetrics {
     }
 }
 
-/// Takes the figures a scrape reports.
-pub fn snapshot(target: &TargetState) -> Snapshot {
-    let mut drives: BTreeMap<String, DriveMetrics> = BTreeMap::new();
-    for sub in target.subsystems() {
-        for ns in sub.namespaces() {
-            let info = ns.drive.info();
-            let health = ns.drive.health();
+/// Takes the figures a scrape reports. Drives come from the drive registry (every drive of the
+/// box once, exported or not); their health from [`Manager::drive_health`], as the REST API's.
+/// Blocking (SMART logs are read by ioctl).
+pub fn snapshot(manager: &Manager) -> Snapshot {
+    let target = manager.target_state();
+    let mut composed: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for c in manager.state().compositions {
+        for d in c.drives {
+            composed.entry(d).or_default().push(c.host_nqn.clone());
+        }
+    }
+    let mut drives = Vec::new();
+    for (id, drive) in manager.drive_registry() {
+        let exported = manager.namespaces_of(id);
+        let namespaces: Vec<_> = exported.iter().map(|(_, ns)| ns.clone()).collect();
+        let info = drive.info();
+        let mut d = DriveMetrics {
+            drive: id.clone(),
+            backend: info.kind.name().to_string(),
+            subsystem: exported
+                .first()
+                .map(|(nqn, _)| nqn.clone())
+                .unwrap_or_default(),
+            capacity_bytes: info.capacity,
+            composed_to: composed.remove(id).unwrap_or_default(),
+            health: manager.drive_health(id, &namespaces),
+            ..DriveMetrics::default()
+        };
+        // A drive exported in several namespaces: the sum over them.
+        for ns in &namespaces {
             let s = &ns.stats;
-            let d = drives
-                .entry(ns.drive_id.clone())
-                .or_insert_with(|| DriveMetrics {
-                    drive: ns.drive_id.clone(),
-                    backend: info.kind.name().to_string(),
-                    subsystem: sub.nqn.to_string(),
-                    capacity_bytes: info.capacity,
-                    ready: ns.is_ready(),
-                    critical_warning: health.critical_warning,
-                    temperature_celsius: health.temperature_celsius,
-                    percentage_used: health.percentage_used,
-                    ..DriveMetrics::default()
-                });
-            // A drive exported in several namespaces: the sum over them.
-            d.ready &= ns.is_ready();
             d.read_ops += s.read_commands.load(Relaxed);
             d.write_ops += s.write_commands.load(Relaxed);
             d.read_bytes += s.bytes_read.load(Relaxed);
             d.write_bytes += s.bytes_written.load(Relaxed);
-            d.media_errors += s.media_errors.load(Relaxed);
             for c in s.io.all() {
                 d.other_ops += c.other_commands.load(Relaxed);
                 d.errors += c.errors.load(Relaxed);
@@ -260,6 +268,7 @@ pub fn snapshot(target: &TargetState) -> Snapshot {
                 add_histogram(&mut d.write_latency, c.write_latency.snapshot());
             }
         }
+        drives.push(d);
     }
     let ports = target
         .ports()
@@ -292,7 +301,7 @@ pub fn snapshot(target: &TargetState) -> Snapshot {
         version: env!("CARGO_PKG_VERSION").to_string(),
         box_name: target.box_name.clone(),
         uptime_seconds: target.started.elapsed().as_secs_f64(),
-        drives: drives.into_values().collect(),
+        drives,
         ports,
         controllers,
     }
@@ -326,7 +335,7 @@ fn port_metrics(target: &TargetState, port: &Port) -> PortMetrics {
     }
 }
 
-/// The `GET /metrics` endpoint on its own address (until the REST API serves it too).
+/// The `GET /metrics` endpoint on its own address (the REST API's address serves it too).
 pub struct MetricsEndpoint {
     addr: SocketAddr,
     stop: CancellationToken,
@@ -335,12 +344,12 @@ pub struct MetricsEndpoint {
 
 impl MetricsEndpoint {
     pub async fn start(
-        target: Arc<TargetState>,
+        manager: Arc<Manager>,
         addr: SocketAddr,
     ) -> std::io::Result<MetricsEndpoint> {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
-        let router = fabrik_api::metrics::router(move || snapshot(&target));
+        let router = fabrik_api::metrics::router(move || snapshot(&manager));
         let stop = CancellationToken::new();
         let task = tokio::spawn({
             let stop = stop.clone();
@@ -368,6 +377,111 @@ impl MetricsEndpoint {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::{ram::RamDrive, BoxFuture, Drive, DriveError, DriveInfo};
+    use bytes::Bytes;
+    use fabrik_api::Management;
+    use fabrik_proto::nvme::log::SmartLog;
+
+    /// A RAM drive that has a SMART log, as an NVMe block drive does.
+    struct SmartRam(RamDrive);
+
+    impl Drive for SmartRam {
+        fn info(&self) -> &DriveInfo {
+            self.0.info()
+        }
+        fn smart_log(&self) -> Option<std::io::Result<SmartLog>> {
+            Some(Ok(SmartLog {
+                critical_warning: 0x02,
+                temperature_k: 310,
+                percentage_used: 7,
+                power_on_hours: 1234,
+                media_errors: 3,
+                ..SmartLog::default()
+            }))
+        }
+        fn read(&self, offset: u64, len: usize) -> BoxFuture<'_, Result<Bytes, DriveError>> {
+            self.0.read(offset, len)
+        }
+        fn write(
+            &self,
+            offset: u64,
+            data: Bytes,
+            fua: bool,
+        ) -> BoxFuture<'_, Result<(), DriveError>> {
+            self.0.write(offset, data, fua)
+        }
+        fn flush(&self) -> BoxFuture<'_, Result<(), DriveError>> {
+            self.0.flush()
+        }
+        fn write_zeroes(&self, offset: u64, len: u64) -> BoxFuture<'_, Result<(), DriveError>> {
+            self.0.write_zeroes(offset, len)
+        }
+        fn deallocate(&self, offset: u64, len: u64) -> BoxFuture<'_, Result<(), DriveError>> {
+            self.0.deallocate(offset, len)
+        }
+    }
+
+    /// The metrics' health gauges and the REST drive view come from one place: with a SMART
+    /// log, both show its figures; without, both show fabrikd's.
+    #[test]
+    fn drive_health_is_the_drive_views() {
+        let mut config = crate::config::Config::default_jbof("/nonexistent".into());
+        config.drives = 2;
+        config.backend = crate::backend::BackendKind::Ram;
+        config.drive_size = 1 << 20;
+        let state = crate::state::State::seed(&config);
+        let ids: Vec<String> = state.drives.iter().map(|d| d.id.clone()).collect();
+        let mut drives: BTreeMap<String, Arc<dyn Drive>> = BTreeMap::new();
+        drives.insert(
+            ids[0].clone(),
+            Arc::new(SmartRam(RamDrive::new(1 << 20, 4096).unwrap())),
+        );
+        drives.insert(
+            ids[1].clone(),
+            Arc::new(RamDrive::new(1 << 20, 4096).unwrap()),
+        );
+        let manager = Manager::new(
+            Arc::new(TargetState::new("box".into())),
+            drives,
+            state,
+            None,
+            CancellationToken::new(),
+        );
+        let snap = snapshot(&manager);
+        assert_eq!(snap.drives.len(), 2);
+        for (d, id) in snap.drives.iter().zip(&ids) {
+            assert_eq!(&d.drive, id);
+            assert_eq!(d.health, manager.drive(id).unwrap().health, "drive {id}");
+        }
+        let smart = &snap.drives[0].health;
+        assert_eq!(
+            (smart.source.as_str(), smart.state.as_str()),
+            ("smart", "warning")
+        );
+        assert_eq!(
+            (smart.temperature_celsius, smart.percentage_used),
+            (Some(37), Some(7))
+        );
+        assert_eq!((smart.media_errors, smart.power_on_hours), (3, 1234));
+        assert_eq!(snap.drives[1].health.source, "fabrikd");
+        let text = fabrik_api::metrics::encode(&snap, fabrik_api::metrics::Format::PrometheusText);
+        let d0 = &ids[0];
+        for line in [
+            format!("fabrik_drive_temperature_celsius{{drive=\"{d0}\"}} 37.0"),
+            format!("fabrik_drive_endurance_used_ratio{{drive=\"{d0}\"}} 0.07"),
+            format!("fabrik_drive_critical_warning{{drive=\"{d0}\"}} 2"),
+            format!("fabrik_drive_media_errors_total{{drive=\"{d0}\"}} 3"),
+            format!(
+                "fabrik_drive_power_on_seconds{{drive=\"{d0}\"}} {}",
+                1234 * 3600
+            ),
+            format!("fabrik_drive_ready{{drive=\"{d0}\"}} 1"),
+        ] {
+            assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
+        }
+        assert!(text.contains("health_source=\"smart\""));
+        assert!(text.contains("health_source=\"fabrikd\""));
+    }
 
     #[test]
     fn histogram_buckets_by_upper_bound() {

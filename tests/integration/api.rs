@@ -3,6 +3,7 @@
 //! subsystems and namespaces: api_compose.rs.
 
 mod common;
+mod metrics_scrape;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -11,6 +12,8 @@ use common::api::*;
 use fabrik_api::client::Client;
 use fabrik_api::models::*;
 use fabrik_initiator::{discover, HostIdentity};
+use fabrik_target::metrics::MetricsEndpoint;
+use metrics_scrape::{parse, scrape, value, Sample};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_resources() {
@@ -294,5 +297,114 @@ async fn ports_are_added_and_removed_live() {
     assert_problem(m.delete("/ports/1").await, 409, "last port");
     let log = discover(api.nvme(), &host.nqn).await.unwrap();
     assert!(log.entries.iter().all(|e| e.portid == 1));
+    api.stop().await;
+}
+
+/// The exposition's lines, sorted, without the sample that moves between scrapes by itself.
+fn steady(text: &str) -> Vec<&str> {
+    let mut lines: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.starts_with("fabrik_uptime_seconds "))
+        .collect();
+    lines.sort_unstable();
+    lines
+}
+
+/// `/metrics` on the API's address answers loopback clients without a token, exactly as the
+/// metrics port does; every drive of the box appears once (one exported nowhere too), and its
+/// health gauges are the REST drive view's health.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_on_the_api_address_agree_with_the_drive_view() {
+    let dir = tempfile::tempdir().unwrap();
+    let api = start(dir.path()).await;
+    let metrics = MetricsEndpoint::start(api.target.manager(), "127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let host = HostIdentity::random();
+    let ctrl = connect(api.nvme(), &nqn("02"), &host).await.unwrap();
+    ctrl.write(1, 0, common::random_data(8192, 1), false)
+        .await
+        .unwrap();
+    ctrl.read(1, 0, 1).await.unwrap();
+    // Drive 03 leaves its subsystem: no namespace exports it any more.
+    api.admin
+        .delete(&format!("/subsystems/{}/namespaces/1", nqn("03")))
+        .await
+        .unwrap();
+
+    // `scrape` sends no Authorization header.
+    let (ctype, on_api) = scrape(api.api, None).await;
+    assert!(ctype.starts_with("text/plain"), "{ctype}");
+    let (_, on_port) = scrape(metrics.addr(), None).await;
+    assert_eq!(steady(&on_api), steady(&on_port));
+
+    let samples = parse(&on_api);
+    let drives = api.anon.drives().await.unwrap();
+    let info: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| s.name == "fabrik_drive_info")
+        .collect();
+    assert_eq!(
+        info.iter()
+            .map(|s| s.labels["drive"].as_str())
+            .collect::<Vec<_>>(),
+        ["00", "01", "02", "03"],
+        "every drive once"
+    );
+    for d in &drives {
+        let h = &d.health;
+        let id = [("drive", d.id.as_str())];
+        let subsystem = d.subsystems.first().map_or("", String::as_str);
+        assert_eq!(
+            value(
+                &samples,
+                "fabrik_drive_info",
+                &[
+                    ("drive", &d.id),
+                    ("subsystem", subsystem),
+                    ("health_source", &h.source),
+                    ("backend", &d.backend)
+                ]
+            ),
+            1.0,
+            "drive {}",
+            d.id
+        );
+        let ready = value(&samples, "fabrik_drive_ready", &id);
+        assert_eq!(ready == 1.0, h.state != "not_ready", "drive {}", d.id);
+        let gauge = |name| value(&samples, name, &id);
+        assert_eq!(
+            gauge("fabrik_drive_critical_warning"),
+            h.critical_warnings as f64
+        );
+        assert_eq!(
+            gauge("fabrik_drive_media_errors_total"),
+            h.media_errors as f64
+        );
+        assert_eq!(
+            gauge("fabrik_drive_power_on_seconds"),
+            (h.power_on_hours * 3600) as f64
+        );
+        assert_eq!(
+            gauge("fabrik_drive_write_bytes_total"),
+            h.bytes_written as f64
+        );
+        assert_eq!(gauge("fabrik_drive_read_ops_total"), h.read_commands as f64);
+        // RAM drives: no sensor, in either.
+        assert_eq!(h.temperature_celsius, None);
+        assert_eq!(h.percentage_used, None);
+    }
+    assert!(!on_api.contains("fabrik_drive_temperature"));
+    assert!(!on_api.contains("fabrik_drive_endurance_used"));
+    let d2 = drives.iter().find(|d| d.id == "02").unwrap();
+    assert_eq!(
+        (d2.health.bytes_written, d2.health.bytes_read),
+        (8192, 4096)
+    );
+    let d3 = drives.iter().find(|d| d.id == "03").unwrap();
+    assert!(d3.subsystems.is_empty(), "{d3:?}");
+
+    ctrl.shutdown().await.unwrap();
+    metrics.shutdown().await;
     api.stop().await;
 }

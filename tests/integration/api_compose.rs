@@ -3,6 +3,7 @@
 //! events reach connected hosts), and the state survives a restart.
 
 mod common;
+mod metrics_scrape;
 
 use std::time::Duration;
 
@@ -14,6 +15,7 @@ use fabrik_proto::nvme::admin::AdminCommand;
 use fabrik_proto::nvme::features::{aec, fid};
 use fabrik_proto::nvme::log::{aen, decode_changed_ns_list, lid};
 use fabrik_proto::Status;
+use metrics_scrape::{parse, scrape, value};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn composition_gives_the_drives_to_one_host_live() {
@@ -594,5 +596,82 @@ async fn state_is_restored_after_a_restart() {
         .shutdown()
         .await
         .unwrap();
+    api.stop().await;
+}
+
+/// A composition and the host's controller show in `/metrics` (the API's address): the drive's
+/// composition, the controller with the host's NQN and what it moved, one connected host; all
+/// gone after decompose.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn composition_and_controller_show_in_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    let api = start(dir.path()).await;
+    let host = HostIdentity::random();
+    let comp = api
+        .admin
+        .compose(&CompositionRequest {
+            host_nqn: host.nqn.clone(),
+            drives: vec!["01".into()],
+            ports: None,
+            shared: false,
+        })
+        .await
+        .unwrap();
+    let ctrl = connect(api.nvme(), &nqn("01"), &host).await.unwrap();
+    ctrl.write(1, 0, common::random_data(4096, 7), false)
+        .await
+        .unwrap();
+
+    let samples = parse(&scrape(api.api, None).await.1);
+    let mine = [("host", host.nqn.as_str()), ("subsystem", &nqn("01"))];
+    assert_eq!(
+        value(&samples, "fabrik_controller_io_queues", &mine),
+        ctrl.io_queue_count() as f64
+    );
+    assert_eq!(
+        value(&samples, "fabrik_controller_write_bytes_total", &mine),
+        4096.0
+    );
+    let cntlid = ctrl.cntlid().to_string();
+    assert_eq!(
+        value(
+            &samples,
+            "fabrik_controller_write_ops_total",
+            &[("host", &host.nqn), ("controller", &cntlid), ("port", "1")]
+        ),
+        1.0
+    );
+    assert_eq!(value(&samples, "fabrik_connected_hosts", &[]), 1.0);
+    assert_eq!(
+        value(
+            &samples,
+            "fabrik_drive_composed_info",
+            &[("drive", "01"), ("host", &host.nqn)]
+        ),
+        1.0
+    );
+    assert_eq!(
+        samples
+            .iter()
+            .filter(|s| s.name == "fabrik_drive_composed_info")
+            .count(),
+        1,
+        "only drive 01 is composed"
+    );
+
+    api.admin.decompose(&comp.id).await.unwrap();
+    let mut text = String::new();
+    for _ in 0..100 {
+        text = scrape(api.api, None).await.1;
+        if !text.contains(&host.nqn) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        !text.contains(&host.nqn),
+        "the host's controller and composition are gone:\n{text}"
+    );
+    assert_eq!(value(&parse(&text), "fabrik_connected_hosts", &[]), 0.0);
     api.stop().await;
 }

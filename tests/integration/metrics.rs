@@ -22,7 +22,7 @@ async fn samples(m: &MetricsEndpoint) -> Vec<Sample> {
 async fn known_io_moves_drive_controller_and_port_counters() {
     let dir = tempfile::tempdir().unwrap();
     let target = common::start(common::config(dir.path(), BackendKind::Ram, 4, 64 << 20)).await;
-    let metrics = MetricsEndpoint::start(target.state().clone(), "127.0.0.1:0".parse().unwrap())
+    let metrics = MetricsEndpoint::start(target.manager(), "127.0.0.1:0".parse().unwrap())
         .await
         .expect("metrics endpoint starts");
     let nqns = common::nqns(&target);
@@ -168,7 +168,7 @@ async fn known_io_moves_drive_controller_and_port_counters() {
 async fn openmetrics_for_prometheus_text_for_others() {
     let dir = tempfile::tempdir().unwrap();
     let target = common::start(common::config(dir.path(), BackendKind::Ram, 2, 16 << 20)).await;
-    let metrics = MetricsEndpoint::start(target.state().clone(), "127.0.0.1:0".parse().unwrap())
+    let metrics = MetricsEndpoint::start(target.manager(), "127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
     let (om_type, om) = scrape(metrics.addr(), Some(PROMETHEUS_ACCEPT)).await;
@@ -229,7 +229,7 @@ async fn promtool_accepts_live_metrics() {
     };
     let dir = tempfile::tempdir().unwrap();
     let target = common::start(common::config(dir.path(), BackendKind::Ram, 3, 16 << 20)).await;
-    let metrics = MetricsEndpoint::start(target.state().clone(), "127.0.0.1:0".parse().unwrap())
+    let metrics = MetricsEndpoint::start(target.manager(), "127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
     let nqns = common::nqns(&target);

@@ -102,7 +102,7 @@ async fn dashboard_queries_only_metrics_fabrikd_serves() {
     // A live fabrikd with a host connected and I/O done, so that every family has samples.
     let dir = tempfile::tempdir().unwrap();
     let target = common::start(common::config(dir.path(), BackendKind::Ram, 2, 16 << 20)).await;
-    let metrics = MetricsEndpoint::start(target.state().clone(), "127.0.0.1:0".parse().unwrap())
+    let metrics = MetricsEndpoint::start(target.manager(), "127.0.0.1:0".parse().unwrap())
         .await
         .unwrap();
     let nqns = common::nqns(&target);
@@ -174,23 +174,47 @@ fn systemd_unit_is_hardened_and_valid() {
         .find_map(|l| l.strip_prefix("ExecStart="))
         .expect("ExecStart");
     assert!(exec.starts_with("/usr/local/bin/fabrikd --config /etc/fabrik/fabrikd.toml"));
+    assert!(
+        exec.contains(" --api 127.0.0.1:8080"),
+        "the API on loopback: {exec}"
+    );
+    // The documented opt-in for SMART passthrough (a drop-in of `#SMART ` lines), applied.
+    let smart: Vec<&str> = unit
+        .lines()
+        .filter_map(|l| l.strip_prefix("#SMART "))
+        .filter(|l| *l != "[Service]")
+        .collect();
+    assert_eq!(
+        smart,
+        [
+            "CapabilityBoundingSet=CAP_SYS_ADMIN CAP_DAC_READ_SEARCH",
+            "AmbientCapabilities=CAP_SYS_ADMIN CAP_DAC_READ_SEARCH"
+        ]
+    );
+    let with_smart = unit.replace(
+        "\nAmbientCapabilities=\n",
+        &format!("\nAmbientCapabilities=\n{}\n", smart.join("\n")),
+    );
+    assert_ne!(with_smart, unit);
     let Ok(version) = Command::new("systemd-analyze").arg("--version").output() else {
         eprintln!("SKIPPED: systemd-analyze not installed");
         return;
     };
     assert!(version.status.success());
-    // verify wants the binary to exist: point ExecStart at one that does.
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("fabrikd.service");
-    std::fs::write(&path, unit.replace("/usr/local/bin/fabrikd", "/bin/true")).unwrap();
-    let out = Command::new("systemd-analyze")
-        .arg("verify")
-        .arg(&path)
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success() && !stderr.contains("fabrikd.service"),
-        "systemd-analyze verify: {stderr}"
-    );
+    for text in [&unit, &with_smart] {
+        // verify wants the binary to exist: point ExecStart at one that does.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("fabrikd.service");
+        std::fs::write(&path, text.replace("/usr/local/bin/fabrikd", "/bin/true")).unwrap();
+        let out = Command::new("systemd-analyze")
+            .arg("verify")
+            .arg(&path)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && !stderr.contains("fabrikd.service"),
+            "systemd-analyze verify: {stderr}"
+        );
+    }
 }

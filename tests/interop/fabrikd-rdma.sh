@@ -38,8 +38,7 @@ FPID=
 START_N=0
 listening() { [ "$(grep -c 'NVMe/RDMA listener' $LOGF 2>/dev/null)" -ge "$START_N" ]; }
 target_start() {  # [allowed hostnqn]
-  # fabrikd keeps access lists in its state file: say "any host" explicitly when no host is
-  # given, or a start after the access-control step would inherit its single allowed host.
+  # No host: any host, said explicitly (the persisted state keeps a previous start's --host).
   local hostargs=(--allow-any-host) i
   [ -n "${1:-}" ] && hostargs=(--host "$1")
   START_N=$((START_N + 1))
@@ -168,7 +167,9 @@ s_perf() {
   local knqn=nqn.2024-01.io.fabrik:perf:nvmet f4 f128 k4 k128
   [ "$(ctrl_count)" = 0 ] || { timeout 60 nvme disconnect-all; wait_no_ctrls 30; }
   [ -z "$FPID" ] || target_stop || return 1
-  DATA=$DATA/perf BACKEND=null target_start || return 1   # its own state: another backend
+  # Its own data dir: the persisted state of the file drives refuses another backend.
+  mkdir -p $DATA/perf
+  BACKEND=null DATA=$DATA/perf target_start || return 1
   nvme_connect_find "$(drive_nqn 0)" "${FAB[@]}" "${CONN_OPTS[@]}"
   assert "connect fabrikd drive 0 over RDMA" [ -n "$DEV" ] || return 1
   perf_pair "$DEV" fabrikd || return 1; f4=$P4K; f128=$P128K

@@ -192,6 +192,42 @@ s_smart() {
   assert "disconnected" wait_no_ctrls 30 || return 1
   assert "fabrikd stops cleanly" target_stop
 }
+# Metrics of the fio traffic: fabrikd's /metrics (default 127.0.0.1:9420), scraped in the guest
+# right after the fio step, counts bytes read and written on every namespace fio used, and the
+# kernel's connections are open on the port.
+http_get() {  # URL (http://HOST:PORT/PATH): busybox wget, else bash's /dev/tcp
+  if command -v wget >/dev/null; then wget -qO- "$1"; return; fi
+  local hp=${1#http://} path
+  path=/${hp#*/}; hp=${hp%%/*}
+  exec 3<>"/dev/tcp/${hp%:*}/${hp#*:}" || return 1
+  printf 'GET %s HTTP/1.0\r\nHost: %s\r\n\r\n' "$path" "$hp" >&3
+  tr -d '\r' <&3 | sed '1,/^$/d'; exec 3<&-
+}
+metric() {  # TEXT NAME LABELS: the sample's value (empty if none)
+  awk -v k="$2{$3}" '$1 == k { print $2; exit }' <<<"$1"
+}
+s_metrics() {
+  local out i id kind v bad=0
+  case $FABRIKD in */fake-fabrikd) echo "  fake-fabrikd has no metrics: nothing to test"; return 0 ;; esac
+  out=$(http_get http://127.0.0.1:9420/metrics)
+  assert "GET http://127.0.0.1:9420/metrics answers ($(wc -l <<<"$out") lines)" grep -q '^fabrik_build_info' <<<"$out" || return 1
+  for ((i = 0; i < FIO_DEVS && i < NDRIVES; i++)); do
+    id=$(printf %02d $i)
+    for kind in read write; do
+      v=$(metric "$out" "fabrik_drive_${kind}_bytes_total" "drive=\"$id\"")
+      echo "  drive $id: ${v:-no} bytes ${kind}"
+      [ -n "$v" ] && [ "${v%.*}" -gt 0 ] 2>/dev/null || bad=1
+    done
+  done
+  assert "read and write bytes > 0 on the $FIO_DEVS namespaces fio used" [ $bad = 0 ] || return 1
+  v=$(awk '/^fabrik_port_connections_open\{/ { s += $2 } END { print s + 0 }' <<<"$out")
+  assert "fabrik_port_connections_open > 0 ($v)" [ "${v%.*}" -gt 0 ] || return 1
+  v=$(awk '$1 == "fabrik_connected_hosts" { print $2 }' <<<"$out")
+  assert "fabrik_connected_hosts is 1 (${v:-none})" [ "$v" = 1 ] || return 1
+}
+suite_after_fio() {
+  skipped metrics || step "fabrikd /metrics counts the fio traffic (scraped in the guest)" s_metrics
+}
 suite_extra_steps() {
   skipped compose || step "compose a drive through the API, kernel connect + I/O, decompose" s_compose
   skipped smart || step "drive health from the SMART log of an NVMe drive (block backend)" s_smart

@@ -20,6 +20,7 @@
 #   target_stop                      stop; non-zero if it did not shut down cleanly
 #   target_log                       print the target's log (for failures), may be empty
 #   suite_extra_steps                (optional) more steps, run after the others
+#   suite_after_fio                  (optional) more steps, run right after the fio step
 TRTYPE=${TRTYPE:-tcp}
 TRADDR=${TRADDR:-127.0.0.1}
 TRSVCID=${TRSVCID:-4420}
@@ -254,6 +255,7 @@ nvmf_suite_run() {
   skipped connect    || step "nvme connect-all: $NDRIVES namespaces of the right size" s_connect
   skipped identify   || step "id-ctrl / id-ns / smart-log / list-subsys" s_identify
   skipped fio        || step "fio randwrite + crc32c verify on $FIO_DEVS namespaces" s_fio
+  if declare -F suite_after_fio >/dev/null; then suite_after_fio; fi
   skipped persist    || step "data persists across disconnect + target restart" s_persist
   skipped disconnect || step "nvme disconnect-all is clean" s_disconnect
   skipped digest     || step "digests, write-zeroes, dsm deallocate, flush" s_digest

@@ -93,7 +93,9 @@ pub trait Drive: Send + Sync + 'static {
     fn info(&self) -> &DriveInfo;
 
     /// The device's own SMART / health log, for drives that have one (NVMe namespaces behind
-    /// the block backend); None otherwise. Blocking (an ioctl).
+    /// the block backend); None otherwise (files, RAM, null: fabrikd reports what it tracks
+    /// itself instead; see `Manager::drive_health`, the one place health is made). Blocking
+    /// (an ioctl).
     fn smart_log(&self) -> Option<std::io::Result<fabrik_proto::nvme::log::SmartLog>> {
         None
     }
@@ -112,24 +114,6 @@ pub trait Drive: Send + Sync + 'static {
 
     /// Deallocates a range (TRIM): afterwards it reads as zeros and, where possible, frees space.
     fn deallocate(&self, offset: u64, len: u64) -> BoxFuture<'_, Result<(), DriveError>>;
-
-    /// What the drive itself says about its health. Backends without SMART (files, RAM, null,
-    /// block devices for now) have no sensors: the default says so, and fabrikd reports what it
-    /// tracks itself (media errors, readiness) instead.
-    fn health(&self) -> DriveHealth {
-        DriveHealth::default()
-    }
-}
-
-/// A drive's own health report (from its SMART / Health log where it has one).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct DriveHealth {
-    /// SMART Critical Warning bits (0: none).
-    pub critical_warning: u8,
-    /// Composite temperature; None without a sensor.
-    pub temperature_celsius: Option<f64>,
-    /// SMART Percentage Used (may exceed 100); None when not reported.
-    pub percentage_used: Option<u8>,
 }
 
 /// Checks `offset`/`len` against the drive's geometry; shared by every implementation.

@@ -1,22 +1,26 @@
 //! What the API shows: the live target and its persisted state as API models.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
 
 use fabrik_api::models as api;
 
 use super::Manager;
-use crate::model::{Namespace, TransportType};
+use crate::backend::Drive;
+use crate::model::{Namespace, TargetState, TransportType};
 use crate::state::{self, CompositionState, State, SubsystemState};
 
 impl Manager {
     pub(super) fn drive_view(&self, st: &State, slot: usize) -> api::Drive {
         let d = &st.drives[slot];
         let sub = st.subsystem_of_drive(&d.id);
-        let ns = sub
-            .and_then(|s| self.target.subsystem(&s.nqn))
-            .and_then(|live| live.namespaces().into_iter().find(|n| n.drive_id == d.id));
+        let namespaces: Vec<Arc<Namespace>> = self
+            .namespaces_of(&d.id)
+            .into_iter()
+            .map(|(_, ns)| ns)
+            .collect();
         let info = self.drives.get(&d.id).map(|x| x.info().clone());
         api::Drive {
             id: d.id.clone(),
@@ -27,7 +31,7 @@ impl Manager {
             path: d.path.as_ref().map(|p| p.display().to_string()),
             capacity_bytes: info.as_ref().map_or(d.size, |i| i.capacity),
             block_size: info.as_ref().map_or(d.block_size, |i| i.block_size),
-            health: self.health(&d.id, ns.as_deref()),
+            health: self.drive_health(&d.id, &namespaces),
             subsystems: sub.iter().map(|s| s.nqn.clone()).collect(),
             hosts: sub.and_then(|s| st.effective_hosts(s)),
             composed_to: st
@@ -39,10 +43,39 @@ impl Manager {
         }
     }
 
-    /// Health from the device's SMART log where it has one, else from fabrikd's counters.
-    fn health(&self, drive: &str, ns: Option<&Namespace>) -> api::DriveHealth {
-        let count = |f: fn(&Namespace) -> u64| ns.map_or(0, f);
-        let ready = ns.is_none_or(Namespace::is_ready);
+    /// The opened drives by ID: every drive of the box, exported or not.
+    pub(crate) fn drive_registry(&self) -> &BTreeMap<String, Arc<dyn Drive>> {
+        &self.drives
+    }
+
+    pub(crate) fn target_state(&self) -> &Arc<TargetState> {
+        &self.target
+    }
+
+    /// The live namespaces backed by `drive`, each with its subsystem's NQN (none for a drive
+    /// that no subsystem exports).
+    pub(crate) fn namespaces_of(&self, drive: &str) -> Vec<(String, Arc<Namespace>)> {
+        let mut out = Vec::new();
+        for sub in self.target.subsystems() {
+            for ns in sub.namespaces() {
+                if ns.drive_id == drive {
+                    out.push((sub.nqn.to_string(), ns));
+                }
+            }
+        }
+        out
+    }
+
+    /// A drive's health: from the device's SMART log where it has one, else from fabrikd's
+    /// counters over the namespaces it backs. The one source of the REST drive view and of the
+    /// metrics' health gauges. Blocking (the SMART log is an ioctl).
+    pub(crate) fn drive_health(
+        &self,
+        drive: &str,
+        namespaces: &[Arc<Namespace>],
+    ) -> api::DriveHealth {
+        let count = |f: fn(&Namespace) -> u64| namespaces.iter().map(|n| f(n)).sum::<u64>();
+        let ready = namespaces.iter().all(|n| n.is_ready());
         let mut h = api::DriveHealth {
             state: if ready { "ok" } else { "not_ready" }.into(),
             source: "fabrikd".into(),

@@ -33,7 +33,10 @@ pub async fn start(dir: &Path) -> Api {
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(fabrik_api::serve(
         listener,
-        target.api_router(TOKEN.into()),
+        // As fabrikd serves it: the API's router with /metrics merged in.
+        target
+            .api_router(TOKEN.into())
+            .merge(target.metrics_router()),
         async move {
             let _ = stopped.await;
         },
