@@ -210,12 +210,7 @@ async fn disconnect_closes_the_controller() {
         "no live controller",
     );
     // Still allowed: the host may come back.
-    connect(api.nvme(), &nqn("01"), &host)
-        .await
-        .unwrap()
-        .shutdown()
-        .await
-        .unwrap();
+    connect_and_close(api.nvme(), &nqn("01"), &host).await;
     api.stop().await;
 }
 

@@ -239,12 +239,7 @@ async fn shared_drives_admit_every_composed_host() {
     assert_eq!(s.hosts, vec![a.nqn.clone(), b.nqn.clone()]);
     assert!(!s.allow_any_host);
     for h in [&a, &b] {
-        connect(api.nvme(), &nqn("03"), h)
-            .await
-            .unwrap()
-            .shutdown()
-            .await
-            .unwrap();
+        connect_and_close(api.nvme(), &nqn("03"), h).await;
     }
     assert!(
         connect(api.nvme(), &nqn("03"), &c).await.is_err(),
@@ -448,12 +443,7 @@ async fn subsystems_namespaces_and_hosts_change_live() {
         "the removed host's controller is gone"
     );
     assert!(connect(addr, &pair.nqn, &host).await.is_err());
-    connect(addr, &pair.nqn, &other)
-        .await
-        .unwrap()
-        .shutdown()
-        .await
-        .unwrap();
+    connect_and_close(addr, &pair.nqn, &other).await;
 
     // Any host again, then the subsystem goes: its drive is free for another.
     let s: Subsystem = m
@@ -590,12 +580,7 @@ async fn state_is_restored_after_a_restart() {
             .is_err(),
         "still composed"
     );
-    connect(api.nvme(), &nqn("02"), &host)
-        .await
-        .unwrap()
-        .shutdown()
-        .await
-        .unwrap();
+    connect_and_close(api.nvme(), &nqn("02"), &host).await;
     api.stop().await;
 }
 

@@ -126,6 +126,16 @@ pub async fn connect(
     Controller::connect(super::options(addr, subnqn).with_host(host)).await
 }
 
+/// Connects `host` to `subnqn` (panics if refused) and closes the controller cleanly.
+pub async fn connect_and_close(addr: SocketAddr, subnqn: &str, host: &HostIdentity) {
+    connect(addr, subnqn, host)
+        .await
+        .unwrap()
+        .shutdown()
+        .await
+        .unwrap();
+}
+
 pub fn nqn_list(ids: &[&str]) -> Vec<String> {
     ids.iter().map(|d| nqn(d)).collect()
 }
