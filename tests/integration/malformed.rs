@@ -186,6 +186,25 @@ impl RawConn {
             other => panic!("admin Connect failed: {other:?}"),
         }
     }
+
+    /// Property Set CC.EN=1 (with the IOSQES/IOCQES the kernel host sets); asserts success.
+    async fn enable_controller(&mut self) {
+        let mut sqe = FabricsCommand::PropertySet {
+            size8: false,
+            offset: 0x14,
+            value: 0x0046_0001,
+        }
+        .to_sqe(2);
+        sqe.set_sgl(&SglDescriptor::NONE_TCP);
+        self.send(Pdu::CapsuleCmd(CapsuleCmd {
+            sqe,
+            data: Bytes::new(),
+        }))
+        .await;
+        assert!(
+            matches!(self.next().await, Some(Pdu::CapsuleResp(r)) if r.cqe.status.is_success())
+        );
+    }
 }
 
 /// A command capsule without data, as bytes (to be corrupted by the test).
@@ -569,19 +588,7 @@ async fn r2ts_are_bounded_by_the_budget() {
     let s = setup().await;
     let mut conn = RawConn::connect(s.addr, Digests::default()).await;
     conn.admin_connect(&s.nqn).await;
-    let mut enable = FabricsCommand::PropertySet {
-        size8: false,
-        offset: 0x14,
-        value: 0x0046_0001,
-    }
-    .to_sqe(2);
-    enable.set_sgl(&SglDescriptor::NONE_TCP);
-    conn.send(Pdu::CapsuleCmd(CapsuleCmd {
-        sqe: enable,
-        data: Bytes::new(),
-    }))
-    .await;
-    assert!(matches!(conn.next().await, Some(Pdu::CapsuleResp(r)) if r.cqe.status.is_success()));
+    conn.enable_controller().await;
 
     // 20 commands each asking to send 1 MiB (Set Features with data; the feature is refused
     // once the data is in, which does not matter here).
@@ -652,19 +659,7 @@ async fn cid_conflicts_leave_the_first_command_in_flight() {
     let s = setup().await;
     let mut conn = RawConn::connect(s.addr, Digests::default()).await;
     conn.admin_connect(&s.nqn).await;
-    let mut enable = FabricsCommand::PropertySet {
-        size8: false,
-        offset: 0x14,
-        value: 0x0046_0001,
-    }
-    .to_sqe(2);
-    enable.set_sgl(&SglDescriptor::NONE_TCP);
-    conn.send(Pdu::CapsuleCmd(CapsuleCmd {
-        sqe: enable,
-        data: Bytes::new(),
-    }))
-    .await;
-    assert!(matches!(conn.next().await, Some(Pdu::CapsuleResp(r)) if r.cqe.status.is_success()));
+    conn.enable_controller().await;
 
     // CID 5 waits for its data (R2T), so it stays in flight.
     let with_data = |cid| {
