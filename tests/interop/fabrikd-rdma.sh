@@ -61,24 +61,6 @@ target_start() {  # [allowed hostnqn]
   listening || { echo "  fabrikd pid $FPID not listening on rdma:$TRADDR:$TRSVCID after 60 s"; return 1; }
   echo "  fabrikd pid $FPID listening on rdma:$TRADDR:$TRSVCID after ${i}00 ms"
 }
-target_stop() {  # SIGTERM, must exit 0 within 30 s
-  local i rc
-  [ -n "$FPID" ] || { echo "  fabrikd not running"; return 1; }
-  kill -TERM $FPID
-  for i in $(seq 1 300); do kill -0 $FPID 2>/dev/null || break; sleep 0.1; done
-  if kill -0 $FPID 2>/dev/null; then
-    echo "  fabrikd pid $FPID still running 30 s after SIGTERM: SIGKILL"
-    kill -KILL $FPID; wait $FPID 2>/dev/null; FPID=; return 1
-  fi
-  wait $FPID; rc=$?; FPID=
-  echo "  fabrikd exited with status $rc after SIGTERM (${i}00 ms)"
-  [ $rc = 0 ]
-}
-target_log() {
-  echo "---- fabrikd log (last 60 lines of $LOGF)"; tail -n 60 $LOGF | sed 's/^/  fabrikd: /'; echo "----"
-  [ -n "$FPID" ] && ! kill -0 $FPID 2>/dev/null && echo "  NOTE: fabrikd (pid $FPID) is no longer running"
-  return 0
-}
 
 # One fabrikd serving NVMe/TCP and NVMe/RDMA at once: the discovery log (read over RDMA) lists
 # every drive on both ports, and a namespace reached over TCP and over RDMA holds the same data.

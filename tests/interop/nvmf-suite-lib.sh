@@ -17,8 +17,8 @@
 #                   disconnect digest restart acl stop)
 # Hooks (driver defines):
 #   target_start [ALLOWED_HOSTNQN]   start serving (no arg: any host); return non-zero on failure
-#   target_stop                      stop; non-zero if it did not shut down cleanly
-#   target_log                       print the target's log (for failures), may be empty
+#   target_stop                      stop; non-zero if it did not shut down cleanly (fabrikd: below)
+#   target_log                       print the target's log (for failures), may be empty  (fabrikd: below)
 #   suite_extra_steps                (optional) more steps, run after the others
 #   suite_after_fio                  (optional) more steps, run right after the fio step
 TRTYPE=${TRTYPE:-tcp}
@@ -34,6 +34,28 @@ CTRL_LOSS_TMO=${CTRL_LOSS_TMO:-15}
 SKIP=${SKIP:-}
 FAB=(-t "$TRTYPE" -a "$TRADDR" -s "$TRSVCID")
 CONN_OPTS=(--ctrl-loss-tmo="$CTRL_LOSS_TMO")
+
+# target_stop and target_log for fabrikd run in the background as $FPID, logging to $LOGF
+# (fabrikd-tcp.sh, fabrikd-rdma.sh); a driver with another target defines its own after
+# sourcing this file.
+target_stop() {  # SIGTERM, must exit 0 within 30 s
+  local i rc
+  [ -n "$FPID" ] || { echo "  fabrikd not running"; return 1; }
+  kill -TERM $FPID
+  for i in $(seq 1 300); do kill -0 $FPID 2>/dev/null || break; sleep 0.1; done
+  if kill -0 $FPID 2>/dev/null; then
+    echo "  fabrikd pid $FPID still running 30 s after SIGTERM: SIGKILL"
+    kill -KILL $FPID; wait $FPID 2>/dev/null; FPID=; return 1
+  fi
+  wait $FPID; rc=$?; FPID=
+  echo "  fabrikd exited with status $rc after SIGTERM (${i}00 ms)"
+  [ $rc = 0 ]
+}
+target_log() {
+  echo "---- fabrikd log (last 60 lines of $LOGF)"; tail -n 60 $LOGF | sed 's/^/  fabrikd: /'; echo "----"
+  [ -n "$FPID" ] && ! kill -0 $FPID 2>/dev/null && echo "  NOTE: fabrikd (pid $FPID) is no longer running"
+  return 0
+}
 
 drive_nqn() { printf '%s%02d' "$NQN_PREFIX" "$1"; }
 host_nqn() { cat /etc/nvme/hostnqn; }
