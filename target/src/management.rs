@@ -268,15 +268,7 @@ impl Management for Manager {
                     .unwrap_or_else(|| "fabrik subsystem".into()),
                 allow_any_host: req.allow_any_host,
                 hosts: req.hosts.clone(),
-                namespaces: req
-                    .drives
-                    .iter()
-                    .enumerate()
-                    .map(|(i, d)| NamespaceState {
-                        nsid: i as u32 + 1,
-                        drive: d.clone(),
-                    })
-                    .collect(),
+                namespaces: NamespaceState::numbered(&req.drives),
             });
             Ok(())
         })?;
