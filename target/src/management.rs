@@ -191,14 +191,16 @@ impl Management for Manager {
     }
 
     fn drives(&self) -> Vec<api::Drive> {
-        let st = self.state.lock().unwrap();
+        // A copy, not the lock: each view reads the drive's SMART log (an ioctl), and a slow
+        // drive must not stall every other management call.
+        let st = self.state();
         (0..st.drives.len())
             .map(|i| self.drive_view(&st, i))
             .collect()
     }
 
     fn drive(&self, id: &str) -> MgmtResult<api::Drive> {
-        let st = self.state.lock().unwrap();
+        let st = self.state();
         let slot = st
             .drives
             .iter()
