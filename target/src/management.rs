@@ -479,11 +479,7 @@ impl Management for Manager {
     }
 
     fn port(&self, id: u16) -> MgmtResult<api::Port> {
-        self.target
-            .ports()
-            .iter()
-            .find(|p| p.id == id)
-            .map(|p| self.port_view(p))
+        self.find_port(id)
             .ok_or_else(|| not_found(format!("no port {id}")))
     }
 
