@@ -348,14 +348,7 @@ impl QueuePair {
         responder_resources: u8,
         initiator_depth: u8,
     ) -> io::Result<()> {
-        // SAFETY: all-zero is a valid rdma_conn_param.
-        let mut param: sys::rdma_conn_param = unsafe { std::mem::zeroed() };
-        param.private_data = private.as_ptr().cast();
-        param.private_data_len = private.len() as u8;
-        param.responder_resources = responder_resources;
-        param.initiator_depth = initiator_depth;
-        param.flow_control = 1;
-        param.rnr_retry_count = 7;
+        let mut param = conn_param(private, responder_resources, initiator_depth);
         // SAFETY: valid id with a QP; param and its private data live across the call.
         check(
             unsafe { sys::rdma_accept(self.id.0, &mut param) },
@@ -411,15 +404,8 @@ impl QueuePair {
         {
             // In a block of its own: the raw pointer in `param` must not live across the await
             // below, or the future would not be Send.
-            // SAFETY: all-zero is a valid rdma_conn_param.
-            let mut param: sys::rdma_conn_param = unsafe { std::mem::zeroed() };
-            param.private_data = private.as_ptr().cast();
-            param.private_data_len = private.len() as u8;
-            param.responder_resources = responder_resources;
-            param.initiator_depth = initiator_depth;
-            param.flow_control = 1;
+            let mut param = conn_param(private, responder_resources, initiator_depth);
             param.retry_count = 7;
-            param.rnr_retry_count = 7;
             // SAFETY: valid id with a QP; param and its private data live across the call.
             check(
                 unsafe { sys::rdma_connect(self.id.0, &mut param) },
@@ -673,4 +659,22 @@ pub struct SendWr {
     pub op: SendOp,
     pub local: Vec<(usize, u32)>,
     pub signaled: bool,
+}
+
+/// The connection parameters both sides send: our private data (it must outlive the CM call),
+/// RDMA READ depths, flow control, and infinite RNR retries.
+fn conn_param(
+    private: &[u8],
+    responder_resources: u8,
+    initiator_depth: u8,
+) -> sys::rdma_conn_param {
+    // SAFETY: all-zero is a valid rdma_conn_param.
+    let mut param: sys::rdma_conn_param = unsafe { std::mem::zeroed() };
+    param.private_data = private.as_ptr().cast();
+    param.private_data_len = private.len() as u8;
+    param.responder_resources = responder_resources;
+    param.initiator_depth = initiator_depth;
+    param.flow_control = 1;
+    param.rnr_retry_count = 7;
+    param
 }

@@ -191,14 +191,16 @@ impl Management for Manager {
     }
 
     fn drives(&self) -> Vec<api::Drive> {
-        let st = self.state.lock().unwrap();
+        // A copy, not the lock: each view reads the drive's SMART log (an ioctl), and a slow
+        // drive must not stall every other management call.
+        let st = self.state();
         (0..st.drives.len())
             .map(|i| self.drive_view(&st, i))
             .collect()
     }
 
     fn drive(&self, id: &str) -> MgmtResult<api::Drive> {
-        let st = self.state.lock().unwrap();
+        let st = self.state();
         let slot = st
             .drives
             .iter()
@@ -268,15 +270,7 @@ impl Management for Manager {
                     .unwrap_or_else(|| "fabrik subsystem".into()),
                 allow_any_host: req.allow_any_host,
                 hosts: req.hosts.clone(),
-                namespaces: req
-                    .drives
-                    .iter()
-                    .enumerate()
-                    .map(|(i, d)| NamespaceState {
-                        nsid: i as u32 + 1,
-                        drive: d.clone(),
-                    })
-                    .collect(),
+                namespaces: NamespaceState::numbered(&req.drives),
             });
             Ok(())
         })?;
@@ -485,11 +479,7 @@ impl Management for Manager {
     }
 
     fn port(&self, id: u16) -> MgmtResult<api::Port> {
-        self.target
-            .ports()
-            .iter()
-            .find(|p| p.id == id)
-            .map(|p| self.port_view(p))
+        self.find_port(id)
             .ok_or_else(|| not_found(format!("no port {id}")))
     }
 

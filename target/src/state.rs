@@ -73,6 +73,20 @@ pub struct NamespaceState {
     pub drive: String,
 }
 
+impl NamespaceState {
+    /// One namespace per drive, numbered from NSID 1 in the order given.
+    pub fn numbered(drives: &[String]) -> Vec<NamespaceState> {
+        drives
+            .iter()
+            .enumerate()
+            .map(|(i, d)| NamespaceState {
+                nsid: i as u32 + 1,
+                drive: d.clone(),
+            })
+            .collect()
+    }
+}
+
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct HostState {
@@ -163,15 +177,7 @@ impl State {
                     }),
                     allow_any_host: hosts.is_none(),
                     hosts: hosts.unwrap_or_default(),
-                    namespaces: sub
-                        .drives
-                        .iter()
-                        .enumerate()
-                        .map(|(i, d)| NamespaceState {
-                            nsid: i as u32 + 1,
-                            drive: d.clone(),
-                        })
-                        .collect(),
+                    namespaces: NamespaceState::numbered(&sub.drives),
                 }
             })
             .collect();

@@ -91,7 +91,8 @@ impl Manager {
             Ok(())
         })?;
         self.serve(bound);
-        self.port(id)
+        self.find_port(id)
+            .ok_or_else(|| MgmtError::Internal(format!("port {id} vanished")))
     }
 
     /// Stops the listener; its connections finish their commands and close.
@@ -125,14 +126,5 @@ impl Manager {
         // The task finishes on its own; `join_listeners` still awaits it at shutdown.
         listeners.retain(|l| l.id != id || !l.task.is_finished());
         Ok(())
-    }
-
-    fn port(&self, id: u16) -> MgmtResult<api::Port> {
-        self.target
-            .ports()
-            .iter()
-            .find(|p| p.id == id)
-            .map(|p| self.port_view(p))
-            .ok_or_else(|| MgmtError::Internal(format!("port {id} vanished")))
     }
 }

@@ -159,6 +159,15 @@ impl Manager {
         }
     }
 
+    /// The view of the live port `id`, if there is one.
+    pub(super) fn find_port(&self, id: u16) -> Option<api::Port> {
+        self.target
+            .ports()
+            .iter()
+            .find(|p| p.id == id)
+            .map(|p| self.port_view(p))
+    }
+
     pub(super) fn port_view(&self, p: &crate::model::Port) -> api::Port {
         api::Port {
             id: p.id,
