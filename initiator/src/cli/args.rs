@@ -66,8 +66,12 @@ impl HostBindArgs {
 }
 
 pub async fn resolve(target: &TargetArgs, default_port: u16) -> Result<SocketAddr> {
-    let port = target.trsvcid.unwrap_or(default_port);
-    let host = target.traddr.trim_start_matches('[').trim_end_matches(']');
+    resolve_host(&target.traddr, target.trsvcid.unwrap_or(default_port)).await
+}
+
+/// The first address of a host name or IP literal (an IPv6 literal may come in brackets).
+pub async fn resolve_host(host: &str, port: u16) -> Result<SocketAddr> {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
     tokio::net::lookup_host((host, port))
         .await
         .with_context(|| format!("resolving {host}"))?

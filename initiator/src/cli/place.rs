@@ -15,7 +15,7 @@ use fabrik_initiator::placement::{
 use fabrik_initiator::topology::{PciAddr, Topology};
 use fabrik_initiator::{discover, HostIdentity};
 
-use super::args::{resolve, TargetArgs, DISCOVERY_PORT};
+use super::args::{resolve_host, DISCOVERY_PORT};
 
 #[derive(Args)]
 pub struct PlaceArgs {
@@ -134,12 +134,7 @@ async fn load_inventory(args: &PlaceArgs) -> Result<BoxInventory> {
             .with_context(|| format!("{} is not a box description", path.display()));
     }
     if let Some(traddr) = &args.discover {
-        let target = TargetArgs {
-            transport: "tcp".into(),
-            traddr: traddr.clone(),
-            trsvcid: Some(args.discover_port),
-        };
-        let addr = resolve(&target, DISCOVERY_PORT).await?;
+        let addr = resolve_host(traddr, args.discover_port).await?;
         let host = args
             .hostnqn
             .clone()
