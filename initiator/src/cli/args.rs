@@ -79,6 +79,13 @@ pub async fn resolve_host(host: &str, port: u16) -> Result<SocketAddr> {
         .with_context(|| format!("{host} has no address"))
 }
 
+/// The host NQN given with -q, or a random UUID-based one (nvme-cli without /etc/nvme/hostnqn).
+pub fn host_identity(hostnqn: Option<String>) -> HostIdentity {
+    hostnqn
+        .map(HostIdentity::with_nqn)
+        .unwrap_or_else(HostIdentity::random)
+}
+
 pub fn transport(target: &TargetArgs) -> Result<Transport> {
     match target.transport.as_str() {
         "tcp" => Ok(Transport::Tcp),

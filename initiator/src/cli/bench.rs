@@ -18,7 +18,7 @@ use fabrik_initiator::proto::tcp::Digests;
 use fabrik_initiator::{ConnectOptions, Controller, HostIdentity, Transport};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use super::args::{resolve_host as resolve, DISCOVERY_PORT, IO_PORT};
+use super::args::{host_identity, resolve_host as resolve, DISCOVERY_PORT, IO_PORT};
 
 #[derive(Args)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -335,11 +335,7 @@ pub async fn open_drives(
         "rdma" => Transport::Rdma,
         other => bail!("-t {other}: unknown transport (tcp or rdma)"),
     };
-    let mut host = address
-        .hostnqn
-        .clone()
-        .map(HostIdentity::with_nqn)
-        .unwrap_or_else(HostIdentity::random);
+    let mut host = host_identity(address.hostnqn.clone());
     if let Some(id) = &address.hostid {
         host.id = parse_uuid(id).with_context(|| format!("--hostid {id:?} is not a UUID"))?;
     }
