@@ -66,13 +66,24 @@ impl HostBindArgs {
 }
 
 pub async fn resolve(target: &TargetArgs, default_port: u16) -> Result<SocketAddr> {
-    let port = target.trsvcid.unwrap_or(default_port);
-    let host = target.traddr.trim_start_matches('[').trim_end_matches(']');
+    resolve_host(&target.traddr, target.trsvcid.unwrap_or(default_port)).await
+}
+
+/// The first address of a host name or IP literal (an IPv6 literal may come in brackets).
+pub async fn resolve_host(host: &str, port: u16) -> Result<SocketAddr> {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
     tokio::net::lookup_host((host, port))
         .await
         .with_context(|| format!("resolving {host}"))?
         .next()
         .with_context(|| format!("{host} has no address"))
+}
+
+/// The host NQN given with -q, or a random UUID-based one (nvme-cli without /etc/nvme/hostnqn).
+pub fn host_identity(hostnqn: Option<String>) -> HostIdentity {
+    hostnqn
+        .map(HostIdentity::with_nqn)
+        .unwrap_or_else(HostIdentity::random)
 }
 
 pub fn transport(target: &TargetArgs) -> Result<Transport> {

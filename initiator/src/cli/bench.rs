@@ -18,7 +18,7 @@ use fabrik_initiator::proto::tcp::Digests;
 use fabrik_initiator::{ConnectOptions, Controller, HostIdentity, Transport};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use super::args::{DISCOVERY_PORT, IO_PORT};
+use super::args::{host_identity, resolve_host as resolve, DISCOVERY_PORT, IO_PORT};
 
 #[derive(Args)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -335,15 +335,11 @@ pub async fn open_drives(
         "rdma" => Transport::Rdma,
         other => bail!("-t {other}: unknown transport (tcp or rdma)"),
     };
-    let mut host = address
-        .hostnqn
-        .clone()
-        .map(HostIdentity::with_nqn)
-        .unwrap_or_else(HostIdentity::random);
+    let mut host = host_identity(address.hostnqn.clone());
     if let Some(id) = &address.hostid {
         host.id = parse_uuid(id).with_context(|| format!("--hostid {id:?} is not a UUID"))?;
     }
-    let host_name = address.traddr.trim_start_matches('[').trim_end_matches(']');
+    let host_name = &address.traddr;
     if address.all && transport == Transport::Rdma {
         bail!("--all with -t rdma: the userspace host discovers over NVMe/TCP only; name the subsystems with -n");
     }
@@ -376,7 +372,7 @@ pub async fn open_drives(
                 .rsplit_once(':')
                 .with_context(|| format!("--path {extra}: HOST:PORT"))?;
             let port: u16 = p.parse().with_context(|| format!("--path {extra}: port"))?;
-            let path = resolve(h.trim_start_matches('[').trim_end_matches(']'), port).await?;
+            let path = resolve(h, port).await?;
             if !paths.contains(&path) {
                 paths.push(path);
             }
@@ -553,14 +549,6 @@ pub async fn close_drives(drives: Vec<Drive>) {
     for session in sessions {
         session.shutdown().await;
     }
-}
-
-async fn resolve(host: &str, port: u16) -> Result<SocketAddr> {
-    tokio::net::lookup_host((host, port))
-        .await
-        .with_context(|| format!("resolving {host}"))?
-        .next()
-        .with_context(|| format!("{host} has no address"))
 }
 
 /// A UUID as 16 bytes (hyphens optional).

@@ -2,12 +2,11 @@
 //! host, as `nvme connect-all` (the discovery log is read by fabrik's own host, the sessions are
 //! the kernel's).
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::Args;
 use fabrik_initiator::host::kernel;
-use fabrik_initiator::HostIdentity;
 
-use super::args::DISCOVERY_PORT;
+use super::args::{host_identity, resolve_host, DISCOVERY_PORT};
 use super::bench::discover_all;
 use super::connect::KernelKnobs;
 
@@ -33,21 +32,10 @@ pub async fn run(args: ConnectAllArgs) -> Result<()> {
             args.transport
         );
     }
-    let host = args.traddr.trim_start_matches('[').trim_end_matches(']');
-    let port = args.trsvcid.unwrap_or(DISCOVERY_PORT);
-    let addr = tokio::net::lookup_host((host, port))
-        .await
-        .with_context(|| format!("resolving {host}"))?
-        .next()
-        .with_context(|| format!("{host} has no address"))?;
+    let addr = resolve_host(&args.traddr, args.trsvcid.unwrap_or(DISCOVERY_PORT)).await?;
     // The discovery log offers what the kernel's host NQN may use: ask as that host.
-    let hostnqn = args
-        .knobs
-        .hostnqn
-        .clone()
-        .or(kernel::default_host().0)
-        .map(HostIdentity::with_nqn)
-        .unwrap_or_else(HostIdentity::random);
+    let hostnqn = args.knobs.hostnqn.clone().or(kernel::default_host().0);
+    let hostnqn = host_identity(hostnqn);
     // Referrals are followed; a subsystem offered on several ports gets a controller on each
     // (the kernel's native multipath makes them one namespace device).
     let targets = discover_all(addr, &hostnqn.nqn).await?;

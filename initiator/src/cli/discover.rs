@@ -2,10 +2,10 @@
 
 use anyhow::{Context, Result};
 use clap::Args;
+use fabrik_initiator::discover;
 use fabrik_initiator::proto::fabrics::discovery::{adrfam, subtype, trtype, DiscoveryLogEntry};
-use fabrik_initiator::{discover, HostIdentity};
 
-use super::args::{resolve, TargetArgs, DISCOVERY_PORT};
+use super::args::{host_identity, resolve, TargetArgs, DISCOVERY_PORT};
 
 #[derive(Args)]
 pub struct DiscoverArgs {
@@ -21,9 +21,7 @@ pub async fn run(DiscoverArgs { target, hostnqn }: DiscoverArgs) -> Result<()> {
         anyhow::bail!("fabrik discover speaks NVMe/TCP only (connect-based commands take -t rdma)");
     }
     let addr = resolve(&target, DISCOVERY_PORT).await?;
-    let host = hostnqn
-        .map(HostIdentity::with_nqn)
-        .unwrap_or_else(HostIdentity::random);
+    let host = host_identity(hostnqn);
     let log = discover(addr, &host.nqn)
         .await
         .with_context(|| format!("discovery at {addr}"))?;

@@ -15,7 +15,7 @@ use fabrik_initiator::placement::{
 use fabrik_initiator::topology::{PciAddr, Topology};
 use fabrik_initiator::{discover, HostIdentity};
 
-use super::args::{resolve, TargetArgs, DISCOVERY_PORT};
+use super::args::{host_identity, resolve_host, DISCOVERY_PORT};
 
 #[derive(Args)]
 pub struct PlaceArgs {
@@ -134,17 +134,8 @@ async fn load_inventory(args: &PlaceArgs) -> Result<BoxInventory> {
             .with_context(|| format!("{} is not a box description", path.display()));
     }
     if let Some(traddr) = &args.discover {
-        let target = TargetArgs {
-            transport: "tcp".into(),
-            traddr: traddr.clone(),
-            trsvcid: Some(args.discover_port),
-        };
-        let addr = resolve(&target, DISCOVERY_PORT).await?;
-        let host = args
-            .hostnqn
-            .clone()
-            .map(HostIdentity::with_nqn)
-            .unwrap_or_else(HostIdentity::random);
+        let addr = resolve_host(traddr, args.discover_port).await?;
+        let host = host_identity(args.hostnqn.clone());
         let log = discover(addr, &host.nqn)
             .await
             .with_context(|| format!("discovery at {addr}"))?;
