@@ -6,7 +6,8 @@
 #   tests/benches/fabrik-bench.sh [ROUNDS [SECS]]      (default 3 rounds of 3 s per figure)
 #
 # BIN=dir of fabrik and fabrikd (default: $CARGO_TARGET_DIR/release, else build/release).
-# PIN=1 pins fabrikd to CPU 0 and fabrik (with its raw TCP reference) to CPU 1; the default
+# PIN=1 pins fabrikd to CPU 0 and fabrik to CPU 1 (the raw TCP reference: its client on CPU 1,
+# its serving end on CPU 0, as the target); the default
 # PIN=0 lets them float, which suits a machine shared with other work.
 # Needs jq.
 set -euo pipefail
@@ -19,9 +20,11 @@ command -v jq >/dev/null || { echo "jq is needed"; exit 1; }
 [ -x "$BIN/fabrik" ] && [ -x "$BIN/fabrikd" ] ||
   { echo "no fabrik/fabrikd in $BIN: cargo build --release first"; exit 1; }
 
-target_cpu=() host_cpu=()
+target_cpu=() host_cpu=() reference_cpu=()
 if [ "$PIN" = 1 ] && [ "$(nproc)" -ge 2 ] && command -v taskset >/dev/null; then
-  target_cpu=(taskset -c 0) host_cpu=(taskset -c 1)
+  # The raw reference's serving end sits on the target's core, so it crosses cores as the
+  # NVMe/TCP traffic does.
+  target_cpu=(taskset -c 0) host_cpu=(taskset -c 1) reference_cpu=(--reference-cpu 0)
 fi
 work=$(mktemp -d)
 port=$((20000 + RANDOM % 20000))
@@ -47,7 +50,7 @@ for round in $(seq "$ROUNDS"); do
   for f in "${figures[@]}"; do
     name=${f%%|*}
     # shellcheck disable=SC2086
-    bench ${f#*|} --time "$SECS" --reference "$SECS" --json |
+    bench ${f#*|} --time "$SECS" --reference "$SECS" "${reference_cpu[@]}" --json |
       jq -c --arg name "$name" --argjson round "$round" '{name: $name, round: $round} + .' \
         >>"$work/results.jsonl"
   done

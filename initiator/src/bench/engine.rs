@@ -352,6 +352,8 @@ impl IoLoop {
             read_bytes: 0,
             write_bytes: 0,
         };
+        // One buffer per loop, reused by every read: data lands in memory already mapped.
+        let mut read_buf = BytesMut::with_capacity(spec.bs as usize);
         loop {
             if self.stop.load(Ordering::Relaxed) {
                 break;
@@ -384,7 +386,7 @@ impl IoLoop {
                 let t0 = Instant::now();
                 let data = drive
                     .session
-                    .read(self.worker, drive.nsid, slba, nlb)
+                    .read_into(self.worker, drive.nsid, slba, nlb, read_buf)
                     .await
                     .map_err(|e| io_error(drive, e))?;
                 record(&mut result.reads, t0);
@@ -392,6 +394,7 @@ impl IoLoop {
                 if let Some(v) = check {
                     v.check(drive, d, slba, &data);
                 }
+                read_buf = data;
             } else {
                 let data = match &ctx.verify {
                     Some(v) => {

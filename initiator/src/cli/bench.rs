@@ -143,6 +143,10 @@ pub struct JobArgs {
     /// each, half before and half after the workload.
     #[arg(long, num_args = 0..=1, default_missing_value = "2")]
     pub reference: Option<f64>,
+    /// Pin the serving end of the raw TCP reference to this CPU: the target's, when target and
+    /// host are pinned to one core each, so the reference crosses cores as NVMe/TCP does.
+    #[arg(long, requires = "reference")]
+    pub reference_cpu: Option<usize>,
     /// Run the job once per block size x threads x iodepth of the --sweep-* lists (--time
     /// each, default 2 s); print a table and write heatmaps to --svg.
     #[arg(long)]
@@ -189,10 +193,10 @@ async fn run_job(job: JobArgs) -> Result<()> {
         let events = report_session_events(&drives);
         // The reference is measured half before and half after the run, so that a machine
         // whose load changes meanwhile skews both sides alike.
-        let before = measure_reference(job.reference.map(|s| s / 2.0)).await?;
+        let before = measure_reference(job.reference.map(|s| s / 2.0), job.reference_cpu).await?;
         let mut report = run_spec(&drives, spec, job.quiet || job.json).await;
         close_drives(drives).await;
-        let after = measure_reference(job.reference.map(|s| s / 2.0)).await?;
+        let after = measure_reference(job.reference.map(|s| s / 2.0), job.reference_cpu).await?;
         if let (Ok(r), Some(before), Some(after)) = (&mut report, before, after) {
             r.reference = Some(Reference {
                 tcp_bytes_per_sec: (before.tcp_bytes_per_sec + after.tcp_bytes_per_sec) / 2.0,
@@ -219,9 +223,9 @@ async fn run_job(job: JobArgs) -> Result<()> {
     Ok(())
 }
 
-async fn measure_reference(secs: Option<f64>) -> Result<Option<Reference>> {
+async fn measure_reference(secs: Option<f64>, cpu: Option<usize>) -> Result<Option<Reference>> {
     let Some(secs) = secs else { return Ok(None) };
-    let reference = tokio::task::spawn_blocking(move || reference::measure(secs))
+    let reference = tokio::task::spawn_blocking(move || reference::measure(secs, cpu))
         .await?
         .context("measuring raw loopback TCP")?;
     Ok(Some(reference))

@@ -97,6 +97,45 @@ impl<'a> IoQueue<'a> {
         Ok(data.freeze())
     }
 
+    /// Reads `nlb` blocks from `slba` into `buf` (cleared first, grown if it has less room) and
+    /// gives it back filled: a caller that reads again and again reuses one buffer, and the
+    /// data is received straight into it (NVMe/TCP).
+    pub async fn read_into(
+        &self,
+        nsid: u32,
+        slba: u64,
+        nlb: u32,
+        buf: BytesMut,
+    ) -> Result<BytesMut, HostError> {
+        if nlb == 0 {
+            return Err(HostError::Invalid("a read of 0 blocks".into()));
+        }
+        let lba_size = self.ctrl.lba_size(nsid).await?;
+        if nlb > self.blocks_per_command(lba_size) {
+            // Split like `read`; the parts are gathered into `buf`.
+            let data = self.read(nsid, slba, nlb).await?;
+            let mut buf = buf;
+            buf.clear();
+            buf.extend_from_slice(&data);
+            return Ok(buf);
+        }
+        let command = IoCommand::Read {
+            nsid,
+            slba,
+            nlb,
+            fua: false,
+        };
+        let len = nlb as usize * lba_size as usize;
+        let data = self
+            .queue
+            .submit_into(command.to_sqe(0), buf, len)
+            .await?
+            .data;
+        Ok(data
+            .try_into_mut()
+            .unwrap_or_else(|shared| BytesMut::from(&shared[..])))
+    }
+
     /// Writes `data`, a whole number of blocks, at `slba`.
     pub async fn write(
         &self,

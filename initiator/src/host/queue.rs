@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use fabrik_proto::fabrics::fctype;
 use fabrik_proto::nvme::{admin_opcode, io_opcode};
 use fabrik_proto::Sqe;
@@ -105,8 +105,43 @@ impl Queue {
         data_out: Option<Bytes>,
         data_in_len: usize,
     ) -> Result<Completion, HostError> {
-        let qid = self.qid();
         let submit = self.submit_untimed(sqe, data_out, data_in_len);
+        self.timed(sqe, submit).await
+    }
+
+    /// As `submit`, for a command reading `len` bytes into `buf` (see `TcpQueue::submit_into`;
+    /// over RDMA the data is copied into it from the registered buffer).
+    pub async fn submit_into(
+        &self,
+        sqe: Sqe,
+        buf: BytesMut,
+        len: usize,
+    ) -> Result<Completion, HostError> {
+        let submit = async {
+            match &self.transport {
+                TransportQueue::Tcp(t) => t.submit_into(sqe, buf, len).await,
+                #[cfg(feature = "rdma")]
+                TransportQueue::Rdma(r) => {
+                    let mut completion = r.submit(sqe, None, len).await?;
+                    let mut buf = buf;
+                    buf.clear();
+                    buf.extend_from_slice(&completion.data);
+                    completion.data = buf.freeze();
+                    Ok(completion)
+                }
+            }
+        };
+        self.timed(sqe, submit).await
+    }
+
+    /// Waits for `submit` up to the command timeout and turns a non-success status into an
+    /// error.
+    async fn timed(
+        &self,
+        sqe: Sqe,
+        submit: impl std::future::Future<Output = Result<Completion, HostError>>,
+    ) -> Result<Completion, HostError> {
+        let qid = self.qid();
         let completion = match tokio::time::timeout(self.timeout, submit).await {
             Ok(Ok(completion)) => completion,
             Ok(Err(HostError::DataDigest { qid, .. })) => {

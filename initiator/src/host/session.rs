@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use fabrik_proto::nvme::status::sct;
 use tokio::sync::{broadcast, Notify};
 
@@ -250,6 +250,28 @@ impl Session {
             ctrl.io_queue(queue % ctrl.io_queue_count().max(1))?
                 .read(nsid, slba, nlb)
                 .await
+        })
+        .await
+    }
+
+    /// As `read`, into `buf` (see `IoQueue::read_into`). A retry on another path or after a
+    /// reconnect reads into a fresh buffer.
+    pub async fn read_into(
+        self: &Arc<Self>,
+        queue: usize,
+        nsid: u32,
+        slba: u64,
+        nlb: u32,
+        buf: BytesMut,
+    ) -> Result<BytesMut, HostError> {
+        let buf = Mutex::new(Some(buf));
+        self.with_path(|ctrl| {
+            let buf = buf.lock().unwrap().take().unwrap_or_default();
+            async move {
+                ctrl.io_queue(queue % ctrl.io_queue_count().max(1))?
+                    .read_into(nsid, slba, nlb, buf)
+                    .await
+            }
         })
         .await
     }

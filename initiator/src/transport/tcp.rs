@@ -20,10 +20,9 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use fabrik_proto::nvme::admin_opcode;
 use fabrik_proto::tcp::{
-    flags, pdu_type, C2HData, CapsuleCmd, Decoder, Digests, H2CData, IcReq, IcResp, Pdu, PduError,
-    Role, DATA_HLEN, R2T,
+    C2HData, CapsuleCmd, Decoder, Digests, H2CData, IcReq, IcResp, Pdu, PduError, Role, R2T,
 };
-use fabrik_proto::{Cqe, SglDescriptor, Sqe, Status};
+use fabrik_proto::{Cqe, SglDescriptor, Sqe};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::task::AbortHandle;
@@ -217,7 +216,7 @@ impl TcpQueue {
             tasks: Mutex::new(Vec::new()),
         });
         let write_task = tokio::spawn(write_loop(shared.clone(), writer, outgoing_rx));
-        let read_task = tokio::spawn(read_loop(shared.clone(), reader, decoder, buf));
+        let read_task = tokio::spawn(receive::read_loop(shared.clone(), reader, decoder, buf));
         shared
             .tasks
             .lock()
@@ -252,8 +251,33 @@ impl TcpQueue {
     /// reading `data_in_len` bytes gets a transport data block of that length.
     pub async fn submit(
         &self,
+        sqe: Sqe,
+        data_out: Option<Bytes>,
+        data_in_len: usize,
+        in_capsule_limit: usize,
+    ) -> Result<Completion, HostError> {
+        self.submit_with(sqe, data_out, DataIn::Empty, data_in_len, in_capsule_limit)
+            .await
+    }
+
+    /// Sends a command that reads `len` bytes into `buf` (cleared first, grown if it has less
+    /// room): the completion's data is `buf`, frozen (`Bytes::try_into_mut` gives it back for the
+    /// next read). The payload is received straight into it, with no copy of its own.
+    pub async fn submit_into(
+        &self,
+        sqe: Sqe,
+        buf: BytesMut,
+        len: usize,
+    ) -> Result<Completion, HostError> {
+        self.submit_with(sqe, None, DataIn::into_buffer(buf), len, 0)
+            .await
+    }
+
+    async fn submit_with(
+        &self,
         mut sqe: Sqe,
         data_out: Option<Bytes>,
+        data_in: DataIn,
         data_in_len: usize,
         in_capsule_limit: usize,
     ) -> Result<Completion, HostError> {
@@ -300,7 +324,7 @@ impl TcpQueue {
                         data_out.clone()
                     },
                     requested: 0,
-                    data_in: DataIn::default(),
+                    data_in,
                     data_in_len,
                     digest_error: false,
                 },
@@ -484,74 +508,6 @@ impl Shared {
         let _ = command.done.send(result);
     }
 
-    /// Appends C2HData to its command's buffer. Data must arrive in order (DATAO = bytes received
-    /// so far) and within the transfer length. `digest_failed`: the PDU's data digest did not
-    /// match; its bytes are counted (zero-filled) so the transfer stays in step, and the command
-    /// will fail with a data digest error.
-    fn on_c2h_data(
-        &self,
-        cccid: u16,
-        datao: u32,
-        data: Bytes,
-        last: bool,
-        success: bool,
-        digest_failed: bool,
-    ) -> Result<(), HostError> {
-        let qid = self.qid;
-        let mut state = self.state.lock().unwrap();
-        let command = state.in_flight.get_mut(&cccid).ok_or_else(|| {
-            HostError::protocol(qid, format!("C2HData for unknown command id {cccid:#06x}"))
-        })?;
-        if command.data_in_len == 0 {
-            return Err(HostError::protocol(
-                qid,
-                format!(
-                    "C2HData for {}, which reads no data",
-                    describe(cccid, command.opcode)
-                ),
-            ));
-        }
-        let received = command.data_in.len();
-        if datao as usize != received {
-            return Err(HostError::protocol(
-                qid,
-                format!(
-                    "C2HData for command {cccid:#06x} at DATAO {datao}, expected {received} (data must be contiguous)"
-                ),
-            ));
-        }
-        if received + data.len() > command.data_in_len {
-            return Err(HostError::protocol(
-                qid,
-                format!(
-                    "C2HData for command {cccid:#06x} carries bytes {received}..{} of a {}-byte transfer",
-                    received + data.len(),
-                    command.data_in_len
-                ),
-            ));
-        }
-        if success && !last {
-            return Err(HostError::protocol(
-                qid,
-                format!("C2HData for command {cccid:#06x} has SUCCESS set but not LAST_PDU"),
-            ));
-        }
-        // A failed digest's bytes come as zeroes; the command will fail anyway.
-        command.digest_error |= digest_failed;
-        command.data_in.push(data, command.data_in_len);
-        if success {
-            // SUCCESS: the command completed without error and no CapsuleResp follows.
-            let command = state.in_flight.remove(&cccid).expect("looked up above");
-            drop(state);
-            let cqe = Cqe {
-                sqid: qid,
-                ..Cqe::new(cccid, Status::SUCCESS)
-            };
-            self.finish(command, cqe);
-        }
-        Ok(())
-    }
-
     /// Queues the H2CData PDUs an R2T asks for, each at most MAXH2CDATA bytes, LAST_PDU on the
     /// final one. The data is sliced from the caller's buffer, not copied.
     fn on_r2t(&self, r2t: R2T) -> Result<(), HostError> {
@@ -674,67 +630,6 @@ fn bad_pdu(qid: u16, err: &PduError) -> HostError {
     HostError::protocol(qid, format!("bad PDU from the target: {err}"))
 }
 
-/// The fields of the C2HData PDU at the front of `buf`, if it is one: (flags, CCCID, DATAO,
-/// DATAL). Read before decoding, because a PDU whose data digest fails is consumed without them.
-fn peek_c2h_data(buf: &[u8]) -> Option<(u8, u16, u32, u32)> {
-    if buf.len() < DATA_HLEN || buf[0] != pdu_type::C2H_DATA {
-        return None;
-    }
-    let u32_at = |off: usize| u32::from_le_bytes(buf[off..off + 4].try_into().unwrap());
-    Some((
-        buf[1],
-        u16::from_le_bytes([buf[8], buf[9]]),
-        u32_at(12),
-        u32_at(16),
-    ))
-}
-
-async fn read_loop<R: AsyncRead + Unpin>(
-    shared: Arc<Shared>,
-    mut reader: R,
-    mut decoder: Decoder,
-    mut buf: BytesMut,
-) {
-    let qid = shared.qid;
-    let err = loop {
-        let c2h_header = peek_c2h_data(&buf);
-        match decoder.decode(&mut buf) {
-            Ok(Some(pdu)) => {
-                if let Err(err) = shared.on_pdu(pdu) {
-                    break err;
-                }
-            }
-            Ok(None) => {
-                buf.reserve(READ_CHUNK);
-                match reader.read_buf(&mut buf).await {
-                    Ok(0) => break HostError::ConnectionClosed { qid },
-                    Ok(_) => {}
-                    Err(e) => break HostError::io(format!("queue {qid}: receive"), e),
-                }
-            }
-            // Like the Linux host: not fatal, the command fails with a data error. The PDU's
-            // flags still count (a SUCCESS flag completes the command).
-            Err(PduError::DataDigest {
-                pdu_type: pdu_type::C2H_DATA,
-                cccid,
-            }) => {
-                let Some((pdu_flags, _, datao, datal)) = c2h_header else {
-                    break HostError::protocol(qid, "data digest error on an unreadable C2HData");
-                };
-                let zeros = Bytes::from(vec![0u8; datal as usize]);
-                let last = pdu_flags & flags::LAST_PDU != 0;
-                let success = pdu_flags & flags::SUCCESS != 0;
-                if let Err(err) = shared.on_c2h_data(cccid, datao, zeros, last, success, true) {
-                    break err;
-                }
-            }
-            Err(err) => break bad_pdu(qid, &err),
-        }
-    };
-    tracing::debug!(qid, "NVMe/TCP queue closing: {err}");
-    shared.fail(err);
-}
-
 async fn write_loop<W: AsyncWrite + Unpin>(
     shared: Arc<Shared>,
     writer: W,
@@ -770,5 +665,6 @@ async fn write_segments<W: AsyncWrite + Unpin>(
 
 mod bind;
 mod data_in;
+mod receive;
 #[cfg(test)]
 mod tests;

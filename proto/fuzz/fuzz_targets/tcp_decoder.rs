@@ -3,12 +3,14 @@
 //! Input: byte 0 picks the configuration, bytes 1..4 are chunk lengths used in turn, the rest
 //! is the byte stream. The stream is decoded once whole and once in chunks; both must give the
 //! same PDUs and errors, every PDU must survive an encode/decode round trip, and every fatal
-//! error must give a termination request that the peer's decoder accepts.
+//! error must give a termination request that the peer's decoder accepts. A third pass takes
+//! data PDUs header first (`decode_data_head`, the payload taken by hand, as a receiver putting
+//! data straight into its buffers does) and must agree too.
 
 #![no_main]
 
-use bytes::BytesMut;
-use fabrik_proto::tcp::{Decoder, Digests, Pdu, PduError, Role};
+use bytes::{Buf, BytesMut};
+use fabrik_proto::tcp::{digest, DataHead, Decoder, Digests, Pdu, PduError, Role};
 use libfuzzer_sys::fuzz_target;
 
 #[derive(Clone, Copy, Debug)]
@@ -65,7 +67,97 @@ fuzz_target!(|input: &[u8]| {
     let whole = run(cfg, stream, &[usize::MAX]);
     let chunked = run(cfg, stream, &chunks);
     assert_eq!(whole, chunked, "chunking changed the outcome");
+
+    // Header first judges a data PDU's header before its payload is there, so on a stream
+    // that ends inside such a PDU it may see one fatal error more; otherwise it must agree.
+    let header_first = run_header_first(cfg, stream, &chunks);
+    let n = whole.len();
+    assert_eq!(header_first[..n.min(header_first.len())], whole[..], "header first");
+    assert!(
+        header_first.len() == n
+            || (header_first.len() == n + 1
+                && matches!(header_first[n], Outcome::Fatal { .. })
+                && !matches!(whole.last(), Some(Outcome::Fatal { .. }))),
+        "header first: {header_first:?} against {whole:?}"
+    );
 });
+
+/// As `run`, taking data PDUs header first and their payload and digest by hand.
+fn run_header_first(cfg: Config, stream: &[u8], chunks: &[usize]) -> Vec<Outcome> {
+    let mut dec = cfg.decoder();
+    let mut buf = BytesMut::new();
+    let mut outcomes = Vec::new();
+    // A data PDU whose header was taken: its payload (and digest) so far.
+    let mut pending: Option<(DataHead, BytesMut)> = None;
+    let mut pos = 0;
+    for &chunk in chunks.iter().cycle() {
+        if pos >= stream.len() {
+            break;
+        }
+        let end = stream.len().min(pos.saturating_add(chunk));
+        buf.extend_from_slice(&stream[pos..end]);
+        pos = end;
+        loop {
+            if let Some((head, got)) = &mut pending {
+                let need = head.data_len + if head.ddgst { 4 } else { 0 };
+                let take = (need - got.len()).min(buf.len());
+                got.extend_from_slice(&buf.split_to(take));
+                if got.len() < need {
+                    break;
+                }
+                let (head, mut got) = pending.take().expect("pending");
+                outcomes.push(finish_data(head, &mut got));
+                continue;
+            }
+            match dec.decode_data_head(&mut buf) {
+                Ok(Some(head)) => {
+                    pending = Some((head, BytesMut::new()));
+                    continue;
+                }
+                Ok(None) => {}
+                Err(PduError::Fatal {
+                    fes, fei, reason, ..
+                }) => {
+                    outcomes.push(Outcome::Fatal { fes, fei, reason });
+                    return outcomes;
+                }
+                Err(e) => panic!("decode_data_head gave {e:?}"),
+            }
+            match dec.decode(&mut buf) {
+                Ok(Some(pdu)) => outcomes.push(Outcome::Pdu(pdu)),
+                Ok(None) => break,
+                Err(e @ PduError::DataDigest { .. }) => outcomes.push(Outcome::DataDigest(e)),
+                Err(PduError::Fatal {
+                    fes, fei, reason, ..
+                }) => {
+                    outcomes.push(Outcome::Fatal { fes, fei, reason });
+                    return outcomes;
+                }
+            }
+        }
+    }
+    outcomes
+}
+
+/// The outcome of a data PDU taken header first: `got` is its payload and digest.
+fn finish_data(head: DataHead, got: &mut BytesMut) -> Outcome {
+    let payload = got.split_to(head.data_len).freeze();
+    let (pdu_type, cccid) = match &head.pdu {
+        Pdu::C2HData(d) => (0x07, d.cccid),
+        Pdu::H2CData(d) => (0x06, d.cccid),
+        other => panic!("decode_data_head gave {other:?}"),
+    };
+    if head.ddgst && got.get_u32_le() != digest(&payload) {
+        return Outcome::DataDigest(PduError::DataDigest { pdu_type, cccid });
+    }
+    let mut pdu = head.pdu;
+    match &mut pdu {
+        Pdu::C2HData(d) => d.data = payload,
+        Pdu::H2CData(d) => d.data = payload,
+        _ => unreachable!(),
+    }
+    Outcome::Pdu(pdu)
+}
 
 /// Feeds `stream` in chunks of the given lengths (cycled), decoding after each, until the
 /// stream ends or a fatal error stops the connection.

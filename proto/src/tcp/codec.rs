@@ -4,7 +4,7 @@
 //! body arrives (bad type for the role, wrong hlen/pdo, plen out of bounds), so a peer cannot
 //! make it buffer unbounded data. Payloads are zero-copy slices of the input buffer.
 
-use bytes::{Bytes, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 
 use crate::le::{all_zero, u16_at, u32_at};
 use crate::nvme::cqe::{Cqe, CQE_LEN};
@@ -50,6 +50,18 @@ impl PduError {
             PduError::DataDigest { .. } => None,
         }
     }
+}
+
+/// The header of a data PDU (C2HData, H2CData), taken off the stream before its payload:
+/// see [`Decoder::decode_data_head`].
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct DataHead {
+    /// The PDU, its payload still empty.
+    pub pdu: Pdu,
+    /// Payload bytes that follow on the stream.
+    pub data_len: usize,
+    /// Whether a data digest (CRC32C of the payload, little-endian) follows the payload.
+    pub ddgst: bool,
 }
 
 pub struct Decoder {
@@ -125,6 +137,47 @@ impl Decoder {
         }
         attach_payload(&mut pdu, payload);
         Ok(Some(pdu))
+    }
+
+    /// Takes the header of the data PDU at the front of `buf` off it as soon as the header (and
+    /// its digest) has arrived, checked as [`Decoder::decode`] checks it, so that the receiver
+    /// can put the payload straight where it belongs (no staging, no reassembly). The caller
+    /// must then take `data_len` payload bytes, and the data digest if `ddgst`, off the stream
+    /// before anything else is decoded.
+    ///
+    /// Ok(None) if the front of `buf` is not a data PDU, or its header is not all there yet
+    /// (`buf` is then untouched). Errors are those of `decode`, and leave `buf` as it was.
+    pub fn decode_data_head(&mut self, buf: &mut BytesMut) -> Result<Option<DataHead>, PduError> {
+        if buf.len() < COMMON_HEADER_LEN {
+            return Ok(None);
+        }
+        let ch = CommonHeader::parse(buf);
+        if !matches!(ch.pdu_type, pdu_type::C2H_DATA | pdu_type::H2C_DATA) {
+            return Ok(None);
+        }
+        let layout = self
+            .check_common(&ch)
+            .map_err(|bad| bad.into_error(buf, ch.hlen as usize))?;
+        if buf.len() < layout.data_off {
+            return Ok(None);
+        }
+        let head = &buf[..layout.hlen];
+        if layout.hdgst && u32_at(buf, layout.hlen) != digest(head) {
+            let bad = Bad::new(
+                fes::HEADER_DIGEST_ERROR,
+                layout.hlen,
+                "header digest mismatch",
+            );
+            return Err(bad.into_error(buf, layout.hlen));
+        }
+        let pdu = parse_specific(ch.pdu_type, ch.flags, head, layout.data_len)
+            .map_err(|bad| bad.into_error(buf, layout.hlen))?;
+        buf.advance(layout.data_off);
+        Ok(Some(DataHead {
+            pdu,
+            data_len: layout.data_len,
+            ddgst: layout.ddgst,
+        }))
     }
 
     /// The PDU types this end may receive.

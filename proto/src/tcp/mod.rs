@@ -3,5 +3,5 @@
 pub mod codec;
 pub mod pdu;
 
-pub use codec::{Decoder, PduError, Role};
+pub use codec::{DataHead, Decoder, PduError, Role};
 pub use pdu::*;

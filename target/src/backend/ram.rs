@@ -1,8 +1,12 @@
 //! A drive in process memory, for benchmarks and tests. Storage is sparse: 1 MiB chunks are
 //! allocated on first write, so a huge drive costs (almost) nothing until written.
+//!
+//! Reads within one chunk are zero-copy: the data handed out shares the chunk's memory, and
+//! the transport sends straight from it. A write to a chunk that a read still holds goes to a
+//! copy of the chunk (copy-on-write), so data handed out never changes under the reader.
 
 use std::alloc::{self, Layout};
-use std::sync::{PoisonError, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use bytes::{Bytes, BytesMut};
 
@@ -14,7 +18,17 @@ use super::{
 /// and each block is written under one lock (block-level atomicity).
 const CHUNK: usize = 1 << 20;
 
-type Chunk = RwLock<Option<Box<[u8]>>>;
+/// A chunk's memory, shared by the drive and the reads still sending from it.
+#[derive(Clone)]
+struct ChunkData(Arc<Box<[u8]>>);
+
+impl AsRef<[u8]> for ChunkData {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+type Chunk = RwLock<Option<ChunkData>>;
 
 pub struct RamDrive {
     info: DriveInfo,
@@ -53,7 +67,7 @@ impl RamDrive {
             c.read()
                 .unwrap_or_else(PoisonError::into_inner)
                 .as_ref()
-                .map_or(0, |d| d.len())
+                .map_or(0, |d| d.0.len())
         };
         self.chunks.iter().map(|c| held(c) as u64).sum()
     }
@@ -87,15 +101,26 @@ impl RamDrive {
 
     fn do_read(&self, offset: u64, len: usize) -> Result<Bytes, DriveError> {
         check_range(&self.info, offset, len as u64)?;
-        // Allocate the output once, and only if some chunk in the range holds data.
+        let mut pieces = self.pieces(offset, len as u64).peekable();
+        if let Some(first) = pieces.next_if(|p| p.len == len) {
+            // Within one chunk: share its memory.
+            let chunk = self.chunks[first.chunk]
+                .read()
+                .unwrap_or_else(PoisonError::into_inner);
+            return Ok(match chunk.as_ref() {
+                Some(data) => Bytes::from_owner(data.clone()).slice(first.at..first.at + len),
+                None => zeroed_bytes(len),
+            });
+        }
+        // Across chunks: gathered into one buffer, allocated only if some chunk holds data.
         let mut out: Option<BytesMut> = None;
-        for p in self.pieces(offset, len as u64) {
+        for p in pieces {
             let chunk = self.chunks[p.chunk]
                 .read()
                 .unwrap_or_else(PoisonError::into_inner);
-            if let Some(data) = chunk.as_deref() {
+            if let Some(data) = chunk.as_ref() {
                 let out = out.get_or_insert_with(|| BytesMut::zeroed(len));
-                out[p.pos..p.pos + p.len].copy_from_slice(&data[p.at..p.at + p.len]);
+                out[p.pos..p.pos + p.len].copy_from_slice(&data.as_ref()[p.at..p.at + p.len]);
             }
         }
         Ok(out.map_or_else(|| zeroed_bytes(len), BytesMut::freeze))
@@ -103,21 +128,16 @@ impl RamDrive {
 
     fn do_write(&self, offset: u64, data: &[u8]) -> Result<(), DriveError> {
         check_range(&self.info, offset, data.len() as u64)?;
+        let out_of_memory = || {
+            let e = std::io::Error::from(std::io::ErrorKind::OutOfMemory);
+            DriveError::io(offset, data.len() as u64, e)
+        };
         for p in self.pieces(offset, data.len() as u64) {
             let mut chunk = self.chunks[p.chunk]
                 .write()
                 .unwrap_or_else(PoisonError::into_inner);
-            if chunk.is_none() {
-                let len = self.chunk_len(p.chunk);
-                let fresh = zeroed_chunk(len).ok_or_else(|| {
-                    let e = std::io::Error::from(std::io::ErrorKind::OutOfMemory);
-                    DriveError::io(offset, data.len() as u64, e)
-                })?;
-                *chunk = Some(fresh);
-            }
-            if let Some(dst) = chunk.as_deref_mut() {
-                dst[p.at..p.at + p.len].copy_from_slice(&data[p.pos..p.pos + p.len]);
-            }
+            let dst = writable(&mut chunk, self.chunk_len(p.chunk)).ok_or_else(out_of_memory)?;
+            dst[p.at..p.at + p.len].copy_from_slice(&data[p.pos..p.pos + p.len]);
         }
         Ok(())
     }
@@ -130,14 +150,37 @@ impl RamDrive {
             let mut chunk = self.chunks[p.chunk]
                 .write()
                 .unwrap_or_else(PoisonError::into_inner);
-            match chunk.as_deref_mut() {
-                _ if whole => *chunk = None,
-                Some(data) => data[p.at..p.at + p.len].fill(0),
-                None => {}
+            if whole {
+                *chunk = None;
+            } else if chunk.is_some() {
+                let data = writable(&mut chunk, self.chunk_len(p.chunk)).ok_or_else(|| {
+                    let e = std::io::Error::from(std::io::ErrorKind::OutOfMemory);
+                    DriveError::io(offset, len, e)
+                })?;
+                data[p.at..p.at + p.len].fill(0);
             }
         }
         Ok(())
     }
+}
+
+/// The chunk's memory for writing (the caller holds the chunk's write lock): allocated (zeroed)
+/// on first use, copied first if a read still holds it. `None` if memory is exhausted.
+fn writable(chunk: &mut Option<ChunkData>, len: usize) -> Option<&mut [u8]> {
+    let data = match chunk.take() {
+        None => ChunkData(Arc::new(zeroed_chunk(len)?)),
+        Some(data) if Arc::strong_count(&data.0) == 1 => data,
+        Some(shared) => {
+            let mut copy = Vec::new();
+            copy.try_reserve_exact(len).ok()?;
+            copy.extend_from_slice(&shared.0);
+            ChunkData(Arc::new(copy.into_boxed_slice()))
+        }
+    };
+    let data = chunk.insert(data);
+    // Unique (no Weak is ever made): fresh, copied, or counted above; new sharers need the read
+    // lock, and the caller holds the write lock.
+    Arc::get_mut(&mut data.0).map(|b| &mut b[..])
 }
 
 /// A chunk of `len` zero bytes from calloc: the kernel hands out zero pages lazily, so a
@@ -229,6 +272,42 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(drive.allocated_bytes(), 0);
+    }
+
+    #[tokio::test]
+    async fn reads_share_the_chunk_and_writes_never_change_them() {
+        let drive = RamDrive::new(4 * MIB, 4096).unwrap();
+        let old = testkit::pattern(1, 8192);
+        drive.write(MIB, old.clone(), false).await.unwrap();
+        let held = drive.read(MIB, 8192).await.unwrap();
+        let again = drive.read(MIB + 4096, 4096).await.unwrap();
+        assert_eq!(
+            again.as_ptr(),
+            held[4096..].as_ptr(),
+            "zero-copy: the chunk's memory"
+        );
+
+        // A write while reads hold the chunk goes to a copy: what they got stays as it was.
+        let new = testkit::pattern(2, 8192);
+        drive.write(MIB, new.clone(), false).await.unwrap();
+        assert_eq!(held, old);
+        assert_eq!(again[..], old[4096..]);
+        assert_eq!(drive.read(MIB, 8192).await.unwrap(), new);
+        // Partial zeroing is a write too.
+        drive.write_zeroes(MIB, 4096).await.unwrap();
+        assert!(testkit::is_zero(&drive.read(MIB, 4096).await.unwrap()));
+        assert_eq!(drive.read(MIB + 4096, 4096).await.unwrap()[..], new[4096..]);
+        assert_eq!(held, old);
+        assert_eq!(drive.allocated_bytes(), MIB);
+
+        // With no read holding it, the chunk is written in place.
+        drop((held, again));
+        let before = drive.read(MIB, 4096).await.unwrap().as_ptr();
+        drive.write(MIB + 8192, new.clone(), false).await.unwrap();
+        assert_eq!(drive.read(MIB, 4096).await.unwrap().as_ptr(), before);
+        // A read across two chunks is gathered.
+        drive.write(MIB - 4096, new.clone(), false).await.unwrap();
+        assert_eq!(drive.read(MIB - 4096, 8192).await.unwrap(), new);
     }
 
     #[test]

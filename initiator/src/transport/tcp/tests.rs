@@ -656,3 +656,117 @@ fn icresp_checks_follow_the_linux_host() {
     )
     .is_err());
 }
+
+impl FakeTarget {
+    /// Sends a PDU in two writes, `first` bytes then the rest after a pause, so that the host
+    /// sees the header before the payload (and receives the payload straight into its buffer).
+    async fn send_trickled(&mut self, pdu: Pdu, first: usize, corrupt_digest: bool) {
+        let mut out = BytesMut::new();
+        pdu.encode(self.digests, &mut out);
+        if corrupt_digest {
+            let n = out.len();
+            out[n - 1] ^= 0xFF;
+        }
+        self.stream.write_all(&out[..first]).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        // The host may have hung up on the header already.
+        let _ = self.stream.write_all(&out[first..]).await;
+    }
+}
+
+fn c2h(cid: u16, datao: u32, data: &[u8], last: bool) -> Pdu {
+    Pdu::C2HData(C2HData {
+        cccid: cid,
+        datao,
+        last,
+        success: false,
+        data: Bytes::copy_from_slice(data),
+    })
+}
+
+#[tokio::test]
+async fn large_reads_are_received_into_the_callers_buffer_with_every_digest_combination() {
+    for digests in ALL_DIGESTS {
+        let (queue, mut target) = pair(digests, 4096).await;
+        let mut buf = BytesMut::with_capacity(128 << 10);
+        let at = buf.as_ptr();
+        for round in 0..3u8 {
+            let expected = pattern(128 << 10, round);
+            let script = async {
+                let capsule = target.recv_capsule().await;
+                let cid = capsule.sqe.cid;
+                // Two 64 KiB PDUs, each split after 100 bytes (header and a little data).
+                for (i, half) in expected.chunks(64 << 10).enumerate() {
+                    let pdu = c2h(cid, (i << 16) as u32, half, i == 1);
+                    target.send_trickled(pdu, 100, false).await;
+                }
+                target.respond(cid, Status::SUCCESS).await;
+            };
+            let submit = async {
+                if round == 2 {
+                    // Without a buffer of the caller's, the queue makes one.
+                    queue.submit(read_sqe(32), None, 128 << 10, 0).await
+                } else {
+                    let buf = std::mem::take(&mut buf);
+                    queue.submit_into(read_sqe(32), buf, 128 << 10).await
+                }
+            };
+            let (completion, ()) = tokio::join!(submit, script);
+            let data = completion
+                .unwrap_or_else(|e| panic!("{digests:?}: {e}"))
+                .data;
+            assert!(data[..] == expected[..], "{digests:?} round {round}");
+            if round < 2 {
+                buf = data
+                    .try_into_mut()
+                    .expect("the caller's buffer, given back");
+                assert_eq!(buf.as_ptr(), at, "the same memory, reused");
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn bad_data_digest_on_a_large_pdu_fails_the_command_but_not_the_queue() {
+    let digests = Digests {
+        header: true,
+        data: true,
+    };
+    let (queue, mut target) = pair(digests, 4096).await;
+    let script = async {
+        let capsule = target.recv_capsule().await;
+        let pdu = c2h(capsule.sqe.cid, 0, &pattern(64 << 10, 1), true);
+        target.send_trickled(pdu, 100, true).await;
+        target.respond(capsule.sqe.cid, Status::SUCCESS).await;
+    };
+    let buf = BytesMut::with_capacity(64 << 10);
+    let (result, ()) = tokio::join!(queue.submit_into(read_sqe(16), buf, 64 << 10), script);
+    assert!(
+        matches!(result, Err(HostError::DataDigest { .. })),
+        "{result:?}"
+    );
+    assert!(queue.closed().is_none());
+    let script = async {
+        let capsule = target.recv_capsule().await;
+        let pdu = c2h(capsule.sqe.cid, 0, &pattern(64 << 10, 2), true);
+        target.send_trickled(pdu, 100, false).await;
+        target.respond(capsule.sqe.cid, Status::SUCCESS).await;
+    };
+    let (result, ()) = tokio::join!(queue.submit(read_sqe(16), None, 64 << 10, 0), script);
+    assert!(result.unwrap().data[..] == pattern(64 << 10, 2)[..]);
+}
+
+#[tokio::test]
+async fn large_c2h_data_beyond_the_transfer_ends_the_queue() {
+    let (queue, mut target) = pair(Digests::default(), 4096).await;
+    let script = async {
+        let capsule = target.recv_capsule().await;
+        let pdu = c2h(capsule.sqe.cid, 0, &pattern(64 << 10, 1), true);
+        target.send_trickled(pdu, 100, false).await;
+    };
+    let buf = BytesMut::with_capacity(32 << 10);
+    let (result, ()) = tokio::join!(queue.submit_into(read_sqe(8), buf, 32 << 10), script);
+    let err = result.unwrap_err().to_string();
+    assert!(err.contains("of a 32768-byte transfer"), "{err}");
+    assert!(queue.closed().is_some());
+}

@@ -250,6 +250,73 @@ proptest! {
         prop_assert_eq!(got, pdus);
     }
 
+    /// Header first, payload and digest taken by the caller: the same PDU as `decode` gives,
+    /// and the same digest verdict; other PDUs are left to `decode`.
+    #[test]
+    fn data_head_then_payload_equals_decode(
+        (role, pdus) in any_role_and_pdus(),
+        digests in any_digests(),
+        corrupt in any::<bool>(),
+    ) {
+        for pdu in pdus {
+            let mut buf = encoded(&pdu, digests);
+            let ddgst_at = buf.len() - 4;
+            let is_data = matches!(pdu, Pdu::C2HData(_) | Pdu::H2CData(_));
+            let corrupted = corrupt && is_data && digests.data && !pdu.payload().is_empty();
+            if corrupted {
+                buf[ddgst_at] ^= 1;
+            }
+            let mut whole = buf.clone();
+            let want = decoder(role, digests).decode(&mut whole);
+            let mut dec = decoder(role, digests);
+            let Some(head) = dec.decode_data_head(&mut buf).unwrap() else {
+                prop_assert!(!is_data);
+                prop_assert_eq!(buf.len(), encoded(&pdu, digests).len());
+                continue;
+            };
+            prop_assert_eq!(head.data_len, pdu.payload().len());
+            prop_assert_eq!(head.ddgst, digests.data && head.data_len > 0);
+            let payload = buf.split_to(head.data_len).freeze();
+            let digest_ok = !head.ddgst || buf.split_to(4)[..] == digest(&payload).to_le_bytes();
+            prop_assert!(buf.is_empty());
+            prop_assert_eq!(digest_ok, !corrupted);
+            if digest_ok {
+                let mut got = head.pdu;
+                match &mut got {
+                    Pdu::C2HData(d) => d.data = payload,
+                    Pdu::H2CData(d) => d.data = payload,
+                    _ => unreachable!(),
+                }
+                prop_assert_eq!(Ok(Some(got)), want);
+            } else {
+                prop_assert!(matches!(want, Err(PduError::DataDigest { .. })), "{:?}", want);
+            }
+        }
+    }
+
+    /// A data PDU's header is only taken once all of it (with its digest) is there; a bad
+    /// header is refused as `decode` refuses it.
+    #[test]
+    fn data_head_waits_for_the_whole_header(pdu in any_c2h_pdu(), digests in any_digests()) {
+        let whole = encoded(&pdu, digests);
+        let head_len = match &pdu {
+            Pdu::C2HData(_) => DATA_HLEN + if digests.header { 4 } else { 0 },
+            _ => return Ok(()),
+        };
+        let mut dec = decoder(Role::Host, digests);
+        for n in 0..head_len {
+            let mut buf = BytesMut::from(&whole[..n]);
+            prop_assert_eq!(dec.decode_data_head(&mut buf), Ok(None));
+            prop_assert_eq!(buf.len(), n);
+        }
+        if digests.header {
+            let mut bad = BytesMut::from(&whole[..head_len]);
+            bad[DATA_HLEN] ^= 0xff;
+            let err = dec.decode_data_head(&mut bad).unwrap_err();
+            prop_assert_eq!(err.term_req().unwrap().fes, fes::HEADER_DIGEST_ERROR);
+        }
+    }
+
     #[test]
     fn every_prefix_waits_and_leaves_the_buffer(pdu in any_h2c_pdu(), digests in any_digests()) {
         let whole = encoded(&pdu, digests);

@@ -1,0 +1,306 @@
+//! The reader task of a queue: decodes the target's PDUs and dispatches them, and puts a read's
+//! data where its command wants it.
+//!
+//! A large C2HData payload is received straight from the socket into its command's buffer once
+//! the PDU header is in: no staging in the receive buffer, no copy out of it, no fresh memory per
+//! PDU (the caller's buffer is reused from read to read). Small PDUs are taken from the receive
+//! buffer, many per system call.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use fabrik_proto::tcp::{
+    digest, flags, pdu_type, C2HData, DataHead, Decoder, Pdu, PduError, COMMON_HEADER_LEN,
+    DATA_HLEN,
+};
+use fabrik_proto::{Cqe, Status};
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+use super::{bad_pdu, describe, InFlight, Shared, State, READ_CHUNK};
+use crate::error::HostError;
+
+/// A C2HData payload is received straight into its command's buffer when at least this much of
+/// it has not arrived yet; a smaller rest is cheaper to take with the next PDUs in one read.
+const DIRECT_MIN: usize = 16 * 1024;
+/// After a large C2HData PDU, the next read into the receive buffer asks for this much only: the
+/// next PDU is likely large too, and its payload should go straight to its command.
+const HEADER_READ: usize = 4096;
+
+pub(super) async fn read_loop<R: AsyncRead + Unpin>(
+    shared: std::sync::Arc<Shared>,
+    mut reader: R,
+    mut decoder: Decoder,
+    mut buf: BytesMut,
+) {
+    let qid = shared.qid;
+    // Whether the last data PDU was large (see HEADER_READ).
+    let mut large = false;
+    let err = loop {
+        if direct_candidate(&buf) {
+            match decoder.decode_data_head(&mut buf) {
+                Ok(Some(head)) => {
+                    large = true;
+                    if let Err(err) = receive_direct(&shared, &mut reader, &mut buf, head).await {
+                        break err;
+                    }
+                    continue;
+                }
+                Ok(None) => {}
+                Err(err) => break bad_pdu(qid, &err),
+            }
+        }
+        let c2h_header = peek_c2h_data(&buf);
+        match decoder.decode(&mut buf) {
+            Ok(Some(pdu)) => {
+                if let Pdu::C2HData(data) = &pdu {
+                    large = data.data.len() >= DIRECT_MIN;
+                }
+                if let Err(err) = shared.on_pdu(pdu) {
+                    break err;
+                }
+            }
+            Ok(None) => {
+                let want = if large && buf.is_empty() {
+                    HEADER_READ
+                } else {
+                    READ_CHUNK
+                };
+                if let Err(err) = fill(qid, &mut reader, &mut buf, want).await {
+                    break err;
+                }
+            }
+            // Like the Linux host: not fatal, the command fails with a data error. The PDU's
+            // flags still count (a SUCCESS flag completes the command).
+            Err(PduError::DataDigest {
+                pdu_type: pdu_type::C2H_DATA,
+                cccid,
+            }) => {
+                let Some((pdu_flags, _, datao, datal)) = c2h_header else {
+                    break HostError::protocol(qid, "data digest error on an unreadable C2HData");
+                };
+                let zeros = Bytes::from(vec![0u8; datal as usize]);
+                let last = pdu_flags & flags::LAST_PDU != 0;
+                let success = pdu_flags & flags::SUCCESS != 0;
+                if let Err(err) = shared.on_c2h_data(cccid, datao, zeros, last, success, true) {
+                    break err;
+                }
+            }
+            Err(err) => break bad_pdu(qid, &err),
+        }
+    };
+    tracing::debug!(qid, "NVMe/TCP queue closing: {err}");
+    shared.fail(err);
+}
+
+/// Reads once from the socket into `buf`, at most `want` bytes.
+async fn fill<R: AsyncRead + Unpin>(
+    qid: u16,
+    reader: &mut R,
+    buf: &mut BytesMut,
+    want: usize,
+) -> Result<(), HostError> {
+    buf.reserve(want);
+    match reader.read_buf(&mut buf.limit(want)).await {
+        Ok(0) => Err(HostError::ConnectionClosed { qid }),
+        Ok(_) => Ok(()),
+        Err(e) => Err(HostError::io(format!("queue {qid}: receive"), e)),
+    }
+}
+
+/// Whether the front of `buf` is a C2HData PDU with a large part of its payload still to come.
+fn direct_candidate(buf: &[u8]) -> bool {
+    if buf.len() < COMMON_HEADER_LEN || buf[0] != pdu_type::C2H_DATA {
+        return false;
+    }
+    let plen = u32::from_le_bytes([buf[4], buf[5], buf[6], buf[7]]) as usize;
+    plen.saturating_sub(buf.len()) >= DIRECT_MIN
+}
+
+/// Receives the payload (and data digest) of the C2HData PDU whose header `head` was just taken
+/// off `buf`: what `buf` already holds, then the rest straight from the socket, into the
+/// command's buffer.
+async fn receive_direct<R: AsyncRead + Unpin>(
+    shared: &Shared,
+    reader: &mut R,
+    buf: &mut BytesMut,
+    head: DataHead,
+) -> Result<(), HostError> {
+    let qid = shared.qid;
+    let Pdu::C2HData(C2HData {
+        cccid,
+        datao,
+        last,
+        success,
+        ..
+    }) = head.pdu
+    else {
+        return Err(HostError::protocol(
+            qid,
+            "unexpected H2CData from the target",
+        ));
+    };
+    let len = head.data_len;
+    let mut dest = shared.begin_c2h_data(cccid, datao, len, last, success)?;
+    let start = dest.len();
+    let buffered = buf.len().min(len);
+    dest.extend_from_slice(&buf[..buffered]);
+    buf.advance(buffered);
+    while dest.len() < start + len {
+        let rest = start + len - dest.len();
+        match reader.read_buf(&mut (&mut dest).limit(rest)).await {
+            Ok(0) => return Err(HostError::ConnectionClosed { qid }),
+            Ok(_) => {}
+            Err(e) => return Err(HostError::io(format!("queue {qid}: receive"), e)),
+        }
+    }
+    let mut digest_failed = false;
+    if head.ddgst {
+        while buf.len() < 4 {
+            fill(qid, reader, buf, READ_CHUNK).await?;
+        }
+        let sent = buf.get_u32_le();
+        digest_failed = sent != digest(&dest[start..]);
+    }
+    shared.end_c2h_data(cccid, dest, success, digest_failed);
+    Ok(())
+}
+
+/// The fields of the C2HData PDU at the front of `buf`, if it is one: (flags, CCCID, DATAO,
+/// DATAL). Read before decoding, because a PDU whose data digest fails is consumed without them.
+fn peek_c2h_data(buf: &[u8]) -> Option<(u8, u16, u32, u32)> {
+    if buf.len() < DATA_HLEN || buf[0] != pdu_type::C2H_DATA {
+        return None;
+    }
+    let u32_at = |off: usize| u32::from_le_bytes(buf[off..off + 4].try_into().unwrap());
+    Some((
+        buf[1],
+        u16::from_le_bytes([buf[8], buf[9]]),
+        u32_at(12),
+        u32_at(16),
+    ))
+}
+
+impl Shared {
+    /// Appends C2HData to its command's buffer. `digest_failed`: the PDU's data digest did not
+    /// match; its bytes are counted (zero-filled) so the transfer stays in step, and the command
+    /// will fail with a data digest error.
+    pub(super) fn on_c2h_data(
+        &self,
+        cccid: u16,
+        datao: u32,
+        data: Bytes,
+        last: bool,
+        success: bool,
+        digest_failed: bool,
+    ) -> Result<(), HostError> {
+        let mut state = self.state.lock().unwrap();
+        let command = c2h_command(
+            self.qid,
+            &mut state,
+            cccid,
+            datao,
+            data.len(),
+            last,
+            success,
+        )?;
+        // A failed digest's bytes come as zeroes; the command will fail anyway.
+        command.digest_error |= digest_failed;
+        command.data_in.push(data, command.data_in_len);
+        if success {
+            self.finish_with_success(state, cccid);
+        }
+        Ok(())
+    }
+
+    /// Checks a C2HData PDU of `len` bytes whose payload is about to be received directly, and
+    /// lends out its command's buffer (data so far at its front, room for the rest).
+    fn begin_c2h_data(
+        &self,
+        cccid: u16,
+        datao: u32,
+        len: usize,
+        last: bool,
+        success: bool,
+    ) -> Result<BytesMut, HostError> {
+        let mut state = self.state.lock().unwrap();
+        let command = c2h_command(self.qid, &mut state, cccid, datao, len, last, success)?;
+        Ok(command.data_in.take_buffer(command.data_in_len))
+    }
+
+    /// Gives the buffer back once the payload is in. The command may be gone meanwhile (the
+    /// queue failed, e.g. on a timeout): the data is then dropped.
+    fn end_c2h_data(&self, cccid: u16, buf: BytesMut, success: bool, digest_failed: bool) {
+        let mut state = self.state.lock().unwrap();
+        let Some(command) = state.in_flight.get_mut(&cccid) else {
+            return;
+        };
+        command.data_in = super::DataIn::Buffer(buf);
+        command.digest_error |= digest_failed;
+        if success {
+            self.finish_with_success(state, cccid);
+        }
+    }
+
+    /// SUCCESS: the command completed without error and no CapsuleResp follows.
+    fn finish_with_success(&self, mut state: std::sync::MutexGuard<'_, State>, cccid: u16) {
+        let command = state
+            .in_flight
+            .remove(&cccid)
+            .expect("looked up by the caller");
+        drop(state);
+        let cqe = Cqe {
+            sqid: self.qid,
+            ..Cqe::new(cccid, Status::SUCCESS)
+        };
+        self.finish(command, cqe);
+    }
+}
+
+/// The command a C2HData PDU of `len` bytes at `datao` is for, if the PDU is valid for it: data
+/// must arrive in order (DATAO = bytes received so far) and within the transfer length.
+fn c2h_command(
+    qid: u16,
+    state: &mut State,
+    cccid: u16,
+    datao: u32,
+    len: usize,
+    last: bool,
+    success: bool,
+) -> Result<&mut InFlight, HostError> {
+    let command = state.in_flight.get_mut(&cccid).ok_or_else(|| {
+        HostError::protocol(qid, format!("C2HData for unknown command id {cccid:#06x}"))
+    })?;
+    if command.data_in_len == 0 {
+        return Err(HostError::protocol(
+            qid,
+            format!(
+                "C2HData for {}, which reads no data",
+                describe(cccid, command.opcode)
+            ),
+        ));
+    }
+    let received = command.data_in.len();
+    if datao as usize != received {
+        return Err(HostError::protocol(
+            qid,
+            format!(
+                "C2HData for command {cccid:#06x} at DATAO {datao}, expected {received} (data must be contiguous)"
+            ),
+        ));
+    }
+    if received + len > command.data_in_len {
+        return Err(HostError::protocol(
+            qid,
+            format!(
+                "C2HData for command {cccid:#06x} carries bytes {received}..{} of a {}-byte transfer",
+                received + len,
+                command.data_in_len
+            ),
+        ));
+    }
+    if success && !last {
+        return Err(HostError::protocol(
+            qid,
+            format!("C2HData for command {cccid:#06x} has SUCCESS set but not LAST_PDU"),
+        ));
+    }
+    Ok(command)
+}
