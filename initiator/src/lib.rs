@@ -24,6 +24,7 @@ pub mod transport;
 pub use error::HostError;
 pub use fabrik_proto as proto;
 pub use host::{
-    discover, ConnectOptions, Controller, DiscoveryLog, HostIdentity, IoQueue, Transport,
+    discover, discover_all, discover_with, ConnectOptions, Controller, DiscoveryLog, HostIdentity,
+    IoQueue, OfferedSubsystem, Transport,
 };
 pub use transport::Completion;

@@ -438,3 +438,61 @@ async fn bench_rides_out_a_target_restart_with_no_verify_errors() {
     assert!(out.stderr.contains("back (cntlid"), "{}", out.stderr);
     target.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discover_prints_the_log_as_json_and_binds_like_nvme_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = target(dir.path(), 3).await;
+    let addr = target.listen_addrs()[0];
+    let (ip, port) = (addr.ip().to_string(), addr.port().to_string());
+    let out = fabrik(args(&[
+        "discover",
+        "-a",
+        &ip,
+        "-s",
+        &port,
+        "-w",
+        "127.0.0.1",
+        "--json",
+    ]))
+    .await;
+    assert!(out.ok, "{}", out.stderr);
+    let log: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let records = log["records"].as_array().unwrap();
+    let mut nqns: Vec<&str> = records
+        .iter()
+        .map(|r| r["subnqn"].as_str().unwrap())
+        .collect();
+    nqns.sort();
+    let mut want = target.subsystem_nqns();
+    want.sort();
+    assert_eq!(nqns, want);
+    for r in records {
+        assert_eq!(r["trtype"], "tcp");
+        assert_eq!(r["adrfam"], "ipv4");
+        assert_eq!(r["subtype"], "nvme subsystem");
+        assert_eq!(r["traddr"], ip.as_str());
+        assert_eq!(r["trsvcid"], port.as_str());
+    }
+    // The table names the same subsystems; a host address not of this host is refused.
+    let table = fabrik(args(&["discover", "-a", &ip, "-s", &port])).await;
+    assert!(table.ok, "{}", table.stderr);
+    assert!(want.iter().all(|n| table.stdout.contains(n.as_str())));
+    let out = fabrik(args(&[
+        "discover",
+        "-a",
+        &ip,
+        "-s",
+        &port,
+        "-w",
+        "192.0.2.1",
+    ]))
+    .await;
+    assert!(!out.ok);
+    assert!(
+        out.stderr.contains("not an address of this host"),
+        "{}",
+        out.stderr
+    );
+    target.shutdown().await;
+}

@@ -98,6 +98,9 @@ s_referral() {
   wait_port $TRADDR 4421 30 || return 1
   x timeout 60 "$FABRIK" discover "${A[@]}" | tee /tmp/discover.out
   assert "the discovery log has the referral" grep -qE "referral .* 4421 " /tmp/discover.out || return 1
+  x timeout 60 "$FABRIK" discover "${A[@]}" --json > /tmp/discover.json || return 1
+  assert "discover --json names it as nvme-cli does" \
+    grep -q '"subtype": "discovery subsystem referral"' /tmp/discover.json || return 1
   x timeout 300 "$FABRIK" bench "${A[@]}" --all --rw write --bs 64k --size 3m --json --quiet > /tmp/ref.json || { cat /tmp/ref.json; return 1; }
   assert "bench --all follows the referral: $((NDRIVES + 1)) drives" [ "$(jnum drives /tmp/ref.json)" = $((NDRIVES + 1)) ]
 }

@@ -13,9 +13,8 @@ use fabrik_initiator::bench::{
     self, parse_size, reference, Drive, Progress, Report, Rw, Spec, VerifySpec,
 };
 use fabrik_initiator::host::session::{RecoveryPolicy, Session, SessionEvent};
-use fabrik_initiator::proto::fabrics::discovery::{subtype, trtype};
 use fabrik_initiator::proto::tcp::Digests;
-use fabrik_initiator::{ConnectOptions, Controller, HostIdentity, Transport};
+use fabrik_initiator::{discover_all, ConnectOptions, Controller, HostIdentity, Transport};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::args::{host_identity, resolve_host as resolve, DISCOVERY_PORT, IO_PORT};
@@ -350,8 +349,16 @@ pub async fn open_drives(
     let targets: Vec<(Vec<SocketAddr>, String)> = if address.all {
         let port = address.trsvcid.unwrap_or(DISCOVERY_PORT);
         let addr = resolve(host_name, port).await?;
-        let bind = (address.host_traddr, address.host_iface.clone());
-        discover_all_from(addr, &host.nqn, bind).await?
+        let mut opts =
+            ConnectOptions::discovery(addr).with_host(&HostIdentity::with_nqn(&host.nqn));
+        opts.host_traddr = address.host_traddr;
+        opts.host_iface = address.host_iface.clone();
+        discover_all(opts)
+            .await
+            .with_context(|| format!("discovery at {addr}"))?
+            .into_iter()
+            .map(|o| (o.paths, o.subnqn))
+            .collect()
     } else {
         let addr = resolve(host_name, address.trsvcid.unwrap_or(IO_PORT)).await?;
         address
@@ -482,66 +489,6 @@ pub fn report_session_events(drives: &[Drive]) -> Arc<std::sync::Mutex<Vec<Strin
     log
 }
 
-/// Every NVMe/TCP subsystem the discovery controller at `addr` offers this host, referrals
-/// followed (each discovery controller once); a subsystem offered through several ports is one
-/// entry with several paths.
-pub async fn discover_all(
-    addr: SocketAddr,
-    hostnqn: &str,
-) -> Result<Vec<(Vec<SocketAddr>, String)>> {
-    discover_all_from(addr, hostnqn, (None, None)).await
-}
-
-/// [`discover_all`] with the discovery connections bound to a host address and interface.
-async fn discover_all_from(
-    addr: SocketAddr,
-    hostnqn: &str,
-    (host_traddr, host_iface): (Option<IpAddr>, Option<String>),
-) -> Result<Vec<(Vec<SocketAddr>, String)>> {
-    /// Referral chains longer than this are a loop or a misconfiguration.
-    const MAX_DISCOVERY_CONTROLLERS: usize = 16;
-    let mut targets: Vec<(Vec<SocketAddr>, String)> = Vec::new();
-    let mut pending = vec![addr];
-    let mut visited = Vec::new();
-    while let Some(at) = pending.pop() {
-        if visited.contains(&at) {
-            continue;
-        }
-        if visited.len() == MAX_DISCOVERY_CONTROLLERS {
-            bail!("more than {MAX_DISCOVERY_CONTROLLERS} discovery controllers through referrals from {addr}");
-        }
-        visited.push(at);
-        let mut opts = ConnectOptions::discovery(at).with_host(&HostIdentity::with_nqn(hostnqn));
-        opts.host_traddr = host_traddr;
-        opts.host_iface = host_iface.clone();
-        let log = discover_with(opts)
-            .await
-            .with_context(|| format!("discovery at {at}"))?;
-        for e in log.entries {
-            if e.trtype != trtype::TCP || !matches!(e.subtype, subtype::NVM | subtype::REFERRAL) {
-                continue;
-            }
-            let port: u16 = e.trsvcid.trim().parse().with_context(|| {
-                format!("discovery entry for {} has port {:?}", e.subnqn, e.trsvcid)
-            })?;
-            let path = resolve(e.traddr.trim(), port).await?;
-            if e.subtype == subtype::REFERRAL {
-                pending.push(path);
-                continue;
-            }
-            match targets.iter_mut().find(|(_, nqn)| *nqn == e.subnqn) {
-                Some((paths, _)) => {
-                    if !paths.contains(&path) {
-                        paths.push(path);
-                    }
-                }
-                None => targets.push((vec![path], e.subnqn)),
-            }
-        }
-    }
-    Ok(targets)
-}
-
 /// Shuts every session down (errors are only logged: the results are in).
 pub async fn close_drives(drives: Vec<Drive>) {
     let mut sessions: Vec<Arc<Session>> = Vec::new();
@@ -571,14 +518,6 @@ fn parse_uuid(text: &str) -> Option<[u8; 16]> {
 fn random_seed() -> u64 {
     let id = fabrik_initiator::host::options::random_uuid();
     u64::from_le_bytes(id[..8].try_into().expect("8 bytes"))
-}
-
-/// `nvme discover` with these options: reads the log and disconnects.
-async fn discover_with(opts: ConnectOptions) -> Result<fabrik_initiator::DiscoveryLog> {
-    let ctrl = Controller::connect(opts).await?;
-    let log = ctrl.discovery_log().await;
-    ctrl.shutdown().await?;
-    Ok(log?)
 }
 
 #[cfg(test)]

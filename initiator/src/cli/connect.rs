@@ -36,10 +36,10 @@ pub struct KernelKnobs {
     hostid: Option<String>,
     /// Local address to connect from.
     #[arg(short = 'w', long)]
-    host_traddr: Option<String>,
+    pub host_traddr: Option<String>,
     /// Local interface to connect through.
     #[arg(short = 'f', long)]
-    host_iface: Option<String>,
+    pub host_iface: Option<String>,
     /// I/O queues [default: one per CPU].
     #[arg(short = 'i', long)]
     nr_io_queues: Option<u32>,

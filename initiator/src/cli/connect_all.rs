@@ -2,12 +2,12 @@
 //! host, as `nvme connect-all` (the discovery log is read by fabrik's own host, the sessions are
 //! the kernel's).
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::Args;
 use fabrik_initiator::host::kernel;
+use fabrik_initiator::{discover_all, ConnectOptions, HostIdentity, OfferedSubsystem};
 
 use super::args::{host_identity, resolve_host, DISCOVERY_PORT};
-use super::bench::discover_all;
 use super::connect::KernelKnobs;
 
 #[derive(Args)]
@@ -38,10 +38,19 @@ pub async fn run(args: ConnectAllArgs) -> Result<()> {
     let hostnqn = host_identity(hostnqn);
     // Referrals are followed; a subsystem offered on several ports gets a controller on each
     // (the kernel's native multipath makes them one namespace device).
-    let targets = discover_all(addr, &hostnqn.nqn).await?;
+    // The discovery connections leave as the kernel's will (-w/-f).
+    let mut opts = ConnectOptions::discovery(addr).with_host(&HostIdentity::with_nqn(&hostnqn.nqn));
+    opts.host_traddr = match &args.knobs.host_traddr {
+        Some(a) => Some(a.parse().with_context(|| format!("--host-traddr {a:?}"))?),
+        None => None,
+    };
+    opts.host_iface = args.knobs.host_iface.clone();
+    let targets = discover_all(opts)
+        .await
+        .with_context(|| format!("discovery at {addr}"))?;
     let mut connected = Vec::new();
     let mut failed = 0;
-    for (paths, subnqn) in targets {
+    for OfferedSubsystem { subnqn, paths } in targets {
         for path in paths {
             let request = args.knobs.request(
                 "tcp",

@@ -1,11 +1,12 @@
-//! `fabrik discover`: the discovery log of a target, as a table.
+//! `fabrik discover`: the discovery log of a target, as a table or as JSON (nvme-cli's
+//! `nvme discover -o json` field names).
 
 use anyhow::{Context, Result};
 use clap::Args;
-use fabrik_initiator::discover;
 use fabrik_initiator::proto::fabrics::discovery::{adrfam, subtype, trtype, DiscoveryLogEntry};
+use fabrik_initiator::{discover_with, ConnectOptions, DiscoveryLog};
 
-use super::args::{host_identity, resolve, TargetArgs, DISCOVERY_PORT};
+use super::args::{host_identity, resolve, HostBindArgs, TargetArgs, DISCOVERY_PORT};
 
 #[derive(Args)]
 pub struct DiscoverArgs {
@@ -14,17 +15,33 @@ pub struct DiscoverArgs {
     /// Host NQN (default: a random UUID-based NQN).
     #[arg(short = 'q', long)]
     hostnqn: Option<String>,
+    #[command(flatten)]
+    bind: HostBindArgs,
+    /// Print the log as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
-pub async fn run(DiscoverArgs { target, hostnqn }: DiscoverArgs) -> Result<()> {
+pub async fn run(args: DiscoverArgs) -> Result<()> {
+    let DiscoverArgs {
+        target,
+        hostnqn,
+        bind,
+        json,
+    } = args;
     if super::args::transport(&target)? != fabrik_initiator::Transport::Tcp {
         anyhow::bail!("fabrik discover speaks NVMe/TCP only (connect-based commands take -t rdma)");
     }
     let addr = resolve(&target, DISCOVERY_PORT).await?;
-    let host = host_identity(hostnqn);
-    let log = discover(addr, &host.nqn)
+    let mut opts = ConnectOptions::discovery(addr).with_host(&host_identity(hostnqn));
+    bind.apply(&mut opts);
+    let log = discover_with(opts)
         .await
         .with_context(|| format!("discovery at {addr}"))?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&log_json(&log))?);
+        return Ok(());
+    }
     println!(
         "Discovery log, generation {}, {} records",
         log.genctr,
@@ -34,31 +51,68 @@ pub async fn run(DiscoverArgs { target, hostnqn }: DiscoverArgs) -> Result<()> {
     Ok(())
 }
 
+/// The log as nvme-cli prints it with `-o json`.
+fn log_json(log: &DiscoveryLog) -> serde_json::Value {
+    let records: Vec<serde_json::Value> = log
+        .entries
+        .iter()
+        .map(|e| {
+            serde_json::json!({
+                "trtype": trtype_name(e.trtype),
+                "adrfam": adrfam_name(e.adrfam),
+                "subtype": match e.subtype {
+                    subtype::NVM => "nvme subsystem",
+                    subtype::REFERRAL => "discovery subsystem referral",
+                    subtype::CURRENT_DISCOVERY => "current discovery subsystem",
+                    _ => "unrecognized",
+                },
+                "treq": e.treq,
+                "portid": e.portid,
+                "trsvcid": e.trsvcid.trim(),
+                "subnqn": e.subnqn,
+                "traddr": e.traddr.trim(),
+                "eflags": e.eflags,
+                "cntlid": e.cntlid,
+                "asqsz": e.asqsz,
+            })
+        })
+        .collect();
+    serde_json::json!({ "genctr": log.genctr, "records": records })
+}
+
+fn trtype_name(t: u8) -> &'static str {
+    match t {
+        trtype::TCP => "tcp",
+        trtype::RDMA => "rdma",
+        trtype::FC => "fc",
+        _ => "?",
+    }
+}
+
+fn adrfam_name(a: u8) -> &'static str {
+    match a {
+        adrfam::IPV4 => "ipv4",
+        adrfam::IPV6 => "ipv6",
+        adrfam::IB => "ib",
+        adrfam::FC => "fc",
+        _ => "?",
+    }
+}
+
 fn print_discovery_table(entries: &[DiscoveryLogEntry]) {
     println!(
         "{:<4} {:<6} {:<8} {:<6} {:<24} {:<8} {:<6} SUBNQN",
         "#", "TRTYPE", "SUBTYPE", "ADRFAM", "TRADDR", "TRSVCID", "PORTID"
     );
     for (i, e) in entries.iter().enumerate() {
-        let tr = match e.trtype {
-            trtype::TCP => "tcp",
-            trtype::RDMA => "rdma",
-            trtype::FC => "fc",
-            _ => "?",
-        };
+        let tr = trtype_name(e.trtype);
         let sub = match e.subtype {
             subtype::NVM => "nvm",
             subtype::REFERRAL => "referral",
             subtype::CURRENT_DISCOVERY => "discovery",
             _ => "?",
         };
-        let fam = match e.adrfam {
-            adrfam::IPV4 => "ipv4",
-            adrfam::IPV6 => "ipv6",
-            adrfam::IB => "ib",
-            adrfam::FC => "fc",
-            _ => "?",
-        };
+        let fam = adrfam_name(e.adrfam);
         println!(
             "{i:<4} {tr:<6} {sub:<8} {fam:<6} {:<24} {:<8} {:<6} {}",
             e.traddr, e.trsvcid, e.portid, e.subnqn

@@ -2,17 +2,17 @@
 //! whole log in pieces of at most 4 KiB, then the header again; if the generation counter moved
 //! in between, start over.
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use fabrik_proto::fabrics::discovery::{
-    decode_discovery_log, DiscoveryLogEntry, DiscoveryLogHeader, DISCOVERY_ENTRY_LEN,
-    DISCOVERY_HEADER_LEN,
+    decode_discovery_log, subtype, trtype, DiscoveryLogEntry, DiscoveryLogHeader,
+    DISCOVERY_ENTRY_LEN, DISCOVERY_HEADER_LEN,
 };
 use fabrik_proto::nvme::log::lid;
 
 use crate::error::HostError;
 use crate::host::controller::Controller;
-use crate::host::options::{ConnectOptions, HostIdentity};
+use crate::host::options::{ConnectOptions, HostIdentity, Transport};
 
 /// Attempts before giving up on a log that keeps changing (libnvme's default `max_retries`).
 const MAX_ATTEMPTS: usize = 10;
@@ -84,14 +84,111 @@ impl Controller {
     }
 }
 
+/// Referral chains reaching more discovery controllers than this are a loop or a
+/// misconfiguration.
+const MAX_DISCOVERY_CONTROLLERS: usize = 16;
+
 /// `nvme discover`: connects to the discovery controller at `addr` as host `hostnqn` (keep-alive
 /// off), reads the log and disconnects.
 pub async fn discover(addr: SocketAddr, hostnqn: &str) -> Result<DiscoveryLog, HostError> {
     let host = HostIdentity::with_nqn(hostnqn);
-    let ctrl = Controller::connect(ConnectOptions::discovery(addr).with_host(&host)).await?;
+    discover_with(ConnectOptions::discovery(addr).with_host(&host)).await
+}
+
+/// As [`discover`], with every connect option (host identity, host address and interface to
+/// connect from).
+pub async fn discover_with(opts: ConnectOptions) -> Result<DiscoveryLog, HostError> {
+    let ctrl = Controller::connect(opts).await?;
     let log = ctrl.discovery_log().await;
     let shutdown = ctrl.shutdown().await;
     let log = log?;
     shutdown?;
     Ok(log)
+}
+
+/// An NVM subsystem the discovery controllers offer this host, with every port it is offered
+/// through (in the order they were found).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OfferedSubsystem {
+    pub subnqn: String,
+    pub paths: Vec<SocketAddr>,
+}
+
+/// `nvme connect-all`'s view: every NVM subsystem the discovery controller `opts` names offers
+/// this host over NVMe/TCP, referrals followed (each discovery controller once, the same
+/// connect options for each). The target lists only what the host NQN may use; entries of
+/// other transports are left out.
+pub async fn discover_all(opts: ConnectOptions) -> Result<Vec<OfferedSubsystem>, HostError> {
+    if opts.transport != Transport::Tcp {
+        return Err(HostError::Invalid(
+            "discovery with referrals speaks NVMe/TCP only".into(),
+        ));
+    }
+    let first = opts.addr;
+    let mut offered: Vec<OfferedSubsystem> = Vec::new();
+    let mut pending = vec![first];
+    let mut visited = Vec::new();
+    while let Some(at) = pending.pop() {
+        if visited.contains(&at) {
+            continue;
+        }
+        if visited.len() == MAX_DISCOVERY_CONTROLLERS {
+            return Err(HostError::Invalid(format!(
+                "more than {MAX_DISCOVERY_CONTROLLERS} discovery controllers through referrals from {first}"
+            )));
+        }
+        visited.push(at);
+        let log = discover_with(ConnectOptions {
+            addr: at,
+            ..opts.clone()
+        })
+        .await?;
+        for e in log.entries {
+            if e.trtype != trtype::TCP || !matches!(e.subtype, subtype::NVM | subtype::REFERRAL) {
+                continue;
+            }
+            let path = entry_address(&e).await?;
+            if e.subtype == subtype::REFERRAL {
+                pending.push(path);
+                continue;
+            }
+            match offered.iter_mut().find(|o| o.subnqn == e.subnqn) {
+                Some(o) if o.paths.contains(&path) => {}
+                Some(o) => o.paths.push(path),
+                None => offered.push(OfferedSubsystem {
+                    subnqn: e.subnqn,
+                    paths: vec![path],
+                }),
+            }
+        }
+    }
+    Ok(offered)
+}
+
+/// The socket address of a discovery log entry (TRADDR an IP literal or a host name).
+async fn entry_address(e: &DiscoveryLogEntry) -> Result<SocketAddr, HostError> {
+    let bad = |what: &str| {
+        HostError::protocol(
+            0,
+            format!(
+                "discovery log entry for {} has {what} (TRADDR {:?}, TRSVCID {:?})",
+                e.subnqn, e.traddr, e.trsvcid
+            ),
+        )
+    };
+    let port: u16 = e
+        .trsvcid
+        .trim()
+        .parse()
+        .map_err(|_| bad("a port that is not a number"))?;
+    let host = e.traddr.trim();
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return Ok(SocketAddr::new(ip, port));
+    }
+    let mut addrs = tokio::net::lookup_host((host, port))
+        .await
+        .map_err(|err| HostError::io(format!("resolving {host} (discovery log entry)"), err))?;
+    addrs
+        .next()
+        .ok_or_else(|| bad("an address that does not resolve"))
 }

@@ -11,6 +11,6 @@ pub mod queue;
 pub mod session;
 
 pub use controller::Controller;
-pub use discovery::{discover, DiscoveryLog};
+pub use discovery::{discover, discover_all, discover_with, DiscoveryLog, OfferedSubsystem};
 pub use io::IoQueue;
 pub use options::{ConnectOptions, HostIdentity, Transport};
