@@ -204,7 +204,7 @@ async fn write_and_read_round_trip_a_file() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn id_ns_and_smart_log_json() {
+async fn id_ns_smart_log_and_id_ctrl_json() {
     let dir = tempfile::tempdir().unwrap();
     let target = target(dir.path(), 1).await;
     // From another loopback address (nvme-cli's --host-traddr).
@@ -221,6 +221,16 @@ async fn id_ns_and_smart_log_json() {
     assert!(out.ok, "{}", out.stderr);
     let json: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
     assert!(json["avail_spare"].as_u64().is_some() && json["media_errors"].as_u64().is_some());
+    let mut ctrl = args(&["id-ctrl", "--json"]);
+    ctrl.extend(address(&target, 0));
+    let out = fabrik(ctrl).await;
+    assert!(out.ok, "{}", out.stderr);
+    let json: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    let mut nqns = target.subsystem_nqns();
+    nqns.sort();
+    assert_eq!(json["subnqn"], nqns[0].as_str());
+    assert_eq!(json["active_namespaces"], serde_json::json!([1]));
+    assert!(json["ioccsz"].as_u64().unwrap() >= 4, "{json}");
     target.shutdown().await;
 }
 

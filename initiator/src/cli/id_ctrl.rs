@@ -1,7 +1,9 @@
-//! `fabrik id-ctrl`: connect and print the Identify Controller fields nvme-cli users look at.
+//! `fabrik id-ctrl`: connect and print the Identify Controller fields nvme-cli users look at, as
+//! text or as JSON (nvme-cli's field names).
 
 use anyhow::Result;
 use clap::Args;
+use serde_json::json;
 
 use super::args::{connect_controller, ConnectArgs};
 
@@ -9,23 +11,48 @@ use super::args::{connect_controller, ConnectArgs};
 pub struct IdCtrlArgs {
     #[command(flatten)]
     connect: ConnectArgs,
+    /// Print as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
-pub async fn run(IdCtrlArgs { connect }: IdCtrlArgs) -> Result<()> {
+pub async fn run(IdCtrlArgs { connect, json }: IdCtrlArgs) -> Result<()> {
     let ctrl = connect_controller(&connect).await?;
-    let id = ctrl.identity();
+    let namespaces = ctrl.active_namespaces().await;
+    let id = ctrl.identity().clone();
+    let vs = ctrl.version();
+    ctrl.shutdown().await?;
+    let namespaces = namespaces?;
+    let ver = format!("{}.{}.{}", vs >> 16, (vs >> 8) & 0xff, vs & 0xff);
+    if json {
+        let value = json!({
+            "cntlid": id.cntlid,
+            "sn": id.serial,
+            "mn": id.model,
+            "fr": id.firmware,
+            "subnqn": id.subnqn,
+            "ver": vs,
+            "cntrltype": id.cntrltype,
+            "mdts": id.mdts,
+            "kas": id.kas,
+            "maxcmd": id.maxcmd,
+            "nn": id.nn,
+            "oncs": id.oncs,
+            "vwc": id.vwc,
+            "sgls": id.sgls,
+            "ioccsz": id.ioccsz,
+            "iorcsz": id.iorcsz,
+            "active_namespaces": namespaces,
+        });
+        println!("{}", serde_json::to_string_pretty(&value)?);
+        return Ok(());
+    }
     println!("cntlid    : {}", id.cntlid);
     println!("sn        : {}", id.serial);
     println!("mn        : {}", id.model);
     println!("fr        : {}", id.firmware);
     println!("subnqn    : {}", id.subnqn);
-    let vs = ctrl.version();
-    println!(
-        "ver       : {}.{}.{}",
-        vs >> 16,
-        (vs >> 8) & 0xff,
-        vs & 0xff
-    );
+    println!("ver       : {ver}");
     println!("cntrltype : {}", id.cntrltype);
     println!("mdts      : {}", id.mdts);
     println!("kas       : {}", id.kas);
@@ -36,7 +63,6 @@ pub async fn run(IdCtrlArgs { connect }: IdCtrlArgs) -> Result<()> {
     println!("sgls      : {:#010x}", id.sgls);
     println!("ioccsz    : {}", id.ioccsz);
     println!("iorcsz    : {}", id.iorcsz);
-    println!("namespaces: {:?}", ctrl.active_namespaces().await?);
-    ctrl.shutdown().await?;
+    println!("namespaces: {namespaces:?}");
     Ok(())
 }
