@@ -110,12 +110,13 @@ async fn read_load(
         tasks.push(tokio::spawn(async move {
             let mut rng = Lcg(t as u64 + 1);
             let (mut ios, mut lat) = (0u64, Duration::ZERO);
+            let mut buf = bytes::BytesMut::new();
             while start.elapsed().as_secs_f64() < secs {
                 let slba = rng.next() % (DRIVE_BLOCKS - nlb as u64);
                 let t0 = Instant::now();
-                let data = ctrl.read(1, slba, nlb).await.expect("read");
+                buf = ctrl.read_into(1, slba, nlb, buf).await.expect("read");
                 lat += t0.elapsed();
-                assert_eq!(data.len(), (nlb * BLOCK) as usize);
+                assert_eq!(buf.len(), (nlb * BLOCK) as usize);
                 ios += 1;
             }
             (ios, lat)

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use fabrik_proto::fabrics::nqn::Nqn;
 use fabrik_proto::fabrics::property::{self, Cap, Cc, Csts};
 use fabrik_proto::fabrics::{ConnectData, FabricsCommand, CATTR_DISABLE_SQ_FLOW};
@@ -486,6 +486,17 @@ impl Controller {
     pub async fn read(&self, nsid: u32, slba: u64, nlb: u32) -> Result<Bytes, HostError> {
         self.next_io_queue()?.read(nsid, slba, nlb).await
     }
+    /// Reads into `buf` and gives it back filled (see `IoQueue::read_into`).
+    pub async fn read_into(
+        &self,
+        nsid: u32,
+        slba: u64,
+        nlb: u32,
+        buf: BytesMut,
+    ) -> Result<BytesMut, HostError> {
+        self.next_io_queue()?.read_into(nsid, slba, nlb, buf).await
+    }
+
     /// Writes `data` (a whole number of blocks) at `slba`; `fua`: durable before completion.
     pub async fn write(
         &self,
