@@ -23,7 +23,7 @@ use fabrik_proto::tcp::{
     C2HData, CapsuleCmd, Decoder, Digests, H2CData, IcReq, IcResp, Pdu, PduError, Role, R2T,
 };
 use fabrik_proto::{Cqe, SglDescriptor, Sqe};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::task::AbortHandle;
 
@@ -32,8 +32,6 @@ use crate::error::HostError;
 
 /// Bytes asked of the socket per read call.
 const READ_CHUNK: usize = 256 * 1024;
-/// Size of the writer's buffer: small PDUs are coalesced into one send; bigger payloads bypass it.
-const WRITE_BUFFER: usize = 64 * 1024;
 
 /// How to set up one queue's connection.
 #[derive(Clone, Debug)]
@@ -215,7 +213,7 @@ impl TcpQueue {
             outgoing,
             tasks: Mutex::new(Vec::new()),
         });
-        let write_task = tokio::spawn(write_loop(shared.clone(), writer, outgoing_rx));
+        let write_task = tokio::spawn(send::write_loop(shared.clone(), writer, outgoing_rx));
         let read_task = tokio::spawn(receive::read_loop(shared.clone(), reader, decoder, buf));
         shared
             .tasks
@@ -630,41 +628,9 @@ fn bad_pdu(qid: u16, err: &PduError) -> HostError {
     HostError::protocol(qid, format!("bad PDU from the target: {err}"))
 }
 
-async fn write_loop<W: AsyncWrite + Unpin>(
-    shared: Arc<Shared>,
-    writer: W,
-    mut outgoing: mpsc::UnboundedReceiver<Vec<Bytes>>,
-) {
-    let mut writer = BufWriter::with_capacity(WRITE_BUFFER, writer);
-    while let Some(segments) = outgoing.recv().await {
-        let result = async {
-            write_segments(&mut writer, &segments).await?;
-            // Send everything already queued in one go, then flush once.
-            while let Ok(more) = outgoing.try_recv() {
-                write_segments(&mut writer, &more).await?;
-            }
-            writer.flush().await
-        }
-        .await;
-        if let Err(e) = result {
-            shared.fail(HostError::io(format!("queue {}: send", shared.qid), e));
-            return;
-        }
-    }
-}
-
-async fn write_segments<W: AsyncWrite + Unpin>(
-    writer: &mut BufWriter<W>,
-    segments: &[Bytes],
-) -> std::io::Result<()> {
-    for segment in segments {
-        writer.write_all(segment).await?;
-    }
-    Ok(())
-}
-
 mod bind;
 mod data_in;
 mod receive;
+mod send;
 #[cfg(test)]
 mod tests;
