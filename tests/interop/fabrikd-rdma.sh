@@ -102,6 +102,11 @@ s_host() {
   x timeout 60 "$FABRIK" io-check -t rdma -a "$TRADDR" -s "$TRSVCID" -n "$(drive_nqn 1)" -i 2 -c 600 > $out 2>&1
   assert "fabrik io-check over RDMA against fabrikd (2.3 MiB, 128k commands)" [ $? = 0 ] || { cat $out; return 1; }
   sed 's/^/  | /' $out
+  x timeout 120 "$FABRIK" bench -t rdma -a "$TRADDR" -s "$TRSVCID" -n "$(drive_nqn 1)" --rw randrw \
+    --bs 64k --iodepth 4 --size 4m --verify --quiet > $out 2>&1
+  assert "fabrik bench --verify over RDMA against fabrikd (reads into reused buffers)" [ $? = 0 ] ||
+    { cat $out; return 1; }
+  grep -E "verify|read :" $out | sed 's/^/  | /'
   x timeout 60 "$FABRIK" id-ctrl -t rdma -a "$TRADDR" -s "$TRSVCID" -n "$(drive_nqn 1)" > $out 2>&1
   assert "fabrik id-ctrl over RDMA against fabrikd" [ $? = 0 ] || { cat $out; return 1; }
   grep -iE 'sgls|model|mn' $out | head -3 | sed 's/^/  | /'
