@@ -107,6 +107,22 @@ s_host() {
   assert "fabrik bench --verify over RDMA against fabrikd (reads into reused buffers)" [ $? = 0 ] ||
     { cat $out; return 1; }
   grep -E "verify|read :" $out | sed 's/^/  | /'
+  # Discovery over RDMA by the userspace host: the log, bench --all, kernel connect-all.
+  x timeout 60 "$FABRIK" discover -t rdma -a "$TRADDR" -s "$TRSVCID" --json > /tmp/disc-rdma.json ||
+    { cat /tmp/disc-rdma.json; return 1; }
+  assert "fabrik discover -t rdma lists the $NDRIVES drives" \
+    [ "$(grep -c '"trtype": "rdma"' /tmp/disc-rdma.json)" = "$NDRIVES" ] || return 1
+  x timeout 180 "$FABRIK" bench -t rdma -a "$TRADDR" -s "$TRSVCID" --all --rw read --bs 64k \
+    --size 8m --json --quiet > $out 2>&1 || { cat $out; return 1; }
+  assert "fabrik bench -t rdma --all runs on every drive" \
+    grep -q "\"drives\": *$NDRIVES\b" $out || { cat $out; return 1; }
+  local before; before=$(ctrl_count)
+  x timeout 180 "$FABRIK" connect-all -t rdma -a "$TRADDR" -s "$TRSVCID" -l 15 > $out 2>&1
+  assert "fabrik connect-all -t rdma: a kernel controller per drive" \
+    [ "$(ctrl_count)" = $((before + NDRIVES)) ] || { cat $out; return 1; }
+  echo "  | discover -t rdma: $NDRIVES records; bench --all: $NDRIVES drives; connect-all: $NDRIVES controllers"
+  x "$FABRIK" disconnect --all > $out 2>&1 || { cat $out; return 1; }
+  assert "fabrik disconnect --all leaves no controller" wait_no_ctrls 30 || return 1
   x timeout 60 "$FABRIK" id-ctrl -t rdma -a "$TRADDR" -s "$TRSVCID" -n "$(drive_nqn 1)" > $out 2>&1
   assert "fabrik id-ctrl over RDMA against fabrikd" [ $? = 0 ] || { cat $out; return 1; }
   grep -iE 'sgls|model|mn' $out | head -3 | sed 's/^/  | /'
@@ -187,7 +203,7 @@ s_log() {
 }
 suite_extra_steps() {
   skipped both || step "one fabrikd on TCP and RDMA: discovery lists both, same data" s_both
-  skipped host || step "fabrik's RDMA host: io-check vs fabrikd and vs nvmet-rdma" s_host
+  skipped host || step "fabrik's RDMA host: io-check, bench, discover, connect-all vs fabrikd; io-check vs nvmet-rdma" s_host
   skipped probe || step "bad input over RDMA: rejects, SGL statuses, bystander undisturbed" s_probe
   skipped perf || step "figures: fio over rxe, fabrikd vs nvmet-rdma" s_perf
   step "fabrikd log has no panic" s_log

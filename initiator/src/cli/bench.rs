@@ -343,14 +343,12 @@ pub async fn open_drives(
         host.id = parse_uuid(id).with_context(|| format!("--hostid {id:?} is not a UUID"))?;
     }
     let host_name = &address.traddr;
-    if address.all && transport == Transport::Rdma {
-        bail!("--all with -t rdma: the userspace host discovers over NVMe/TCP only; name the subsystems with -n");
-    }
     let targets: Vec<(Vec<SocketAddr>, String)> = if address.all {
         let port = address.trsvcid.unwrap_or(DISCOVERY_PORT);
         let addr = resolve(host_name, port).await?;
         let mut opts =
             ConnectOptions::discovery(addr).with_host(&HostIdentity::with_nqn(&host.nqn));
+        opts.transport = transport;
         opts.host_traddr = address.host_traddr;
         opts.host_iface = address.host_iface.clone();
         discover_all(opts)
@@ -368,7 +366,7 @@ pub async fn open_drives(
             .collect()
     };
     if targets.is_empty() {
-        bail!("no NVMe/TCP subsystems to run on");
+        bail!("no subsystems to run on over -t {}", address.transport);
     }
 
     let mut drives = Vec::new();

@@ -5,14 +5,14 @@
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use fabrik_initiator::host::kernel;
-use fabrik_initiator::{discover_all, ConnectOptions, HostIdentity, OfferedSubsystem};
+use fabrik_initiator::{discover_all, ConnectOptions, HostIdentity, OfferedSubsystem, Transport};
 
 use super::args::{host_identity, resolve_host, DISCOVERY_PORT};
 use super::connect::KernelKnobs;
 
 #[derive(Args)]
 pub struct ConnectAllArgs {
-    /// Transport: tcp (rdma discovery is not in this build yet).
+    /// Transport: tcp, or rdma (discovery by fabrik's userspace host, with the `rdma` build feature).
     #[arg(short = 't', long, default_value = "tcp")]
     transport: String,
     /// Discovery controller address.
@@ -26,12 +26,11 @@ pub struct ConnectAllArgs {
 }
 
 pub async fn run(args: ConnectAllArgs) -> Result<()> {
-    if args.transport != "tcp" {
-        bail!(
-            "-t {}: discovery over this transport is not in this build yet",
-            args.transport
-        );
-    }
+    let transport = match args.transport.as_str() {
+        "tcp" => Transport::Tcp,
+        "rdma" => Transport::Rdma,
+        other => bail!("-t {other}: unknown transport (tcp or rdma)"),
+    };
     let addr = resolve_host(&args.traddr, args.trsvcid.unwrap_or(DISCOVERY_PORT)).await?;
     // The discovery log offers what the kernel's host NQN may use: ask as that host.
     let hostnqn = args.knobs.hostnqn.clone().or(kernel::default_host().0);
@@ -45,6 +44,7 @@ pub async fn run(args: ConnectAllArgs) -> Result<()> {
         None => None,
     };
     opts.host_iface = args.knobs.host_iface.clone();
+    opts.transport = transport;
     let targets = discover_all(opts)
         .await
         .with_context(|| format!("discovery at {addr}"))?;
@@ -53,7 +53,7 @@ pub async fn run(args: ConnectAllArgs) -> Result<()> {
     for OfferedSubsystem { subnqn, paths } in targets {
         for path in paths {
             let request = args.knobs.request(
-                "tcp",
+                &args.transport,
                 &path.ip().to_string(),
                 Some(path.port().to_string()),
                 &subnqn,

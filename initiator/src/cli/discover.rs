@@ -29,11 +29,10 @@ pub async fn run(args: DiscoverArgs) -> Result<()> {
         bind,
         json,
     } = args;
-    if super::args::transport(&target)? != fabrik_initiator::Transport::Tcp {
-        anyhow::bail!("fabrik discover speaks NVMe/TCP only (connect-based commands take -t rdma)");
-    }
+    let transport = super::args::transport(&target)?;
     let addr = resolve(&target, DISCOVERY_PORT).await?;
     let mut opts = ConnectOptions::discovery(addr).with_host(&host_identity(hostnqn));
+    opts.transport = transport;
     bind.apply(&mut opts);
     let log = discover_with(opts)
         .await

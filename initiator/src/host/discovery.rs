@@ -115,15 +115,14 @@ pub struct OfferedSubsystem {
 }
 
 /// `nvme connect-all`'s view: every NVM subsystem the discovery controller `opts` names offers
-/// this host over NVMe/TCP, referrals followed (each discovery controller once, the same
-/// connect options for each). The target lists only what the host NQN may use; entries of
+/// this host over `opts.transport`, referrals followed (each discovery controller once, the
+/// same connect options for each). The target lists only what the host NQN may use; entries of
 /// other transports are left out.
 pub async fn discover_all(opts: ConnectOptions) -> Result<Vec<OfferedSubsystem>, HostError> {
-    if opts.transport != Transport::Tcp {
-        return Err(HostError::Invalid(
-            "discovery with referrals speaks NVMe/TCP only".into(),
-        ));
-    }
+    let wanted = match opts.transport {
+        Transport::Tcp => trtype::TCP,
+        Transport::Rdma => trtype::RDMA,
+    };
     let first = opts.addr;
     let mut offered: Vec<OfferedSubsystem> = Vec::new();
     let mut pending = vec![first];
@@ -144,7 +143,7 @@ pub async fn discover_all(opts: ConnectOptions) -> Result<Vec<OfferedSubsystem>,
         })
         .await?;
         for e in log.entries {
-            if e.trtype != trtype::TCP || !matches!(e.subtype, subtype::NVM | subtype::REFERRAL) {
+            if e.trtype != wanted || !matches!(e.subtype, subtype::NVM | subtype::REFERRAL) {
                 continue;
             }
             let path = entry_address(&e).await?;
