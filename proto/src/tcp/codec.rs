@@ -111,21 +111,7 @@ impl Decoder {
         if buf.len() < layout.plen {
             return Ok(None);
         }
-        let head = &buf[..layout.hlen];
-        if layout.hdgst {
-            let got = u32_at(buf, layout.hlen);
-            if got != digest(head) {
-                let bad = Bad::new(
-                    fes::HEADER_DIGEST_ERROR,
-                    layout.hlen,
-                    "header digest mismatch",
-                );
-                return Err(bad.into_error(buf, layout.hlen));
-            }
-        }
-        let mut pdu = parse_specific(ch.pdu_type, ch.flags, head, layout.data_len)
-            .map_err(|bad| bad.into_error(buf, layout.hlen))?;
-
+        let mut pdu = parse_head(buf, &ch, &layout)?;
         let bytes = buf.split_to(layout.plen).freeze();
         let data_end = layout.data_off + layout.data_len;
         let payload = bytes.slice(layout.data_off..data_end);
@@ -161,17 +147,7 @@ impl Decoder {
         if buf.len() < layout.data_off {
             return Ok(None);
         }
-        let head = &buf[..layout.hlen];
-        if layout.hdgst && u32_at(buf, layout.hlen) != digest(head) {
-            let bad = Bad::new(
-                fes::HEADER_DIGEST_ERROR,
-                layout.hlen,
-                "header digest mismatch",
-            );
-            return Err(bad.into_error(buf, layout.hlen));
-        }
-        let pdu = parse_specific(ch.pdu_type, ch.flags, head, layout.data_len)
-            .map_err(|bad| bad.into_error(buf, layout.hlen))?;
+        let pdu = parse_head(buf, &ch, &layout)?;
         buf.advance(layout.data_off);
         Ok(Some(DataHead {
             pdu,
@@ -295,6 +271,22 @@ impl Decoder {
             _ => Err(Bad::field(4, "in-capsule data longer than the maximum")),
         }
     }
+}
+
+/// Checks the header digest and parses the PDU-specific header, all of which is in `buf`, into a
+/// PDU whose payload is still empty.
+fn parse_head(buf: &[u8], ch: &CommonHeader, layout: &Layout) -> Result<Pdu, PduError> {
+    let head = &buf[..layout.hlen];
+    if layout.hdgst && u32_at(buf, layout.hlen) != digest(head) {
+        let bad = Bad::new(
+            fes::HEADER_DIGEST_ERROR,
+            layout.hlen,
+            "header digest mismatch",
+        );
+        return Err(bad.into_error(buf, layout.hlen));
+    }
+    parse_specific(ch.pdu_type, ch.flags, head, layout.data_len)
+        .map_err(|bad| bad.into_error(buf, layout.hlen))
 }
 
 /// Where the parts of a PDU lie, from its validated common header.
