@@ -6,7 +6,7 @@ mod common;
 
 use std::sync::Arc;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use common::*;
 use fabrik_initiator::proto::nvme::features::fid;
 use fabrik_initiator::proto::nvme::identify::NsDescriptor;
@@ -190,6 +190,16 @@ async fn every_digest_combination() {
                 &payload,
                 &format!("header digest {header}, data digest {data}, {len} bytes"),
             );
+            // Into a buffer of the caller's (large payloads are received straight into it).
+            let mut buf = BytesMut::with_capacity(len);
+            for round in 0..3 {
+                buf = ctrl
+                    .read_into(1, slba, (len / 4096) as u32, buf)
+                    .await
+                    .unwrap();
+                let what = format!("read_into #{round}, digests {header}/{data}, {len} bytes");
+                assert_same_data(&buf, &payload, &what);
+            }
         }
         ctrl.identify_namespace(1).await.unwrap();
         ctrl.shutdown().await.unwrap();
