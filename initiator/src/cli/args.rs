@@ -87,10 +87,15 @@ pub fn host_identity(hostnqn: Option<String>) -> HostIdentity {
 }
 
 pub fn transport(target: &TargetArgs) -> Result<Transport> {
-    match target.transport.as_str() {
+    parse_transport(&target.transport)
+}
+
+/// `-t tcp|rdma`.
+pub fn parse_transport(name: &str) -> Result<Transport> {
+    match name {
         "tcp" => Ok(Transport::Tcp),
         "rdma" => Ok(Transport::Rdma),
-        other => anyhow::bail!("unknown transport {other:?} (tcp or rdma)"),
+        other => anyhow::bail!("-t {other}: unknown transport (tcp or rdma)"),
     }
 }
 

@@ -14,10 +14,12 @@ use fabrik_initiator::bench::{
 };
 use fabrik_initiator::host::session::{RecoveryPolicy, Session, SessionEvent};
 use fabrik_initiator::proto::tcp::Digests;
-use fabrik_initiator::{discover_all, ConnectOptions, Controller, HostIdentity, Transport};
+use fabrik_initiator::{discover_all, ConnectOptions, Controller, HostIdentity};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use super::args::{host_identity, resolve_host as resolve, DISCOVERY_PORT, IO_PORT};
+use super::args::{
+    host_identity, parse_transport, resolve_host as resolve, DISCOVERY_PORT, IO_PORT,
+};
 
 #[derive(Args)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -333,11 +335,7 @@ pub async fn open_drives(
     threads: usize,
     iodepth: u32,
 ) -> Result<Vec<Drive>> {
-    let transport = match address.transport.as_str() {
-        "tcp" => Transport::Tcp,
-        "rdma" => Transport::Rdma,
-        other => bail!("-t {other}: unknown transport (tcp or rdma)"),
-    };
+    let transport = parse_transport(&address.transport)?;
     let mut host = host_identity(address.hostnqn.clone());
     if let Some(id) = &address.hostid {
         host.id = parse_uuid(id).with_context(|| format!("--hostid {id:?} is not a UUID"))?;

@@ -5,9 +5,9 @@
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use fabrik_initiator::host::kernel;
-use fabrik_initiator::{discover_all, ConnectOptions, HostIdentity, OfferedSubsystem, Transport};
+use fabrik_initiator::{discover_all, ConnectOptions, HostIdentity, OfferedSubsystem};
 
-use super::args::{host_identity, resolve_host, DISCOVERY_PORT};
+use super::args::{host_identity, parse_transport, resolve_host, DISCOVERY_PORT};
 use super::connect::KernelKnobs;
 
 #[derive(Args)]
@@ -26,11 +26,7 @@ pub struct ConnectAllArgs {
 }
 
 pub async fn run(args: ConnectAllArgs) -> Result<()> {
-    let transport = match args.transport.as_str() {
-        "tcp" => Transport::Tcp,
-        "rdma" => Transport::Rdma,
-        other => bail!("-t {other}: unknown transport (tcp or rdma)"),
-    };
+    let transport = parse_transport(&args.transport)?;
     let addr = resolve_host(&args.traddr, args.trsvcid.unwrap_or(DISCOVERY_PORT)).await?;
     // The discovery log offers what the kernel's host NQN may use: ask as that host.
     let hostnqn = args.knobs.hostnqn.clone().or(kernel::default_host().0);

@@ -486,6 +486,7 @@ impl Controller {
     pub async fn read(&self, nsid: u32, slba: u64, nlb: u32) -> Result<Bytes, HostError> {
         self.next_io_queue()?.read(nsid, slba, nlb).await
     }
+
     /// Reads into `buf` and gives it back filled (see `IoQueue::read_into`).
     pub async fn read_into(
         &self,
