@@ -109,8 +109,8 @@ impl Queue {
         self.timed(sqe, submit).await
     }
 
-    /// As `submit`, for a command reading `len` bytes into `buf` (see `TcpQueue::submit_into`;
-    /// over RDMA the data is copied into it from the registered buffer).
+    /// As `submit`, for a command reading `len` bytes into `buf` (see `TcpQueue::submit_into` and
+    /// `RdmaQueue::submit_into`).
     pub async fn submit_into(
         &self,
         sqe: Sqe,
@@ -121,14 +121,7 @@ impl Queue {
             match &self.transport {
                 TransportQueue::Tcp(t) => t.submit_into(sqe, buf, len).await,
                 #[cfg(feature = "rdma")]
-                TransportQueue::Rdma(r) => {
-                    let mut completion = r.submit(sqe, None, len).await?;
-                    let mut buf = buf;
-                    buf.clear();
-                    buf.extend_from_slice(&completion.data);
-                    completion.data = buf.freeze();
-                    Ok(completion)
-                }
+                TransportQueue::Rdma(r) => r.submit_into(sqe, buf, len).await,
             }
         };
         self.timed(sqe, submit).await

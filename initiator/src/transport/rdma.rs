@@ -9,7 +9,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use fabrik_proto::{Cqe, SglDescriptor, Sqe};
 use fabrik_rdma::{
     self as verbs, Completion as Wc, EventChannel, QpSizes, QueuePair, SendOp, SendWr,
@@ -35,6 +35,8 @@ struct Request {
     sqe: Sqe,
     data_out: Bytes,
     data_in_len: usize,
+    /// Where the data read lands (the caller's buffer), else a buffer of its own.
+    into: Option<BytesMut>,
     sgl: SglChoice,
     done: oneshot::Sender<Result<Completion, HostError>>,
 }
@@ -178,12 +180,35 @@ impl RdmaQueue {
             .await
     }
 
+    /// Sends a command that reads `len` bytes into `buf` (cleared first): the data is copied
+    /// once, from the registered buffer into `buf`, which the completion's data is (frozen).
+    pub async fn submit_into(
+        &self,
+        sqe: Sqe,
+        buf: BytesMut,
+        len: usize,
+    ) -> Result<Completion, HostError> {
+        self.request(sqe, None, len, Some(buf), SglChoice::Auto)
+            .await
+    }
+
     /// As `submit`, with the SGL built as `sgl` says.
     pub async fn submit_with(
         &self,
         sqe: Sqe,
         data_out: Option<Bytes>,
         data_in_len: usize,
+        sgl: SglChoice,
+    ) -> Result<Completion, HostError> {
+        self.request(sqe, data_out, data_in_len, None, sgl).await
+    }
+
+    async fn request(
+        &self,
+        sqe: Sqe,
+        data_out: Option<Bytes>,
+        data_in_len: usize,
+        into: Option<BytesMut>,
         sgl: SglChoice,
     ) -> Result<Completion, HostError> {
         let data_out = data_out.unwrap_or_default();
@@ -205,6 +230,7 @@ impl RdmaQueue {
             sqe,
             data_out,
             data_in_len,
+            into,
             sgl,
             done,
         };
@@ -297,6 +323,7 @@ impl Layout {
 struct Pending {
     done: oneshot::Sender<Result<Completion, HostError>>,
     data_in_len: usize,
+    into: Option<BytesMut>,
 }
 
 struct Driver {
@@ -426,6 +453,7 @@ impl Driver {
             self.inflight[slot] = Some(Pending {
                 done: req.done,
                 data_in_len: req.data_in_len,
+                into: req.into,
             });
             let wr = SendWr {
                 wr_id: wr_id(WR_SEND, slot),
@@ -472,9 +500,15 @@ impl Driver {
             ));
         };
         // SAFETY: the target RDMA-WROTE the data before its response SEND, which completed.
-        let data = Bytes::copy_from_slice(unsafe {
-            region.slice(self.layout.data_off(cid), p.data_in_len)
-        });
+        let received = unsafe { region.slice(self.layout.data_off(cid), p.data_in_len) };
+        let data = match p.into {
+            Some(mut buf) => {
+                buf.clear();
+                buf.extend_from_slice(received);
+                buf.freeze()
+            }
+            None => Bytes::copy_from_slice(received),
+        };
         let _ = p.done.send(Ok(Completion { cqe, data }));
         self.free.push(cid as u16);
         self.start_waiting()
