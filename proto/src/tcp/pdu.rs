@@ -297,6 +297,12 @@ fn encode_data_header(h: &mut [u8], cccid: u16, ttag: u16, datao: u32, datal: us
 }
 
 impl CommonHeader {
+    /// The common header at the front of `b`, once its 8 bytes are there (unchecked: the
+    /// decoder judges it).
+    pub fn peek(b: &[u8]) -> Option<CommonHeader> {
+        (b.len() >= COMMON_HEADER_LEN).then(|| CommonHeader::parse(b))
+    }
+
     /// Reads the 8-byte common header; `b` must hold at least 8 bytes.
     pub(crate) fn parse(b: &[u8]) -> CommonHeader {
         CommonHeader {

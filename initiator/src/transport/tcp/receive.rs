@@ -8,8 +8,7 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use fabrik_proto::tcp::{
-    digest, flags, pdu_type, C2HData, DataHead, Decoder, Pdu, PduError, COMMON_HEADER_LEN,
-    DATA_HLEN,
+    digest, flags, pdu_type, C2HData, CommonHeader, DataHead, Decoder, Pdu, PduError, DATA_HLEN,
 };
 use fabrik_proto::{Cqe, Status};
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -107,11 +106,10 @@ async fn fill<R: AsyncRead + Unpin>(
 
 /// Whether the front of `buf` is a C2HData PDU with a large part of its payload still to come.
 fn direct_candidate(buf: &[u8]) -> bool {
-    if buf.len() < COMMON_HEADER_LEN || buf[0] != pdu_type::C2H_DATA {
-        return false;
-    }
-    let plen = u32::from_le_bytes([buf[4], buf[5], buf[6], buf[7]]) as usize;
-    plen.saturating_sub(buf.len()) >= DIRECT_MIN
+    CommonHeader::peek(buf).is_some_and(|ch| {
+        ch.pdu_type == pdu_type::C2H_DATA
+            && (ch.plen as usize).saturating_sub(buf.len()) >= DIRECT_MIN
+    })
 }
 
 /// Receives the payload (and data digest) of the C2HData PDU whose header `head` was just taken
