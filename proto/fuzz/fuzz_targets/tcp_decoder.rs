@@ -56,6 +56,17 @@ enum Outcome {
     },
 }
 
+impl Outcome {
+    fn of(e: PduError) -> Outcome {
+        match e {
+            PduError::Fatal {
+                fes, fei, reason, ..
+            } => Outcome::Fatal { fes, fei, reason },
+            e @ PduError::DataDigest { .. } => Outcome::DataDigest(e),
+        }
+    }
+}
+
 fuzz_target!(|input: &[u8]| {
     if input.len() < 4 {
         return;
@@ -72,7 +83,11 @@ fuzz_target!(|input: &[u8]| {
     // that ends inside such a PDU it may see one fatal error more; otherwise it must agree.
     let header_first = run_header_first(cfg, stream, &chunks);
     let n = whole.len();
-    assert_eq!(header_first[..n.min(header_first.len())], whole[..], "header first");
+    assert_eq!(
+        header_first[..n.min(header_first.len())],
+        whole[..],
+        "header first"
+    );
     assert!(
         header_first.len() == n
             || (header_first.len() == n + 1
@@ -115,10 +130,8 @@ fn run_header_first(cfg: Config, stream: &[u8], chunks: &[usize]) -> Vec<Outcome
                     continue;
                 }
                 Ok(None) => {}
-                Err(PduError::Fatal {
-                    fes, fei, reason, ..
-                }) => {
-                    outcomes.push(Outcome::Fatal { fes, fei, reason });
+                Err(e @ PduError::Fatal { .. }) => {
+                    outcomes.push(Outcome::of(e));
                     return outcomes;
                 }
                 Err(e) => panic!("decode_data_head gave {e:?}"),
@@ -126,11 +139,9 @@ fn run_header_first(cfg: Config, stream: &[u8], chunks: &[usize]) -> Vec<Outcome
             match dec.decode(&mut buf) {
                 Ok(Some(pdu)) => outcomes.push(Outcome::Pdu(pdu)),
                 Ok(None) => break,
-                Err(e @ PduError::DataDigest { .. }) => outcomes.push(Outcome::DataDigest(e)),
-                Err(PduError::Fatal {
-                    fes, fei, reason, ..
-                }) => {
-                    outcomes.push(Outcome::Fatal { fes, fei, reason });
+                Err(e @ PduError::DataDigest { .. }) => outcomes.push(Outcome::of(e)),
+                Err(e @ PduError::Fatal { .. }) => {
+                    outcomes.push(Outcome::of(e));
                     return outcomes;
                 }
             }
@@ -148,7 +159,7 @@ fn finish_data(head: DataHead, got: &mut BytesMut) -> Outcome {
         other => panic!("decode_data_head gave {other:?}"),
     };
     if head.ddgst && got.get_u32_le() != digest(&payload) {
-        return Outcome::DataDigest(PduError::DataDigest { pdu_type, cccid });
+        return Outcome::of(PduError::DataDigest { pdu_type, cccid });
     }
     let mut pdu = head.pdu;
     match &mut pdu {
@@ -202,18 +213,12 @@ fn drain(cfg: Config, dec: &mut Decoder, buf: &mut BytesMut, out: &mut Vec<Outco
                     buf.len() < before.len(),
                     "a data digest error consumes the PDU"
                 );
-                out.push(Outcome::DataDigest(e));
+                out.push(Outcome::of(e));
             }
             Err(e @ PduError::Fatal { .. }) => {
                 assert_eq!(*buf, before, "a fatal error leaves the buffer alone");
                 check_term_req(cfg, &e);
-                let PduError::Fatal {
-                    fes, fei, reason, ..
-                } = e
-                else {
-                    unreachable!()
-                };
-                out.push(Outcome::Fatal { fes, fei, reason });
+                out.push(Outcome::of(e));
                 return true;
             }
         }
