@@ -155,7 +155,31 @@ impl RawConn {
             self.next().await.is_none(),
             "connection closed after C2HTermReq"
         );
+        self.expect_graceful_close().await;
         term
+    }
+
+    /// After the target's FIN (seen as end of stream), what the host still sends is taken and
+    /// dropped, not answered with a reset: a reset makes the Linux host's next send fail with
+    /// EPIPE, and the process that submitted the I/O gets a SIGPIPE. Two sends, so that the
+    /// second would meet the reset the first provoked; then the host closes and reads the end.
+    async fn expect_graceful_close(&mut self) {
+        let capsule = capsule_bytes(self.digests);
+        for _ in 0..2 {
+            self.stream
+                .write_all(&capsule)
+                .await
+                .expect("the target reads on after its FIN: no reset");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        self.stream.shutdown().await.unwrap();
+        let mut rest = Vec::new();
+        let n = self
+            .stream
+            .read_to_end(&mut rest)
+            .await
+            .expect("a clean end of stream, not a reset");
+        assert_eq!(n, 0, "nothing after the FIN");
     }
 
     /// Admin Connect to `subnqn`; returns the CNTLID.
@@ -710,4 +734,25 @@ async fn cid_conflicts_leave_the_first_command_in_flight() {
     }
     drop(conn);
     s.finish().await;
+}
+
+/// Not malformed input, but the same rule for how a connection ends: a stopping target sends
+/// its FIN and reads on until the host closes too, so a host still sending meets no reset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopping_target_closes_with_a_fin_not_a_reset() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = start(config(dir.path(), BackendKind::Ram, 1, 64 << 20)).await;
+    let mut conn = RawConn::connect(addr(&target), Digests::default()).await;
+    conn.admin_connect(&nqns(&target)[0]).await;
+    conn.enable_controller().await;
+    let stopping = tokio::spawn(target.shutdown());
+    assert!(
+        conn.next().await.is_none(),
+        "the target closes the connection"
+    );
+    conn.expect_graceful_close().await;
+    tokio::time::timeout(Duration::from_secs(10), stopping)
+        .await
+        .expect("the target stops once the host has closed")
+        .unwrap();
 }

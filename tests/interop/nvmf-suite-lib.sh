@@ -62,6 +62,14 @@ host_nqn() { cat /etc/nvme/hostnqn; }
 skipped() { case " $SKIP " in *" $1 "*) return 0 ;; esac; return 1; }
 
 # ---------------------------------------------------------------- steps
+# A step that needs a host with no controllers starts from one, whatever an earlier (failed)
+# step left behind: one failure must not fail the steps after it.
+no_ctrls_left() {
+  [ "$(ctrl_count)" = 0 ] && return 0
+  echo "  controllers left by an earlier step: $(ls /sys/class/nvme | tr '\n' ' ')- disconnecting"
+  timeout 60 nvme disconnect-all
+  assert "no controllers left" wait_no_ctrls 30
+}
 s_start() {
   assert "target starts and listens on $TRADDR:$TRSVCID" target_start || return 1
 }
@@ -215,6 +223,7 @@ s_digest() {
 # what was not acknowledged; nothing acknowledged may be lost.
 s_restart() {
   local nqn rc fpid out=/tmp/fio-restart.out
+  no_ctrls_left || return 1
   nqn=$(drive_nqn "$RESTART_DRIVE")
   nvme_connect_find "$nqn" "${FAB[@]}" --ctrl-loss-tmo=60 --reconnect-delay=1; rc=$?
   assert "connect $nqn" [ $rc = 0 ] || return 1
@@ -233,8 +242,11 @@ s_restart() {
   grep -E '^ +(write|read):' "$out" | sed 's/^ */  [restart] /'
   dmesg | grep -E 'nvme.*(reconnect|Reconnect|Successfully)' | tail -3 | sed 's/^/  dmesg: /'
   if [ $rc != 0 ] || grep -qiE 'verify:|bad magic|err= *[1-9]' "$out"; then
-    echo "  fio exit $rc:"; grep -iE 'verify|err=|error' "$out" | head -8
-    assert "fio verify across a target restart" false; return 1
+    echo "  fio exit $rc:"; grep -iE 'verify|err=|error' "$out" | head -12 | sed 's/^/  fio: /'
+    # What the kernel host went through, to tell a lost path from a failed command.
+    dmesg | grep -iE 'nvme|blk_update|I/O error' | tail -30 | sed 's/^/  dmesg: /'
+    assert "fio verify across a target restart" false
+    no_ctrls_left; return 1
   fi
   grep -qE '^ +read:' "$out" || { assert "fio verify phase ran" false; return 1; }
   x timeout 60 nvme disconnect-all
@@ -242,6 +254,7 @@ s_restart() {
 }
 s_acl() {
   local u allowed me n rc
+  no_ctrls_left || return 1
   me=$(host_nqn)
   u=$(cat /proc/sys/kernel/random/uuid)
   allowed=nqn.2014-08.org.nvmexpress:uuid:$u
@@ -264,7 +277,7 @@ s_acl() {
   assert "disconnected" wait_no_ctrls 30
 }
 s_stop() {
-  [ "$(ctrl_count)" = 0 ] || { timeout 60 nvme disconnect-all; wait_no_ctrls 30; }
+  no_ctrls_left
   assert "target stops cleanly at the end" target_stop
 }
 

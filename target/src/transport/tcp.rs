@@ -112,6 +112,9 @@ fn report_panic(done: Result<(), tokio::task::JoinError>) {
     }
 }
 
+/// How long a closing connection keeps reading for the host to close its side.
+const CLOSE_LINGER: Duration = Duration::from_secs(2);
+
 #[derive(Debug, thiserror::Error)]
 enum ConnError {
     #[error("socket: {0}")]
@@ -155,6 +158,9 @@ async fn serve_connection(
     };
     let result = conn.run(&queue, &stop).await;
     queue.closed();
+    if !matches!(result, Err(ConnError::Eof | ConnError::Io(_))) {
+        conn.close().await;
+    }
     if let Err(ConnError::Terminated(why)) = &result {
         tracing::warn!(%peer, "connection terminated: {why}");
     }
@@ -697,6 +703,27 @@ impl Connection {
             }
         }
         Ok(())
+    }
+
+    /// Closes as a host that may still be sending expects: FIN first, then whatever the host
+    /// had already sent is read and dropped until it closes too (its answer to our FIN), for at
+    /// most CLOSE_LINGER. Dropping a socket with unread bytes would reset the connection, and
+    /// the Linux host's next send then fails with EPIPE in the context of the process that
+    /// submitted the I/O, which gets a SIGPIPE: fio died of one when fabrikd restarted.
+    /// Commands dropped here were never answered; the host retries them after reconnecting.
+    async fn close(mut self) {
+        let _ = self.writer.shutdown().await;
+        let drain = async {
+            loop {
+                self.rbuf.clear();
+                self.rbuf.reserve(64 * 1024);
+                match self.reader.read_buf(&mut self.rbuf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+            }
+        };
+        let _ = tokio::time::timeout(CLOSE_LINGER, drain).await;
     }
 
     /// Sends a C2HTermReq and closes, as the spec asks for a fatal transport error.
