@@ -524,6 +524,30 @@ async fn invalid_opcode() {
     s.finish().await;
 }
 
+/// Only a command that takes data may carry some in its capsule: an Identify (data goes to the
+/// host) with in-capsule data is an Invalid Field, and the queue goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_capsule_data_on_a_command_that_returns_data() {
+    let s = setup().await;
+    let ctrl = Controller::connect(options(s.addr, &s.nqn)).await.unwrap();
+    let sqe = AdminCommand::Identify {
+        cns: cns::CONTROLLER,
+        cntid: 0,
+        nsid: 0,
+        csi: 0,
+    }
+    .to_sqe(0);
+    let err = ctrl
+        .submit_admin(sqe, Some(Bytes::from(vec![0u8; 4096])), 0)
+        .await
+        .unwrap_err();
+    assert_eq!(err.status(), Some(Status::INVALID_FIELD), "{err}");
+    ctrl.keep_alive().await.unwrap();
+    ctrl.read(1, 0, 1).await.unwrap();
+    ctrl.shutdown().await.unwrap();
+    s.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_to_an_unknown_nqn() {
     let s = setup().await;

@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::model::{Subsystem, TargetState, TransportType};
 
-pub use queue::{Admitted, Queue, Response};
+pub use queue::{Admitted, Queue, Response, Route};
 
 /// Limits this target advertises.
 pub mod limits {

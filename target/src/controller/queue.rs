@@ -36,6 +36,28 @@ pub struct Admitted {
     pub direction: DataDirection,
 }
 
+impl Admitted {
+    /// An Asynchronous Event Request waits for an event, maybe for ever: a transport does not
+    /// hold a shutdown up for it.
+    pub fn waits_for_an_event(&self) -> bool {
+        matches!(
+            self.command,
+            Command::Admin(AdminCommand::AsyncEventRequest)
+        )
+    }
+}
+
+/// What a transport does with a command once `Queue::route` has admitted it.
+#[derive(Debug)]
+pub enum Route {
+    /// Run it now with this data: it carried all of its data in the capsule, or takes none.
+    Execute(Admitted, Bytes),
+    /// Fetch its data from host memory first, then run it.
+    FetchData(Admitted),
+    /// Complete it with this status; it never runs.
+    Fail(Status),
+}
+
 #[derive(Debug)]
 pub enum Command {
     Fabrics(FabricsCommand),
@@ -188,6 +210,23 @@ impl Queue {
             transfer_len,
             direction,
         })
+    }
+
+    /// Admits a command and says what the transport does next. `in_capsule` is the data the
+    /// capsule carried (its SGL named in-capsule data), `None` when the SGL points elsewhere:
+    /// into host memory, fetched by R2T (TCP) or RDMA READ, or nothing at all.
+    pub fn route(&self, sqe: &Sqe, transfer_len: u32, in_capsule: Option<Bytes>) -> Route {
+        let cmd = match self.admit(sqe, transfer_len) {
+            Ok(cmd) => cmd,
+            Err(status) => return Route::Fail(status),
+        };
+        match (cmd.direction, in_capsule) {
+            (DataDirection::ToController, Some(data)) => Route::Execute(cmd, data),
+            (DataDirection::ToController, None) if transfer_len > 0 => Route::FetchData(cmd),
+            // Only a command that takes data may carry it in the capsule.
+            (_, Some(_)) => Route::Fail(Status::INVALID_FIELD),
+            (_, None) => Route::Execute(cmd, Bytes::new()),
+        }
     }
 
     /// Runs an admitted command. `data` holds the host's data for commands that carry some

@@ -13,7 +13,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use fabrik_proto::nvme::DataDirection;
 use fabrik_proto::tcp::pdu::{fes, pdu_type};
 use fabrik_proto::tcp::{
     C2HData, CapsuleCmd, CapsuleResp, Decoder, Digests, H2CData, IcReq, IcResp, Pdu, PduError,
@@ -28,11 +27,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
 use super::Listener;
-use crate::controller::queue::Command;
-use crate::controller::{limits, Admitted, Queue, Response};
+use crate::controller::{limits, Admitted, Queue, Response, Route};
 use crate::metrics::ConnectionGuard;
 use crate::model::{Port, TargetState, TransportType};
-use fabrik_proto::nvme::admin::AdminCommand;
 
 /// Largest H2CData payload we accept: a whole maximum transfer in one PDU.
 const MAX_H2C_DATA: u32 = limits::MAX_TRANSFER;
@@ -428,7 +425,7 @@ impl Connection {
         }
         let (len, in_capsule) = match sqe.sgl() {
             Ok(SglDescriptor::TransportDataBlock { length }) if capsule.data.is_empty() => {
-                (length, false)
+                (length, None)
             }
             Ok(SglDescriptor::DataBlockOffset { offset, length }) => {
                 if offset != 0
@@ -437,28 +434,27 @@ impl Connection {
                 {
                     return self.fail(queue, cid, Status::SGL_OFFSET_INVALID);
                 }
-                (length, true)
+                (length, Some(capsule.data))
             }
             Ok(SglDescriptor::TransportDataBlock { .. }) => {
                 return self.fail(queue, cid, Status::INVALID_FIELD)
             }
             Ok(_) | Err(_) => return self.fail(queue, cid, Status::SGL_TYPE_INVALID),
         };
-        let admitted = match queue.admit(&sqe, len) {
-            Ok(a) => a,
-            Err(status) => return self.fail(queue, cid, status),
-        };
-        match admitted.direction {
-            DataDirection::ToController if in_capsule || len == 0 => {
-                inflight.push(Box::pin(async move {
-                    (cid, queue.execute(admitted, capsule.data).await)
-                }));
+        match queue.route(&sqe, len, in_capsule) {
+            Route::Execute(cmd, data) => {
+                if cmd.waits_for_an_event() {
+                    self.parked.insert(cid);
+                }
+                inflight.push(Box::pin(
+                    async move { (cid, queue.execute(cmd, data).await) },
+                ));
             }
-            DataDirection::ToController => {
+            Route::FetchData(cmd) => {
                 self.pending_writes.insert(
                     cid,
                     PendingWrite {
-                        cmd: admitted,
+                        cmd,
                         buf: BytesMut::new(),
                         whole: None,
                         received: 0,
@@ -468,18 +464,7 @@ impl Connection {
                 self.r2t_waiting.push_back(cid);
                 self.send_r2ts();
             }
-            _ if in_capsule => return self.fail(queue, cid, Status::INVALID_FIELD),
-            _ => {
-                if matches!(
-                    admitted.command,
-                    Command::Admin(AdminCommand::AsyncEventRequest)
-                ) {
-                    self.parked.insert(cid);
-                }
-                inflight.push(Box::pin(async move {
-                    (cid, queue.execute(admitted, Bytes::new()).await)
-                }))
-            }
+            Route::Fail(status) => return self.fail(queue, cid, status),
         }
         Ok(())
     }

@@ -18,16 +18,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use fabrik_proto::nvme::DataDirection;
 use fabrik_proto::{Cqe, SglDescriptor, Sqe, Status};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
 
-use crate::controller::queue::Command;
-use crate::controller::{limits, Admitted, Queue, Response};
-use fabrik_proto::nvme::admin::AdminCommand;
+use crate::controller::{limits, Admitted, Queue, Response, Route};
 use fabrik_rdma::{self as verbs, Completion, QpSizes, QueuePair, SendOp, SendWr, SharedRecv};
 
 /// Unit of the data buffer pool: a transfer takes whole chunks, moved with one SGE each.
@@ -369,39 +366,24 @@ impl Connection {
                 return self.respond(queue, slot, Response::status(Status::SGL_TYPE_INVALID))
             }
         };
-        let admitted = match queue.admit(&sqe, length) {
-            Ok(a) => a,
-            Err(status) => {
-                // Nothing was mapped: the host invalidates its key itself.
-                self.slots[slot].invalidate = None;
-                return self.respond(queue, slot, Response::status(status));
+        match queue.route(&sqe, length, inline) {
+            Route::Execute(cmd, data) => {
+                if cmd.waits_for_an_event() {
+                    self.parked.insert(cid);
+                }
+                inflight.push(Box::pin(
+                    async move { (slot, queue.execute(cmd, data).await) },
+                ));
             }
-        };
-        match admitted.direction {
-            DataDirection::ToController if inline.is_some() || length == 0 => {
-                let data = inline.unwrap_or_default();
-                inflight.push(Box::pin(async move {
-                    (slot, queue.execute(admitted, data).await)
-                }));
-            }
-            DataDirection::ToController => {
-                self.slots[slot].write = Some(admitted);
+            Route::FetchData(cmd) => {
+                self.slots[slot].write = Some(cmd);
                 self.waiting.push_back((slot, true));
                 self.serve_waiting()?;
             }
-            _ if inline.is_some() => {
-                return self.respond(queue, slot, Response::status(Status::INVALID_FIELD))
-            }
-            _ => {
-                if matches!(
-                    admitted.command,
-                    Command::Admin(AdminCommand::AsyncEventRequest)
-                ) {
-                    self.parked.insert(cid);
-                }
-                inflight.push(Box::pin(async move {
-                    (slot, queue.execute(admitted, Bytes::new()).await)
-                }));
+            Route::Fail(status) => {
+                // Nothing was mapped: the host invalidates its key itself.
+                self.slots[slot].invalidate = None;
+                return self.respond(queue, slot, Response::status(status));
             }
         }
         Ok(())
