@@ -711,14 +711,14 @@ impl Connection {
         let _ = tokio::time::timeout(CLOSE_LINGER, drain).await;
     }
 
-    /// Sends a C2HTermReq and closes, as the spec asks for a fatal transport error.
+    /// Sends a C2HTermReq; the error it returns makes `serve_connection` close, as the spec asks
+    /// for a fatal transport error.
     async fn terminate(&mut self, fatal: Fatal) -> Result<(), ConnError> {
         let Fatal(term, why) = fatal;
         let _ = self.flush().await;
         let mut buf = BytesMut::new();
         Pdu::C2HTermReq(term).encode(Digests::default(), &mut buf);
         let _ = self.writer.write_all(&buf).await;
-        let _ = self.writer.shutdown().await;
         Err(ConnError::Terminated(why))
     }
 }
