@@ -100,54 +100,56 @@ fuzz_target!(|input: &[u8]| {
 /// As `run`, taking data PDUs header first and their payload and digest by hand.
 fn run_header_first(cfg: Config, stream: &[u8], chunks: &[usize]) -> Vec<Outcome> {
     let mut dec = cfg.decoder();
-    let mut buf = BytesMut::new();
     let mut outcomes = Vec::new();
     // A data PDU whose header was taken: its payload (and digest) so far.
     let mut pending: Option<(DataHead, BytesMut)> = None;
-    let mut pos = 0;
-    for &chunk in chunks.iter().cycle() {
-        if pos >= stream.len() {
-            break;
+    feed(stream, chunks, |buf| {
+        drain_header_first(&mut dec, buf, &mut pending, &mut outcomes)
+    });
+    outcomes
+}
+
+/// As `drain`, header first: decodes until more bytes are needed (false) or a fatal error (true).
+fn drain_header_first(
+    dec: &mut Decoder,
+    buf: &mut BytesMut,
+    pending: &mut Option<(DataHead, BytesMut)>,
+    out: &mut Vec<Outcome>,
+) -> bool {
+    loop {
+        if let Some((head, got)) = pending {
+            let need = head.data_len + if head.ddgst { 4 } else { 0 };
+            let take = (need - got.len()).min(buf.len());
+            got.extend_from_slice(&buf.split_to(take));
+            if got.len() < need {
+                return false;
+            }
+            let (head, mut got) = pending.take().expect("pending");
+            out.push(finish_data(head, &mut got));
+            continue;
         }
-        let end = stream.len().min(pos.saturating_add(chunk));
-        buf.extend_from_slice(&stream[pos..end]);
-        pos = end;
-        loop {
-            if let Some((head, got)) = &mut pending {
-                let need = head.data_len + if head.ddgst { 4 } else { 0 };
-                let take = (need - got.len()).min(buf.len());
-                got.extend_from_slice(&buf.split_to(take));
-                if got.len() < need {
-                    break;
-                }
-                let (head, mut got) = pending.take().expect("pending");
-                outcomes.push(finish_data(head, &mut got));
+        match dec.decode_data_head(buf) {
+            Ok(Some(head)) => {
+                *pending = Some((head, BytesMut::new()));
                 continue;
             }
-            match dec.decode_data_head(&mut buf) {
-                Ok(Some(head)) => {
-                    pending = Some((head, BytesMut::new()));
-                    continue;
-                }
-                Ok(None) => {}
-                Err(e @ PduError::Fatal { .. }) => {
-                    outcomes.push(Outcome::of(e));
-                    return outcomes;
-                }
-                Err(e) => panic!("decode_data_head gave {e:?}"),
+            Ok(None) => {}
+            Err(e @ PduError::Fatal { .. }) => {
+                out.push(Outcome::of(e));
+                return true;
             }
-            match dec.decode(&mut buf) {
-                Ok(Some(pdu)) => outcomes.push(Outcome::Pdu(pdu)),
-                Ok(None) => break,
-                Err(e @ PduError::DataDigest { .. }) => outcomes.push(Outcome::of(e)),
-                Err(e @ PduError::Fatal { .. }) => {
-                    outcomes.push(Outcome::of(e));
-                    return outcomes;
-                }
+            Err(e) => panic!("decode_data_head gave {e:?}"),
+        }
+        match dec.decode(buf) {
+            Ok(Some(pdu)) => out.push(Outcome::Pdu(pdu)),
+            Ok(None) => return false,
+            Err(e @ PduError::DataDigest { .. }) => out.push(Outcome::of(e)),
+            Err(e @ PduError::Fatal { .. }) => {
+                out.push(Outcome::of(e));
+                return true;
             }
         }
     }
-    outcomes
 }
 
 /// The outcome of a data PDU taken header first: `got` is its payload and digest.
@@ -174,8 +176,17 @@ fn finish_data(head: DataHead, got: &mut BytesMut) -> Outcome {
 /// stream ends or a fatal error stops the connection.
 fn run(cfg: Config, stream: &[u8], chunks: &[usize]) -> Vec<Outcome> {
     let mut dec = cfg.decoder();
-    let mut buf = BytesMut::new();
     let mut outcomes = Vec::new();
+    feed(stream, chunks, |buf| {
+        drain(cfg, &mut dec, buf, &mut outcomes)
+    });
+    outcomes
+}
+
+/// Appends `stream` to a buffer in chunks of the given lengths (cycled), calling `step` after
+/// each, until the stream ends or `step` says the connection stopped (true).
+fn feed(stream: &[u8], chunks: &[usize], mut step: impl FnMut(&mut BytesMut) -> bool) {
+    let mut buf = BytesMut::new();
     let mut pos = 0;
     for &chunk in chunks.iter().cycle() {
         if pos >= stream.len() {
@@ -184,11 +195,10 @@ fn run(cfg: Config, stream: &[u8], chunks: &[usize]) -> Vec<Outcome> {
         let end = stream.len().min(pos.saturating_add(chunk));
         buf.extend_from_slice(&stream[pos..end]);
         pos = end;
-        if drain(cfg, &mut dec, &mut buf, &mut outcomes) {
+        if step(&mut buf) {
             break;
         }
     }
-    outcomes
 }
 
 /// Decodes until more bytes are needed (false) or a fatal error (true).
