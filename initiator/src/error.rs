@@ -58,6 +58,14 @@ pub enum HostError {
     #[error("queue {qid} is closed: {reason}")]
     QueueClosed { qid: u16, reason: String },
 
+    /// A NIC cannot register this (GPU) memory for peer-to-peer transfers.
+    #[error("NIC {nic} cannot register GPU memory: {reason}")]
+    PeerMemory { nic: String, reason: String },
+
+    /// The GPU driver failed (allocation, copy, pinning...).
+    #[error("GPU: {0}")]
+    Gpu(String),
+
     /// The caller asked for something this host cannot do (bad NQN, no such queue...).
     #[error("invalid request: {0}")]
     Invalid(String),

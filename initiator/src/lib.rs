@@ -16,6 +16,7 @@
 
 pub mod bench;
 pub mod error;
+pub mod gpu;
 pub mod host;
 pub mod placement;
 pub mod topology;

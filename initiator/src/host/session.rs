@@ -545,7 +545,7 @@ impl Session {
 pub fn is_path_error(err: &HostError) -> bool {
     match err {
         HostError::Status { status, .. } => status.sct() == sct::PATH && !status.is_dnr(),
-        HostError::Invalid(_) => false,
+        HostError::Invalid(_) | HostError::PeerMemory { .. } | HostError::Gpu(_) => false,
         HostError::Io { .. }
         | HostError::ConnectionClosed { .. }
         | HostError::Protocol { .. }

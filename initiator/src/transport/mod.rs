@@ -1,6 +1,7 @@
 //! Transports: the host halves of the NVMe-oF bindings. Each one moves capsules and data for one
 //! queue; NVMe meaning (status codes, command names, timeouts) lives in `host`.
 
+pub mod peer;
 #[cfg(feature = "rdma")]
 pub mod rdma;
 pub mod tcp;
