@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use fabrik_initiator::bench::checkpoint::{self, CheckpointSpec};
 use fabrik_initiator::bench::pattern::{self, drive_tag};
-use fabrik_initiator::bench::{self, Drive, Progress, Rw, Spec, VerifySpec};
+use fabrik_initiator::bench::{self, Drive, Memory, Progress, Rw, Spec, VerifySpec};
 use fabrik_initiator::host::session::{RecoveryPolicy, Session};
 use fabrik_initiator::Controller;
 use fabrik_target::backend::BackendKind;
@@ -289,6 +289,7 @@ async fn checkpoints_write_shards_to_successive_regions() {
         bs: 256 * 1024,
         iodepth: 4,
         threads: 1,
+        memory: Memory::Host,
     };
     let mut seen = 0;
     let report = checkpoint::run(drives, spec, Arc::new(Progress::default()), |_| seen += 1)

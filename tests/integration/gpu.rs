@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
+use fabrik_initiator::bench::{self, Drive, Memory, Progress, Rw, Spec, VerifySpec};
 use fabrik_initiator::gpu::emulated::EmulatedGpu;
 use fabrik_initiator::gpu::mover::{DataPath, GpuMover, Staging};
 use fabrik_initiator::gpu::{cuda, Gpu};
@@ -59,26 +60,29 @@ async fn reads_land_in_gpu_memory_through_the_staging_ring() {
         buffers: 2,
         chunk: 256 << 10,
     };
-    let mut mover = GpuMover::new(s.clone(), 0, buffer.clone(), staging)
-        .await
-        .expect("mover");
-    let DataPath::Staged { reason } = mover.path() else {
-        panic!("NVMe/TCP must be staged: {}", mover.path());
+    let mut mover = GpuMover::new(buffer.clone(), staging);
+    let path = mover.path(&s, 0).await.expect("path");
+    let DataPath::Staged { reason } = &path else {
+        panic!("NVMe/TCP must be staged: {path}");
     };
     assert!(
         reason.contains("NVMe/TCP"),
         "the reason names the transport: {reason}"
     );
-    assert!(mover.path().to_string().starts_with("staged: "));
+    assert!(path.to_string().starts_with("staged: "));
+    assert_eq!(mover.paths().count(), 1);
+
+    // 3 MiB + 8 KiB in 256 KiB pieces: 13 pieces through 2 buffers, at offset 4096.
+    let nlb = (data.len() / lba_size(&s).await) as u32;
+    mover
+        .read(&s, 0, 1, 100, nlb, 4096)
+        .await
+        .expect("read into GPU");
     let pinned = driver.pinned_bytes();
     assert!(
         (2 * (256 << 10)..=2 * ((256 << 10) + 4096)).contains(&pinned),
         "two pinned buffers of 256 KiB (whole pages): {pinned}"
     );
-
-    // 3 MiB + 8 KiB in 256 KiB pieces: 13 pieces through 2 buffers, at offset 4096.
-    let nlb = (data.len() / lba_size(&s).await) as u32;
-    mover.read(1, 100, nlb, 4096).await.expect("read into GPU");
     mover.finish().await.expect("copies done");
     assert_eq!(driver.copies(), 13, "one host-to-device copy per piece");
     assert_eq!(
@@ -108,12 +112,10 @@ async fn writes_take_their_data_from_gpu_memory() {
         buffers: 3,
         chunk: 128 << 10,
     };
-    let mut mover = GpuMover::new(s.clone(), 1, buffer.clone(), staging)
-        .await
-        .expect("mover");
+    let mut mover = GpuMover::new(buffer.clone(), staging);
     let nlb = (data.len() / lba_size(&s).await) as u32;
     mover
-        .write(1, 2048, nlb, 0, false)
+        .write(&s, 1, 1, 2048, nlb, 0, false)
         .await
         .expect("write from GPU");
     assert_eq!(
@@ -126,10 +128,8 @@ async fn writes_take_their_data_from_gpu_memory() {
 
     // And back again, into another place of the GPU buffer, by the same mover.
     let other = gpu.alloc(data.len()).expect("alloc");
-    let mut into_other = GpuMover::new(s.clone(), 0, other.clone(), staging)
-        .await
-        .expect("mover");
-    into_other.read(1, 2048, nlb, 0).await.expect("read");
+    let mut into_other = GpuMover::new(other.clone(), staging);
+    into_other.read(&s, 0, 1, 2048, nlb, 0).await.expect("read");
     into_other.finish().await.expect("finish");
     let mut back = vec![0u8; data.len()];
     other.copy_to_host(0, &mut back).expect("copy back");
@@ -143,12 +143,10 @@ async fn transfers_outside_the_gpu_buffer_are_refused() {
     let s = session(&target, 0).await;
     let gpu = Gpu::emulated();
     let buffer = gpu.alloc(64 << 10).expect("alloc");
-    let mut mover = GpuMover::new(s.clone(), 0, buffer, Staging::default())
-        .await
-        .expect("mover");
+    let mut mover = GpuMover::new(buffer, Staging::default());
     let blocks = (64 << 10) / lba_size(&s).await as u32;
     let err = mover
-        .read(1, 0, blocks + 1, 0)
+        .read(&s, 0, 1, 0, blocks + 1, 0)
         .await
         .expect_err("one block more than 64 KiB");
     assert!(
@@ -156,14 +154,104 @@ async fn transfers_outside_the_gpu_buffer_are_refused() {
         "{err}"
     );
     let err = mover
-        .write(1, 0, 1, 64 << 10, false)
+        .write(&s, 0, 1, 0, 1, 64 << 10, false)
         .await
         .expect_err("offset at the end");
     assert!(matches!(err, HostError::Gpu(_)), "{err}");
-    let err = mover.read(1, 0, 0, 0).await.expect_err("0 blocks");
+    let err = mover.read(&s, 0, 1, 0, 0, 0).await.expect_err("0 blocks");
     assert!(matches!(err, HostError::Invalid(_)), "{err}");
     // The mover still works after refusing.
-    mover.read(1, 0, blocks, 0).await.expect("a read that fits");
+    mover
+        .read(&s, 0, 1, 0, blocks, 0)
+        .await
+        .expect("a read that fits");
+    mover.finish().await.expect("finish");
+}
+
+async fn bench(drives: &[Drive], spec: Spec) -> bench::Report {
+    bench::run(drives.to_vec(), spec, Arc::new(Progress::default()))
+        .await
+        .expect("bench run")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_verifies_what_landed_in_gpu_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = start(config(dir.path(), BackendKind::Ram, 2, 64 * MIB)).await;
+    let mut drives = Vec::new();
+    for i in 0..2 {
+        drives.push(Drive::open(session(&target, i).await, 1).await.expect("ns"));
+    }
+    let (driver, gpu) = slow_gpu(Duration::from_micros(300));
+    let verify = |prefill| {
+        Some(VerifySpec {
+            seed: 0x6a1,
+            prefill,
+        })
+    };
+    // Writes from GPU memory (the pattern uploaded first), read back into it and checked.
+    let write = Spec {
+        rw: Rw::Write,
+        bs: 64 << 10,
+        iodepth: 4,
+        threads: 2,
+        size: Some(8 * MIB),
+        verify: verify(true),
+        memory: Memory::Gpu(gpu.clone()),
+        ..Spec::default()
+    };
+    let report = bench(&drives, write).await;
+    let v = report.verify.as_ref().expect("verify results");
+    assert_eq!(v.errors, 0, "{:?}", v.first_errors);
+    assert_eq!(v.blocks_checked, 2048, "every block written is read back");
+    let m = report.memory.as_ref().expect("memory reported");
+    assert_eq!(m.path, "staged");
+    assert_eq!(m.gpu.name, "emulated GPU (host memory)");
+    assert!(
+        m.paths.iter().all(|p| p.contains("NVMe/TCP")),
+        "{:?}",
+        m.paths
+    );
+    assert!(
+        report.to_text().contains("path staged"),
+        "{}",
+        report.to_text()
+    );
+    assert!(driver.copies() > 0);
+
+    // A random read run into the GPU finds the region clean...
+    let read = Spec {
+        rw: Rw::RandRead,
+        bs: 64 << 10,
+        iodepth: 4,
+        threads: 2,
+        size: Some(8 * MIB),
+        verify: verify(false),
+        memory: Memory::Gpu(gpu.clone()),
+        ..Spec::default()
+    };
+    let clean = bench(&drives, read.clone()).await;
+    assert_eq!(clean.verify.as_ref().unwrap().errors, 0);
+    // ...and one overwritten block on the drive is caught in what reached the GPU.
+    let lba = lba_size(&drives[1].session).await;
+    drives[1]
+        .session
+        .write(0, 1, 3, random_data(lba, 3), false)
+        .await
+        .unwrap();
+    let sequential = Spec {
+        rw: Rw::Read,
+        ..read
+    };
+    let caught = bench(&drives, sequential).await;
+    let v = caught.verify.expect("verify");
+    assert_eq!(v.errors, 1, "{:?}", v.first_errors);
+    assert!(
+        v.first_errors[0].contains("drive 1"),
+        "{:?}",
+        v.first_errors
+    );
+    assert_eq!(driver.pinned_bytes(), 0, "every staging buffer unpinned");
 }
 
 #[test]
@@ -172,7 +260,13 @@ fn no_driver_is_an_error_not_a_panic() {
     let err = Gpu::open(4096).err().expect("no GPU 4096");
     if !cuda::driver_present() {
         assert_eq!(err.0, cuda::NO_DRIVER);
+        let err = Memory::parse("gpu").err().expect("no GPU here");
+        assert_eq!(err, format!("--mem gpu: {}", cuda::NO_DRIVER));
     } else {
         assert!(err.0.contains("no GPU 4096"), "{err}");
     }
+    assert!(matches!(Memory::parse("host"), Ok(Memory::Host)));
+    assert!(matches!(Memory::parse("emulated-gpu"), Ok(Memory::Gpu(_))));
+    let err = Memory::parse("gpu:x").err().expect("bad index");
+    assert!(err.contains("gpu:N"), "{err}");
 }

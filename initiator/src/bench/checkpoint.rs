@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use super::{BenchError, Drive, Progress, Rw, Spec};
+use super::{BenchError, Drive, Memory, Progress, Rw, Spec};
 
 /// What to write.
 #[derive(Debug, Clone)]
@@ -20,6 +20,8 @@ pub struct CheckpointSpec {
     pub bs: u32,
     pub iodepth: u32,
     pub threads: usize,
+    /// Where the checkpoint's data comes from (GPU memory, as a training job's would).
+    pub memory: Memory,
 }
 
 /// One checkpoint's figures.
@@ -89,6 +91,7 @@ pub async fn run(
             size: Some(shard * drives.len() as u64),
             time: None,
             offset,
+            memory: spec.memory.clone(),
             ..Spec::default()
         };
         let t0 = Instant::now();

@@ -10,8 +10,10 @@ use hdrhistogram::Histogram;
 
 use super::layout::Layout;
 use super::pattern::{self, drive_tag};
-use super::report::{self, new_histogram, Report, VerifyReport};
-use super::{BenchError, Drive, PhaseState, Progress, Rw, Spec};
+use super::report::{self, new_histogram, MemoryReport, Report, VerifyReport};
+use super::{BenchError, Drive, Memory, PhaseState, Progress, Rw, Spec};
+use crate::gpu::mover::{GpuMover, Staging};
+use crate::gpu::GpuBuffer;
 
 /// Bad blocks listed by name in the report; the rest are counted.
 const LISTED_ERRORS: usize = 10;
@@ -40,7 +42,27 @@ pub async fn run(
             ..VerifyReport::default()
         }),
     });
+    let gpu = match &spec.memory {
+        Memory::Host => None,
+        Memory::Gpu(gpu) => {
+            // Each I/O loop reads into and writes from its own `bs` bytes of one allocation
+            // (one registration per queue on the peer-to-peer path).
+            let len = spec.threads * spec.iodepth as usize * spec.bs as usize;
+            let buffer = gpu.alloc(len).map_err(|e| {
+                BenchError::Invalid(format!(
+                    "allocating {} of memory on {}: {e}",
+                    report::human_bytes(len as f64),
+                    gpu.identity()
+                ))
+            })?;
+            Some(GpuState {
+                buffer,
+                paths: Mutex::default(),
+            })
+        }
+    };
     let ctx = Arc::new(Context {
+        gpu,
         write_data: Bytes::from(vec![0xa5u8; spec.bs as usize]),
         drives,
         layout,
@@ -95,6 +117,7 @@ pub async fn run(
             r
         }),
         reference: None,
+        memory: ctx.gpu.as_ref().map(GpuState::report),
         events: Vec::new(),
     })
 }
@@ -170,6 +193,7 @@ fn check(drives: &[Drive], spec: &Spec) -> Result<Layout, BenchError> {
 
 struct Context {
     drives: Vec<Drive>,
+    gpu: Option<GpuState>,
     layout: Layout,
     spec: Spec,
     verify: Option<VerifyState>,
@@ -177,6 +201,29 @@ struct Context {
     /// What non-verify writes send (its content does not matter, and a shared buffer costs no
     /// copy per I/O).
     write_data: Bytes,
+}
+
+/// The GPU memory of a run and the paths its queues took.
+struct GpuState {
+    buffer: Arc<GpuBuffer>,
+    /// (path name, description) of every queue.
+    paths: Mutex<std::collections::BTreeSet<(String, String)>>,
+}
+
+impl GpuState {
+    fn report(&self) -> MemoryReport {
+        let paths = self.paths.lock().unwrap();
+        let names: std::collections::BTreeSet<&str> =
+            paths.iter().map(|(n, _)| n.as_str()).collect();
+        MemoryReport {
+            gpu: self.buffer.identity().clone(),
+            path: match names.len() {
+                1 => names.first().expect("one").to_string(),
+                _ => "mixed".into(),
+            },
+            paths: paths.iter().map(|(_, d)| d.clone()).collect(),
+        }
+    }
 }
 
 struct VerifyState {
@@ -276,6 +323,7 @@ async fn phase(ctx: &Arc<Context>, phase: Phase) -> Result<Measured, BenchError>
                 rw,
                 phase,
                 worker,
+                slot,
                 slice: slice.clone(),
                 remaining: remaining.clone(),
                 cursor: cursor.clone(),
@@ -333,6 +381,7 @@ struct IoLoop {
     rw: Rw,
     phase: Phase,
     worker: usize,
+    slot: u32,
     slice: std::ops::Range<u64>,
     remaining: Arc<AtomicI64>,
     cursor: Arc<AtomicU64>,
@@ -354,6 +403,15 @@ impl IoLoop {
         };
         // One buffer per loop, reused by every read: data lands in memory already mapped.
         let mut read_buf = BytesMut::with_capacity(spec.bs as usize);
+        // GPU memory: the loop's own `bs` bytes of the run's allocation.
+        let gpu_offset = (self.worker * spec.iodepth as usize + self.slot as usize) * bs as usize;
+        let mut mover = ctx.gpu.as_ref().map(|g| {
+            let staging = Staging {
+                buffers: 2,
+                chunk: (bs as usize).min(4 << 20),
+            };
+            GpuMover::new(g.buffer.clone(), staging)
+        });
         loop {
             if self.stop.load(Ordering::Relaxed) {
                 break;
@@ -384,17 +442,40 @@ impl IoLoop {
                     self.phase != Phase::Prefill && (v.trust_all || v.written[d].get(drive_unit))
                 });
                 let t0 = Instant::now();
-                let data = drive
-                    .session
-                    .read_into(self.worker, drive.nsid, slba, nlb, read_buf)
+                if let Some(m) = mover.as_mut() {
+                    m.read(
+                        &drive.session,
+                        self.worker,
+                        drive.nsid,
+                        slba,
+                        nlb,
+                        gpu_offset,
+                    )
                     .await
                     .map_err(|e| io_error(drive, e))?;
-                record(&mut result.reads, t0);
-                result.read_bytes += bs;
-                if let Some(v) = check {
-                    v.check(drive, d, slba, &data);
+                    record(&mut result.reads, t0);
+                    result.read_bytes += bs;
+                    if let Some(v) = check {
+                        // What landed in the GPU, copied back.
+                        let data = m
+                            .download(gpu_offset, bs as usize)
+                            .await
+                            .map_err(|e| io_error(drive, e))?;
+                        v.check(drive, d, slba, &data);
+                    }
+                } else {
+                    let data = drive
+                        .session
+                        .read_into(self.worker, drive.nsid, slba, nlb, read_buf)
+                        .await
+                        .map_err(|e| io_error(drive, e))?;
+                    record(&mut result.reads, t0);
+                    result.read_bytes += bs;
+                    if let Some(v) = check {
+                        v.check(drive, d, slba, &data);
+                    }
+                    read_buf = data;
                 }
-                read_buf = data;
             } else {
                 let data = match &ctx.verify {
                     Some(v) => {
@@ -405,18 +486,51 @@ impl IoLoop {
                     None => ctx.write_data.clone(),
                 };
                 let t0 = Instant::now();
-                drive
-                    .session
-                    .write(self.worker, drive.nsid, slba, data, false)
+                if let Some(m) = mover.as_mut() {
+                    if ctx.verify.is_some() {
+                        // The pattern goes to the GPU first: writes send what the GPU holds.
+                        m.upload(gpu_offset, &data)
+                            .await
+                            .map_err(|e| io_error(drive, e))?;
+                    }
+                    let t0 = Instant::now();
+                    m.write(
+                        &drive.session,
+                        self.worker,
+                        drive.nsid,
+                        slba,
+                        nlb,
+                        gpu_offset,
+                        false,
+                    )
                     .await
                     .map_err(|e| io_error(drive, e))?;
-                record(&mut result.writes, t0);
+                    record(&mut result.writes, t0);
+                } else {
+                    drive
+                        .session
+                        .write(self.worker, drive.nsid, slba, data, false)
+                        .await
+                        .map_err(|e| io_error(drive, e))?;
+                    record(&mut result.writes, t0);
+                }
                 result.write_bytes += bs;
                 if let Some(v) = &ctx.verify {
                     v.written[d].set(drive_unit);
                 }
             }
             ctx.progress.bytes.fetch_add(bs, Ordering::Relaxed);
+        }
+        if let (Some(m), Some(g)) = (mover.as_mut(), &ctx.gpu) {
+            // The phase ends when the data is in the GPU, not when it reached the host.
+            m.finish().await.map_err(|error| BenchError::Io {
+                path: g.buffer.identity().to_string(),
+                error,
+            })?;
+            let mut paths = g.paths.lock().unwrap();
+            for (_, path) in m.paths() {
+                paths.insert((path.name().to_string(), path.to_string()));
+            }
         }
         Ok(result)
     }

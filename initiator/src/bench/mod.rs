@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::error::HostError;
+use crate::gpu::Gpu;
 use crate::host::session::Session;
 
 pub use engine::run;
@@ -86,6 +87,47 @@ pub struct VerifySpec {
     pub prefill: bool,
 }
 
+/// Where reads land and writes take their data from.
+#[derive(Clone, Default)]
+pub enum Memory {
+    #[default]
+    Host,
+    /// Device memory of this GPU: each I/O loop has its own `bs` bytes of one allocation.
+    Gpu(Gpu),
+}
+
+impl std::fmt::Debug for Memory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Memory::Host => write!(f, "host"),
+            Memory::Gpu(gpu) => write!(f, "{}", gpu.identity()),
+        }
+    }
+}
+
+impl Memory {
+    /// `host`, `gpu` (GPU 0), `gpu:N`, or `emulated-gpu` (host memory through the GPU data
+    /// paths, for machines without a GPU). Opens the GPU.
+    pub fn parse(text: &str) -> Result<Memory, String> {
+        let open = |index: usize| {
+            Gpu::open(index)
+                .map(Memory::Gpu)
+                .map_err(|e| format!("--mem {text}: {e}"))
+        };
+        match text {
+            "host" => Ok(Memory::Host),
+            "gpu" => open(0),
+            "emulated-gpu" => Ok(Memory::Gpu(Gpu::emulated())),
+            _ => match text.strip_prefix("gpu:").map(str::parse::<usize>) {
+                Some(Ok(index)) => open(index),
+                _ => Err(format!(
+                    "--mem {text:?}: host, gpu, gpu:N (CUDA device N) or emulated-gpu"
+                )),
+            },
+        }
+    }
+}
+
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct Spec {
@@ -106,6 +148,7 @@ pub struct Spec {
     /// Where the region starts on each drive, in bytes (a multiple of `bs`).
     pub offset: u64,
     pub verify: Option<VerifySpec>,
+    pub memory: Memory,
 }
 
 impl Default for Spec {
@@ -120,6 +163,7 @@ impl Default for Spec {
             time: None,
             offset: 0,
             verify: None,
+            memory: Memory::Host,
         }
     }
 }

@@ -77,6 +77,16 @@ pub struct Reference {
     pub tcp_rtt_p50_us: f64,
 }
 
+/// Where a run's data went when it was GPU memory.
+#[derive(Debug, Clone, Serialize)]
+pub struct MemoryReport {
+    pub gpu: crate::gpu::GpuIdentity,
+    /// "p2p", "staged", or "mixed" (queues took different paths).
+    pub path: String,
+    /// Each distinct path taken, with why ("staged: NIC rxe0 cannot register GPU memory: ...").
+    pub paths: Vec<String>,
+}
+
 /// The result of one benchmark run.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -97,6 +107,8 @@ pub struct Report {
     pub cpu: CpuUse,
     pub verify: Option<VerifyReport>,
     pub reference: Option<Reference>,
+    /// GPU memory: which GPU, and how data moved to and from it.
+    pub memory: Option<MemoryReport>,
     /// What happened to the sessions meanwhile (paths lost and back, namespaces changed).
     pub events: Vec<String>,
 }
@@ -208,6 +220,12 @@ impl Report {
                 self.cpu.percent, self.cpu.user_s, self.cpu.sys_s
             ),
         );
+        if let Some(m) = &self.memory {
+            line(&mut out, format!("  memory: {}, path {}", m.gpu, m.path));
+            for p in &m.paths {
+                line(&mut out, format!("    {p}"));
+            }
+        }
         if let Some(v) = &self.verify {
             line(
                 &mut out,

@@ -236,6 +236,7 @@ mod tests {
             cpu: CpuUse::default(),
             verify: None,
             reference: None,
+            memory: None,
             events: Vec::new(),
         }
     }

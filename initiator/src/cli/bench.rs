@@ -10,7 +10,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use fabrik_initiator::bench::report::Reference;
 use fabrik_initiator::bench::{
-    self, parse_size, reference, Drive, Progress, Report, Rw, Spec, VerifySpec,
+    self, parse_size, reference, Drive, Memory, Progress, Report, Rw, Spec, VerifySpec,
 };
 use fabrik_initiator::host::session::{RecoveryPolicy, Session, SessionEvent};
 use fabrik_initiator::proto::tcp::Digests;
@@ -126,7 +126,9 @@ pub struct JobArgs {
     /// Run for this many seconds, round the region [default: 10 unless --size is given].
     #[arg(long)]
     pub time: Option<f64>,
-    /// Buffer memory: host (gpu joins with GPU support).
+    /// Where reads land and writes come from: host, gpu (GPU 0), gpu:N, or emulated-gpu (host
+    /// memory through the GPU data paths). The report says which path the data took to the
+    /// GPU (p2p or staged) and why.
     #[arg(long, default_value = "host")]
     pub mem: String,
     /// Every block carries its address and a seed; reads check them. Read workloads write the
@@ -252,12 +254,6 @@ pub fn on_bench_runtime<T: Send + 'static>(
 }
 
 pub fn spec_from(job: &JobArgs) -> Result<Spec> {
-    if job.mem != "host" {
-        bail!(
-            "--mem {}: only host memory in this build (gpu joins with GPU support)",
-            job.mem
-        );
-    }
     let bs = u32::try_from(job.bs).context("--bs is over 4 GiB")?;
     if job.verify && !job.no_prefill && !job.rw.writes() && job.size.is_none() {
         bail!("--verify on a read workload writes its region first: say how much with --size");
@@ -281,6 +277,7 @@ pub fn spec_from(job: &JobArgs) -> Result<Spec> {
             seed: job.verify_seed.unwrap_or_else(random_seed),
             prefill: !job.no_prefill,
         }),
+        memory: Memory::parse(&job.mem).map_err(anyhow::Error::msg)?,
     })
 }
 

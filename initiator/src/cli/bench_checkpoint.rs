@@ -5,7 +5,7 @@ use std::sync::Arc;
 use anyhow::Result;
 use clap::Args;
 use fabrik_initiator::bench::checkpoint::{self, CheckpointSpec};
-use fabrik_initiator::bench::{parse_size, Progress};
+use fabrik_initiator::bench::{parse_size, Memory, Progress};
 
 use super::bench::{close_drives, on_bench_runtime, open_drives, AddressArgs};
 
@@ -28,6 +28,9 @@ pub struct CheckpointArgs {
     /// Worker threads, each with its own I/O queue on every controller.
     #[arg(long, default_value_t = 1)]
     threads: usize,
+    /// Where the checkpoint is written from: host, gpu, gpu:N or emulated-gpu (see bench --mem).
+    #[arg(long, default_value = "host")]
+    mem: String,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -43,6 +46,7 @@ pub async fn run(args: CheckpointArgs) -> Result<()> {
             bs: u32::try_from(args.bs)?,
             iodepth: args.iodepth,
             threads,
+            memory: Memory::parse(&args.mem).map_err(anyhow::Error::msg)?,
         };
         if !args.json {
             println!(

@@ -1,9 +1,11 @@
-//! Moving data between namespaces and one GPU buffer over one I/O queue of a session, by the
-//! path that queue allows: peer-to-peer when its NIC registers the GPU memory, else staged.
-//! The choice is made once, when the mover is made, and said in `DataPath`.
+//! Moving data between namespaces and one GPU buffer, by the path each I/O queue allows:
+//! peer-to-peer where the queue's NIC registers the GPU memory, else staged. The choice is made
+//! at a queue's first transfer and kept; `paths` says what ran and why.
 
 use std::collections::HashMap;
 use std::sync::Arc;
+
+use bytes::BytesMut;
 
 use super::staged::StagingRing;
 use super::{GpuBuffer, GpuError};
@@ -48,7 +50,7 @@ impl std::fmt::Display for DataPath {
     }
 }
 
-/// The staging ring of a staged mover: how many buffers, how large.
+/// The staging ring of a mover: how many buffers, how large.
 #[derive(Debug, Clone, Copy)]
 pub struct Staging {
     /// Buffers in the ring (at least 2).
@@ -66,72 +68,55 @@ impl Default for Staging {
     }
 }
 
+/// Moves data for one GPU buffer; one transfer at a time (make one mover per concurrent
+/// stream of transfers: they share the buffer, each has its own staging ring).
 pub struct GpuMover {
     /// First, so it is dropped first: its Drop waits for copies into `memory`.
     ring: Option<StagingRing>,
-    session: Arc<Session>,
-    queue: usize,
     memory: Arc<GpuBuffer>,
-    path: DataPath,
-    lba_sizes: HashMap<u32, u32>,
+    staging: Staging,
+    /// Staged whatever the queue could do, and why.
+    forced: Option<String>,
+    /// The path of each (session, queue) used so far.
+    paths: HashMap<(usize, usize), (String, DataPath)>,
+    lba_sizes: HashMap<(usize, u32), u32>,
 }
 
 fn gpu_error(e: GpuError) -> HostError {
     HostError::Gpu(e.0)
 }
 
+fn session_key(session: &Arc<Session>) -> usize {
+    Arc::as_ptr(session) as usize
+}
+
 impl GpuMover {
-    /// A mover for `memory` on I/O queue `queue` of `session`: peer-to-peer when the queue's
-    /// NIC registers the memory, else staged (the reason kept in `path`).
-    pub async fn new(
-        session: Arc<Session>,
-        queue: usize,
-        memory: Arc<GpuBuffer>,
-        staging: Staging,
-    ) -> Result<GpuMover, HostError> {
-        let peer: Arc<dyn PeerMemory> = memory.clone();
-        match session.register_peer(queue, &peer).await {
-            Ok((registration, nic)) => Ok(GpuMover {
-                session,
-                queue,
-                memory,
-                path: DataPath::PeerToPeer { nic, registration },
-                ring: None,
-                lba_sizes: HashMap::new(),
-            }),
-            Err(e @ HostError::PeerMemory { .. }) => {
-                GpuMover::staged(session, queue, memory, staging, e.to_string())
-            }
-            Err(e) => Err(e),
+    pub fn new(memory: Arc<GpuBuffer>, staging: Staging) -> GpuMover {
+        GpuMover {
+            ring: None,
+            memory,
+            staging,
+            forced: None,
+            paths: HashMap::new(),
+            lba_sizes: HashMap::new(),
         }
     }
 
-    /// A staged mover whatever the queue could do (`reason` says why).
-    pub fn staged(
-        session: Arc<Session>,
-        queue: usize,
-        memory: Arc<GpuBuffer>,
-        staging: Staging,
-        reason: String,
-    ) -> Result<GpuMover, HostError> {
-        let driver = memory.driver.clone();
-        let ring = StagingRing::new(driver, staging.buffers, staging.chunk).map_err(gpu_error)?;
-        Ok(GpuMover {
-            session,
-            queue,
-            memory,
-            path: DataPath::Staged { reason },
-            ring: Some(ring),
-            lba_sizes: HashMap::new(),
-        })
-    }
-
-    pub fn path(&self) -> &DataPath {
-        &self.path
+    /// A mover that stages every transfer (`reason` says why, e.g. the user asked).
+    pub fn staged_only(memory: Arc<GpuBuffer>, staging: Staging, reason: String) -> GpuMover {
+        GpuMover {
+            forced: Some(reason),
+            ..GpuMover::new(memory, staging)
+        }
     }
 
     pub fn memory(&self) -> &Arc<GpuBuffer> {
         &self.memory
+    }
+
+    /// The path each queue used: (session description and queue, path).
+    pub fn paths(&self) -> impl Iterator<Item = &(String, DataPath)> {
+        self.paths.values()
     }
 
     /// Staging buffers that came back from the transport as other allocations (0 in the
@@ -140,24 +125,71 @@ impl GpuMover {
         self.ring.as_ref().map_or(0, StagingRing::restaged)
     }
 
-    async fn lba_size(&mut self, nsid: u32) -> Result<u32, HostError> {
-        if let Some(&size) = self.lba_sizes.get(&nsid) {
+    /// The path for I/O queue `queue` of `session`, chosen at its first use: peer-to-peer when
+    /// the queue's NIC registers the memory, else staged with the reason.
+    pub async fn path(
+        &mut self,
+        session: &Arc<Session>,
+        queue: usize,
+    ) -> Result<DataPath, HostError> {
+        let key = (session_key(session), queue);
+        if let Some((_, path)) = self.paths.get(&key) {
+            return Ok(path.clone());
+        }
+        let path = match &self.forced {
+            Some(reason) => DataPath::Staged {
+                reason: reason.clone(),
+            },
+            None => {
+                let peer: Arc<dyn PeerMemory> = self.memory.clone();
+                match session.register_peer(queue, &peer).await {
+                    Ok((registration, nic)) => DataPath::PeerToPeer { nic, registration },
+                    Err(e @ HostError::PeerMemory { .. }) => DataPath::Staged {
+                        reason: e.to_string(),
+                    },
+                    Err(e) => return Err(e),
+                }
+            }
+        };
+        let name = format!("{} queue {queue}", session.subnqn());
+        self.paths.insert(key, (name, path.clone()));
+        Ok(path)
+    }
+
+    fn ring(&mut self) -> Result<&mut StagingRing, HostError> {
+        if self.ring.is_none() {
+            let driver = self.memory.driver.clone();
+            let ring = StagingRing::new(driver, self.staging.buffers, self.staging.chunk)
+                .map_err(gpu_error)?;
+            self.ring = Some(ring);
+        }
+        Ok(self.ring.as_mut().expect("just made"))
+    }
+
+    async fn lba_size(&mut self, session: &Arc<Session>, nsid: u32) -> Result<u32, HostError> {
+        let key = (session_key(session), nsid);
+        if let Some(&size) = self.lba_sizes.get(&key) {
             return Ok(size);
         }
-        let size = self
-            .session
+        let size = session
             .with_path(|ctrl| async move { ctrl.lba_size(nsid).await })
             .await?;
-        self.lba_sizes.insert(nsid, size);
+        self.lba_sizes.insert(key, size);
         Ok(size)
     }
 
-    /// Bytes of `nlb` blocks, checked to fit the buffer at `offset`.
-    async fn extent(&mut self, nsid: u32, nlb: u32, offset: usize) -> Result<u32, HostError> {
+    /// The block size, with `nlb` blocks checked to fit the buffer at `offset`.
+    async fn extent(
+        &mut self,
+        session: &Arc<Session>,
+        nsid: u32,
+        nlb: u32,
+        offset: usize,
+    ) -> Result<u32, HostError> {
         if nlb == 0 {
             return Err(HostError::Invalid("a transfer of 0 blocks".into()));
         }
-        let lba_size = self.lba_size(nsid).await?;
+        let lba_size = self.lba_size(session, nsid).await?;
         let len = nlb as usize * lba_size as usize;
         self.memory.check_range(offset, len).map_err(gpu_error)?;
         Ok(lba_size)
@@ -167,29 +199,31 @@ impl GpuMover {
     /// still be on its way to the GPU when this returns: `finish` waits for it.
     pub async fn read(
         &mut self,
+        session: &Arc<Session>,
+        queue: usize,
         nsid: u32,
         slba: u64,
         nlb: u32,
         offset: usize,
     ) -> Result<(), HostError> {
-        let lba_size = self.extent(nsid, nlb, offset).await?;
-        let Some(ring) = self.ring.as_mut() else {
+        let lba_size = self.extent(session, nsid, nlb, offset).await?;
+        if let DataPath::PeerToPeer { .. } = self.path(session, queue).await? {
             let peer: Arc<dyn PeerMemory> = self.memory.clone();
-            return self
-                .session
-                .read_peer(self.queue, nsid, slba, nlb, &peer, offset)
+            return session
+                .read_peer(queue, nsid, slba, nlb, &peer, offset)
                 .await;
-        };
+        }
+        let base = self.memory.ptr + offset as u64;
+        let ring = self.ring()?;
         let per_piece = (ring.chunk() / lba_size as usize).max(1) as u32;
         let mut done = 0;
         while done < nlb {
             let count = per_piece.min(nlb - done);
             let (index, buf) = ring.take().await.map_err(gpu_error)?;
-            let buf = self
-                .session
-                .read_into(self.queue, nsid, slba + done as u64, count, buf)
+            let buf = session
+                .read_into(queue, nsid, slba + done as u64, count, buf)
                 .await?;
-            let dst = self.memory.ptr + (offset + done as usize * lba_size as usize) as u64;
+            let dst = base + done as u64 * lba_size as u64;
             ring.to_device(index, buf, dst).map_err(gpu_error)?;
             done += count;
         }
@@ -197,36 +231,39 @@ impl GpuMover {
     }
 
     /// Writes `nlb` blocks at `slba` from the GPU buffer at `offset`.
+    #[allow(clippy::too_many_arguments)]
     pub async fn write(
         &mut self,
+        session: &Arc<Session>,
+        queue: usize,
         nsid: u32,
         slba: u64,
         nlb: u32,
         offset: usize,
         fua: bool,
     ) -> Result<(), HostError> {
-        let lba_size = self.extent(nsid, nlb, offset).await?;
-        let Some(ring) = self.ring.as_mut() else {
+        let lba_size = self.extent(session, nsid, nlb, offset).await?;
+        if let DataPath::PeerToPeer { .. } = self.path(session, queue).await? {
             let peer: Arc<dyn PeerMemory> = self.memory.clone();
-            return self
-                .session
-                .write_peer(self.queue, nsid, slba, nlb, &peer, offset, fua)
+            return session
+                .write_peer(queue, nsid, slba, nlb, &peer, offset, fua)
                 .await;
-        };
+        }
+        let base = self.memory.ptr + offset as u64;
+        let ring = self.ring()?;
         let per_piece = (ring.chunk() / lba_size as usize).max(1) as u32;
         let mut done = 0;
         while done < nlb {
             let count = per_piece.min(nlb - done);
             let len = count as usize * lba_size as usize;
-            let src = self.memory.ptr + (offset + done as usize * lba_size as usize) as u64;
+            let src = base + done as u64 * lba_size as u64;
             let (index, buf) = ring.take().await.map_err(gpu_error)?;
             let data = ring
                 .from_device(index, buf, src, len)
                 .await
                 .map_err(gpu_error)?;
-            let written = self
-                .session
-                .write(self.queue, nsid, slba + done as u64, data.clone(), fua)
+            let written = session
+                .write(queue, nsid, slba + done as u64, data.clone(), fua)
                 .await;
             ring.sent(index, data);
             written?;
@@ -241,5 +278,46 @@ impl GpuMover {
             Some(ring) => ring.drain().await.map_err(gpu_error),
             None => Ok(()),
         }
+    }
+
+    /// Copies `len` bytes of the GPU buffer at `offset` to the host, after every read so far
+    /// has landed (checks of what a read put in the GPU).
+    pub async fn download(&mut self, offset: usize, len: usize) -> Result<BytesMut, HostError> {
+        self.memory.check_range(offset, len).map_err(gpu_error)?;
+        let base = self.memory.ptr + offset as u64;
+        let ring = self.ring()?;
+        let mut out = BytesMut::with_capacity(len);
+        while out.len() < len {
+            let piece = ring.chunk().min(len - out.len());
+            let (index, buf) = ring.take().await.map_err(gpu_error)?;
+            // The ring's stream runs in order: this copy follows every copy of earlier reads.
+            let data = ring
+                .from_device(index, buf, base + out.len() as u64, piece)
+                .await
+                .map_err(gpu_error)?;
+            out.extend_from_slice(&data);
+            ring.sent(index, data);
+        }
+        Ok(out)
+    }
+
+    /// Copies `data` into the GPU buffer at `offset` (what a later write sends), and waits
+    /// for it.
+    pub async fn upload(&mut self, offset: usize, data: &[u8]) -> Result<(), HostError> {
+        self.memory
+            .check_range(offset, data.len())
+            .map_err(gpu_error)?;
+        let base = self.memory.ptr + offset as u64;
+        let ring = self.ring()?;
+        let chunk = ring.chunk();
+        for (i, piece) in data.chunks(chunk).enumerate() {
+            let (index, mut buf) = ring.take().await.map_err(gpu_error)?;
+            buf.clear();
+            buf.extend_from_slice(piece);
+            ring.to_device(index, buf, base + (i * chunk) as u64)
+                .map_err(gpu_error)?;
+        }
+        // A peer-to-peer write reads GPU memory without the stream: wait for the copies.
+        ring.drain().await.map_err(gpu_error)
     }
 }
