@@ -20,6 +20,7 @@ mod connect;
 mod connect_all;
 mod disconnect;
 mod discover;
+mod gpu;
 mod id_ctrl;
 mod id_ns;
 mod io_check;
@@ -68,6 +69,8 @@ enum Command {
     IoCheck(io_check::IoCheckArgs),
     /// Show GPUs, RDMA NICs, NVMe controllers and the PCIe/NUMA distance between them.
     Topo(topo::TopoArgs),
+    /// Show the GPUs as the NVIDIA driver sees them and which data path each can use.
+    Gpu(gpu::GpuArgs),
     /// Plan which NIC ports, target ports and drives each GPU uses (and connect them).
     Place(place::PlaceArgs),
     /// List fabrikd's drives with health and who may reach them (management API).
@@ -102,6 +105,7 @@ pub async fn run() -> Result<()> {
         Command::IdCtrl(args) => id_ctrl::run(args).await,
         Command::IoCheck(args) => io_check::run(args).await,
         Command::Topo(args) => topo::run(args).await,
+        Command::Gpu(args) => gpu::run(args).await,
         Command::Place(args) => place::run(args).await,
         Command::Drives(args) => admin::drives(args).await,
         Command::Compose(args) => admin::compose(args).await,

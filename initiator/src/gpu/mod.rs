@@ -14,6 +14,7 @@
 pub mod cuda;
 pub mod driver;
 pub mod emulated;
+pub mod extent;
 pub mod mover;
 pub mod staged;
 

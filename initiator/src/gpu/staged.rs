@@ -136,16 +136,18 @@ impl StagingRing {
             slot.copying = false;
         }
         if let Some(mut sent) = slot.sent.take() {
-            for _ in 0..64 {
+            let mut tries = 0;
+            let buf = loop {
                 match sent.try_into_mut() {
-                    Ok(buf) => {
-                        self.put_back(index, buf)?;
-                        break;
-                    }
+                    Ok(buf) => break buf,
+                    // Still shared after a while: the slot gets a new pinned buffer.
+                    Err(_) if tries == 64 => break BytesMut::new(),
                     Err(shared) => sent = shared,
                 }
+                tries += 1;
                 tokio::task::yield_now().await;
-            }
+            };
+            self.put_back(index, buf)?;
         }
         // A buffer lost with a failed transfer (or never given back) is replaced: the
         // transport fills a fresh one, which `put_back` copies into pinned memory.
