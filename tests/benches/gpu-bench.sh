@@ -10,7 +10,7 @@
 # BIN_DIR holds release `fabrik` and `fabrikd` (default build/release); OUT_DIR gets
 # results.json (every report), table.txt and the logs (default /tmp/gpu-bench).
 # SECS (3) seconds per point, THREADS (4), DRIVES (4), POINTS ("4k:1 4k:32 128k:8 128k:32
-# 1m:8 1m:32" as bs:iodepth), GPU (gpu = GPU 0).
+# 1m:8 1m:32" as bs:iodepth), RWS ("read write"), GPU (gpu = GPU 0).
 set -uo pipefail
 BIN=${1:-build/release}
 OUT=${2:-/tmp/gpu-bench}
@@ -58,7 +58,7 @@ run() { # label, args...
 
 echo "== GPU vs host memory, ${SECS}s per point, $THREADS threads, $DRIVES drives"
 rc=0
-for rw in read write; do
+for rw in ${RWS:-read write}; do
   for p in $POINTS; do
     bs=${p%%:*}; qd=${p##*:}
     # Alternate, so a drift of the machine skews both alike.

@@ -19,6 +19,13 @@ pub struct GpuArgs {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+    /// Also measure the staging ring alone on GPU 0: host-to-device copies from pinned buffers
+    /// through `take`/`to_device`, for these sizes (e.g. 4k,128k,1m), from --copy-threads
+    /// threads at once, each with its own ring.
+    #[arg(long, value_delimiter = ',', value_parser = fabrik_initiator::bench::parse_size)]
+    copy_bench: Vec<u64>,
+    #[arg(long, default_value_t = 4)]
+    copy_threads: usize,
 }
 
 #[derive(Serialize)]
@@ -97,6 +104,53 @@ pub async fn run(args: GpuArgs) -> Result<()> {
     if report.gpus.is_empty() {
         bail!("the NVIDIA driver sees no GPU");
     }
+    for &size in &args.copy_bench {
+        copy_bench(size as usize, args.copy_threads).await?;
+    }
+    Ok(())
+}
+
+/// Host-to-device copies through staging rings, no network: what the staged path costs.
+async fn copy_bench(size: usize, threads: usize) -> Result<()> {
+    use fabrik_initiator::gpu::staged::StagingRing;
+    let gpu = Gpu::open(0).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let per_thread = (1usize << 31) / threads.max(1);
+    let count = (per_thread / size).max(64);
+    let buffer = gpu
+        .alloc(size * threads)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let started = std::time::Instant::now();
+    let mut tasks = Vec::new();
+    for t in 0..threads {
+        let (driver, dst) = (gpu.driver().clone(), buffer.ptr() + (t * size) as u64);
+        tasks.push(tokio::spawn(async move {
+            let mut ring = StagingRing::new(driver, 2, size)?;
+            let mut submit = std::time::Duration::ZERO;
+            for _ in 0..count {
+                let (index, mut buf) = ring.take().await?;
+                buf.clear();
+                buf.resize(size, 0x5a);
+                let t0 = std::time::Instant::now();
+                ring.to_device(index, buf, dst)?;
+                submit += t0.elapsed();
+            }
+            ring.drain().await?;
+            Ok::<_, fabrik_initiator::gpu::GpuError>(submit)
+        }));
+    }
+    let mut submit = std::time::Duration::ZERO;
+    for task in tasks {
+        submit += task.await?.map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let copies = count * threads;
+    println!(
+        "copy bench {}: {threads} threads x {count} copies, {:.2} GB/s, {:.0} copies/s, {:.1} us per copy+record call",
+        fabrik_initiator::bench::report::human_bytes(size as f64),
+        (copies * size) as f64 / secs / 1e9,
+        copies as f64 / secs,
+        submit.as_secs_f64() * 1e6 / copies as f64
+    );
     Ok(())
 }
 
