@@ -58,7 +58,8 @@ pub enum HostError {
     #[error("queue {qid} is closed: {reason}")]
     QueueClosed { qid: u16, reason: String },
 
-    /// A NIC cannot register this (GPU) memory for peer-to-peer transfers.
+    /// The queue's NIC could not register caller memory for direct (peer) transfers; `reason`
+    /// lists every way tried and why each failed. NVMe/TCP queues give this too.
     #[error("NIC {nic} cannot register GPU memory: {reason}")]
     PeerMemory { nic: String, reason: String },
 
@@ -122,5 +123,25 @@ pub fn fes_name(fes: u16) -> &'static str {
         fes::DATA_LIMIT_EXCEEDED => "Data Transfer Limit Exceeded",
         fes::UNSUPPORTED_PARAMETER => "Unsupported Parameter",
         _ => "unknown",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peer_memory_error_names_the_nic_and_what_was_tried() {
+        let err = HostError::PeerMemory {
+            nic: "mlx5_2".into(),
+            reason: "dma-buf: ibv_reg_dmabuf_mr: Operation not supported (os error 95); \
+                     pointer: this memory cannot be registered by pointer"
+                .into(),
+        };
+        assert_eq!(
+            err.to_string(),
+            "NIC mlx5_2 cannot register GPU memory: dma-buf: ibv_reg_dmabuf_mr: Operation not \
+             supported (os error 95); pointer: this memory cannot be registered by pointer"
+        );
     }
 }

@@ -9,12 +9,16 @@
 #[cfg(feature = "verbs")]
 mod cm;
 #[cfg(feature = "verbs")]
+mod mr;
+#[cfg(feature = "verbs")]
 mod qp;
 #[cfg(feature = "verbs")]
 mod util;
 
 #[cfg(feature = "verbs")]
 pub use cm::*;
+#[cfg(feature = "verbs")]
+pub use mr::ForeignRegion;
 #[cfg(feature = "verbs")]
 pub use qp::*;
 #[cfg(feature = "verbs")]

@@ -301,7 +301,7 @@ impl QueuePair {
                 ptr::null_mut()
             }
         };
-        let pd = qp.shared.as_ref().map_or(qp.pd, |s| s.pd);
+        let pd = qp.pd();
         qp.channel = sys::ibv_create_comp_channel(verbs);
         if qp.channel.is_null() {
             return Err(os_err("ibv_create_comp_channel"));
@@ -339,6 +339,33 @@ impl QueuePair {
 
     pub fn id(&self) -> Raw<sys::rdma_cm_id> {
         self.id
+    }
+
+    /// The protection domain the queue pair and its memory live in (the device's shared one
+    /// with an SRQ); null before `setup`. Regions registered on it must go before the
+    /// QueuePair does.
+    pub fn pd(&self) -> *mut sys::ibv_pd {
+        self.shared.as_ref().map_or(self.pd, |s| s.pd)
+    }
+
+    /// The name of the device the cm_id is bound to ("rxe0", "mlx5_2"); empty before address
+    /// resolution.
+    pub fn device_name(&self) -> String {
+        // SAFETY: valid id; its device context, once bound, lives as long as the id, and
+        // ibv_get_device_name returns a string owned by the device (or NULL).
+        unsafe {
+            let verbs = (*self.id.0).verbs;
+            if verbs.is_null() {
+                return String::new();
+            }
+            let name = sys::ibv_get_device_name((*verbs).device);
+            if name.is_null() {
+                return String::new();
+            }
+            std::ffi::CStr::from_ptr(name)
+                .to_string_lossy()
+                .into_owned()
+        }
     }
 
     /// Accepts the connection, with our private data and RDMA READ depths.

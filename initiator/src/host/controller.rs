@@ -470,13 +470,17 @@ impl Controller {
 
     /// Largest transfer of one command in bytes (MDTS; None = no limit). CAP.MPSMIN is 4 KiB here.
     pub fn max_transfer(&self) -> Option<usize> {
-        let mdts = match self.identify.mdts {
-            0 => None,
-            mdts => Some(4096usize << mdts.min(20)),
-        };
-        match (mdts, self.admin.max_command_data()) {
+        match (self.mdts(), self.admin.max_command_data()) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
+        }
+    }
+
+    /// MDTS in bytes (None = no limit), whatever the transport's own per-command limit.
+    pub fn mdts(&self) -> Option<usize> {
+        match self.identify.mdts {
+            0 => None,
+            mdts => Some(4096usize << mdts.min(20)),
         }
     }
 

@@ -2,6 +2,11 @@
 //!
 //! Transfers bigger than one command may move (MDTS, or the 16-bit block count) are split into
 //! several commands, one after the other, as the block layer would split them.
+//!
+//! `read_peer` / `write_peer` move the data straight between the target and caller memory
+//! registered with the queue's NIC (GPU memory: GPUDirect RDMA); NVMe/RDMA only.
+
+use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use fabrik_proto::nvme::io::{DsmRange, IoCommand, DSM_RANGE_LEN};
@@ -10,6 +15,7 @@ use fabrik_proto::Sqe;
 use crate::error::HostError;
 use crate::host::controller::Controller;
 use crate::host::queue::Queue;
+use crate::transport::peer::{self, PeerMemory, Registration};
 use crate::transport::Completion;
 
 /// Most blocks one Read/Write/Write Zeroes can name (NLB is 16 bits, 0's based).
@@ -30,6 +36,20 @@ impl<'a> IoQueue<'a> {
 
     pub fn qid(&self) -> u16 {
         self.queue.qid()
+    }
+
+    /// The NIC the queue runs on ("mlx5_2"); None for NVMe/TCP.
+    pub fn nic(&self) -> Option<&'a str> {
+        self.queue.nic()
+    }
+
+    /// Registers `mem` with the queue's NIC for `read_peer` / `write_peer` (which otherwise do
+    /// it on first use), saying how.
+    pub async fn register_peer(
+        &self,
+        mem: &Arc<dyn PeerMemory>,
+    ) -> Result<Registration, HostError> {
+        self.queue.register_peer(mem).await
     }
 
     /// Sends any command on this queue (CID and SGL are set by the queue).
@@ -55,10 +75,99 @@ impl<'a> IoQueue<'a> {
 
     /// Blocks per command for namespace blocks of `lba_size` bytes.
     fn blocks_per_command(&self, lba_size: u32) -> u32 {
-        match self.ctrl.max_transfer() {
-            Some(max) => ((max / lba_size as usize) as u32).clamp(1, MAX_BLOCKS_PER_COMMAND),
-            None => MAX_BLOCKS_PER_COMMAND,
+        blocks_within(self.ctrl.max_transfer(), lba_size)
+    }
+
+    /// Blocks per peer-memory command: the caller's memory is not bound by the transport's
+    /// buffer slots, only by MDTS and what one SGL can name.
+    fn peer_blocks_per_command(&self, lba_size: u32) -> u32 {
+        let max = match (self.ctrl.mdts(), self.queue.max_peer_command_data()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        blocks_within(max, lba_size)
+    }
+
+    /// Reads `nlb` blocks from `slba` into `mem` at `offset`, straight from the target into
+    /// that memory (NVMe/RDMA; registered with the NIC on first use). Split into several
+    /// commands like `read`.
+    pub async fn read_peer(
+        &self,
+        nsid: u32,
+        slba: u64,
+        nlb: u32,
+        mem: &Arc<dyn PeerMemory>,
+        offset: usize,
+    ) -> Result<(), HostError> {
+        self.peer_transfer(nsid, slba, nlb, mem, offset, None).await
+    }
+
+    /// Writes `nlb` blocks at `slba` from `mem` at `offset`, straight from that memory to the
+    /// target (as `read_peer`); `fua`: durable before completion.
+    pub async fn write_peer(
+        &self,
+        nsid: u32,
+        slba: u64,
+        nlb: u32,
+        mem: &Arc<dyn PeerMemory>,
+        offset: usize,
+        fua: bool,
+    ) -> Result<(), HostError> {
+        self.peer_transfer(nsid, slba, nlb, mem, offset, Some(fua))
+            .await
+    }
+
+    /// A read (`write_fua` None) or write of `nlb` blocks to or from `mem` at `offset`.
+    async fn peer_transfer(
+        &self,
+        nsid: u32,
+        slba: u64,
+        nlb: u32,
+        mem: &Arc<dyn PeerMemory>,
+        offset: usize,
+        write_fua: Option<bool>,
+    ) -> Result<(), HostError> {
+        if nlb == 0 {
+            return Err(HostError::Invalid("a transfer of 0 blocks".into()));
         }
+        let lba_size = self.ctrl.lba_size(nsid).await?;
+        let block = lba_size as usize;
+        let len = (nlb as usize)
+            .checked_mul(block)
+            .ok_or_else(|| HostError::Invalid(format!("{nlb} blocks are too many")))?;
+        peer::check_range(mem.as_ref(), offset, len)?;
+        let step = self.peer_blocks_per_command(lba_size);
+        let mut done = 0;
+        while done < nlb {
+            let count = step.min(nlb - done);
+            let at = slba + done as u64;
+            let command = match write_fua {
+                None => IoCommand::Read {
+                    nsid,
+                    slba: at,
+                    nlb: count,
+                    fua: false,
+                },
+                Some(fua) => IoCommand::Write {
+                    nsid,
+                    slba: at,
+                    nlb: count,
+                    fua,
+                },
+            };
+            let part = offset + done as usize * block;
+            self.queue
+                .submit_peer(
+                    command.to_sqe(0),
+                    mem,
+                    part,
+                    count as usize * block,
+                    write_fua.is_some(),
+                )
+                .await?;
+            done += count;
+        }
+        Ok(())
     }
 
     /// Reads `nlb` blocks from `slba`.
@@ -212,5 +321,13 @@ impl<'a> IoQueue<'a> {
             self.command(command, Some(Bytes::from(data)), 0).await?;
         }
         Ok(())
+    }
+}
+
+/// Blocks of `lba_size` bytes one command may move when it may move `max` bytes.
+fn blocks_within(max: Option<usize>, lba_size: u32) -> u32 {
+    match max {
+        Some(max) => ((max / lba_size as usize) as u32).clamp(1, MAX_BLOCKS_PER_COMMAND),
+        None => MAX_BLOCKS_PER_COMMAND,
     }
 }

@@ -7,7 +7,6 @@ pub mod io;
 pub mod kernel;
 pub mod ns_identity;
 pub mod options;
-mod peer_tmp;
 pub mod queue;
 pub mod session;
 

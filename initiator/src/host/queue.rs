@@ -2,6 +2,7 @@
 //! named in NVMe terms out, a timeout on every command.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -11,6 +12,7 @@ use fabrik_proto::Sqe;
 
 use super::options::Transport;
 use crate::error::HostError;
+use crate::transport::peer::{PeerMemory, Registration};
 #[cfg(feature = "rdma")]
 use crate::transport::rdma::RdmaQueue;
 use crate::transport::{Completion, TcpQueue, TcpQueueConfig};
@@ -85,6 +87,65 @@ impl Queue {
             #[cfg(feature = "rdma")]
             TransportQueue::Rdma(_) => Some(crate::transport::rdma::SLOT_DATA),
         }
+    }
+
+    /// The most data one peer-memory command may move on this transport (None: no limit
+    /// below MDTS; NVMe/TCP has no peer transfers at all).
+    pub fn max_peer_command_data(&self) -> Option<usize> {
+        match &self.transport {
+            TransportQueue::Tcp(_) => None,
+            #[cfg(feature = "rdma")]
+            TransportQueue::Rdma(_) => Some(crate::transport::rdma::PEER_DATA_MAX),
+        }
+    }
+
+    /// The NIC an NVMe/RDMA queue runs on ("mlx5_2"); None for NVMe/TCP.
+    pub fn nic(&self) -> Option<&str> {
+        match &self.transport {
+            TransportQueue::Tcp(_) => None,
+            #[cfg(feature = "rdma")]
+            TransportQueue::Rdma(r) => Some(r.nic()),
+        }
+    }
+
+    /// Registers `mem` for peer transfers on this queue's NIC (see `RdmaQueue::register`).
+    pub async fn register_peer(
+        &self,
+        mem: &Arc<dyn PeerMemory>,
+    ) -> Result<Registration, HostError> {
+        match &self.transport {
+            TransportQueue::Tcp(_) => {
+                let _ = mem;
+                Err(no_peer_memory_over_tcp())
+            }
+            #[cfg(feature = "rdma")]
+            TransportQueue::Rdma(r) => r.register(mem).await,
+        }
+    }
+
+    /// As `submit`, for a command whose data moves straight between the target and `len`
+    /// bytes at `offset` in `mem` (see `RdmaQueue::submit_peer`). NVMe/RDMA only.
+    pub async fn submit_peer(
+        &self,
+        sqe: Sqe,
+        mem: &Arc<dyn PeerMemory>,
+        offset: usize,
+        len: usize,
+        host_to_target: bool,
+    ) -> Result<Completion, HostError> {
+        let submit = async {
+            match &self.transport {
+                TransportQueue::Tcp(_) => {
+                    let _ = (mem, offset, len, host_to_target);
+                    Err(no_peer_memory_over_tcp())
+                }
+                #[cfg(feature = "rdma")]
+                TransportQueue::Rdma(r) => {
+                    r.submit_peer(sqe, mem, offset, len, host_to_target).await
+                }
+            }
+        };
+        self.timed(sqe, submit).await
     }
 
     /// The largest write data the target takes in one piece: NVMe/TCP's MAXH2CDATA; NVMe/RDMA
@@ -194,6 +255,16 @@ impl Queue {
             #[cfg(feature = "rdma")]
             TransportQueue::Rdma(r) => r.close(reason),
         }
+    }
+}
+
+/// Why an NVMe/TCP queue refuses peer memory.
+fn no_peer_memory_over_tcp() -> HostError {
+    HostError::PeerMemory {
+        nic: "(NVMe/TCP)".into(),
+        reason: "NVMe/TCP carries data in the byte stream, not by RDMA: peer memory needs an \
+                 NVMe/RDMA connection"
+            .into(),
     }
 }
 

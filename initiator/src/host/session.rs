@@ -21,6 +21,7 @@ use crate::host::controller::Controller;
 use crate::host::events::{self, KnownNamespaces};
 use crate::host::ns_identity::{self, NamespaceIds};
 use crate::host::options::ConnectOptions;
+use crate::transport::peer::{PeerMemory, Registration};
 
 /// Tries of one command on failing connections before it fails (an outage in between costs
 /// none: commands wait for a live path without trying).
@@ -295,6 +296,62 @@ impl Session {
         .await
     }
 
+    /// Reads `nlb` blocks straight into `mem` at `offset` (see `IoQueue::read_peer`) on I/O
+    /// queue `queue` of a live path. A retry on another path registers the memory with that
+    /// path's NIC.
+    pub async fn read_peer(
+        self: &Arc<Self>,
+        queue: usize,
+        nsid: u32,
+        slba: u64,
+        nlb: u32,
+        mem: &Arc<dyn PeerMemory>,
+        offset: usize,
+    ) -> Result<(), HostError> {
+        self.with_path(|ctrl| async move {
+            ctrl.io_queue(queue % ctrl.io_queue_count().max(1))?
+                .read_peer(nsid, slba, nlb, mem, offset)
+                .await
+        })
+        .await
+    }
+
+    /// Writes `nlb` blocks straight from `mem` at `offset` (see `IoQueue::write_peer`).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn write_peer(
+        self: &Arc<Self>,
+        queue: usize,
+        nsid: u32,
+        slba: u64,
+        nlb: u32,
+        mem: &Arc<dyn PeerMemory>,
+        offset: usize,
+        fua: bool,
+    ) -> Result<(), HostError> {
+        self.with_path(|ctrl| async move {
+            ctrl.io_queue(queue % ctrl.io_queue_count().max(1))?
+                .write_peer(nsid, slba, nlb, mem, offset, fua)
+                .await
+        })
+        .await
+    }
+
+    /// Registers `mem` with the NIC of I/O queue `queue` on a live path, giving how and the
+    /// NIC's name: a caller can try the memory before I/O and say which path runs. Other
+    /// paths (other NICs, maybe) register it on their first peer transfer.
+    pub async fn register_peer(
+        self: &Arc<Self>,
+        queue: usize,
+        mem: &Arc<dyn PeerMemory>,
+    ) -> Result<(Registration, String), HostError> {
+        self.with_path(|ctrl| async move {
+            let io = ctrl.io_queue(queue % ctrl.io_queue_count().max(1))?;
+            let how = io.register_peer(mem).await?;
+            Ok((how, io.nic().unwrap_or_default().to_string()))
+        })
+        .await
+    }
+
     pub async fn flush(self: &Arc<Self>, queue: usize, nsid: u32) -> Result<(), HostError> {
         self.with_path(|ctrl| async move {
             ctrl.io_queue(queue % ctrl.io_queue_count().max(1))?
@@ -545,6 +602,7 @@ impl Session {
 pub fn is_path_error(err: &HostError) -> bool {
     match err {
         HostError::Status { status, .. } => status.sct() == sct::PATH && !status.is_dnr(),
+        // The memory's, the GPU's or the NIC's limits, not the connection's.
         HostError::Invalid(_) | HostError::PeerMemory { .. } | HostError::Gpu(_) => false,
         HostError::Io { .. }
         | HostError::ConnectionClosed { .. }

@@ -3,24 +3,33 @@
 //! naming the command's slot in a buffer registered once at connect time, which the target
 //! RDMA-READs (writes) or RDMA-WRITEs (reads). Completions arrive by SEND into 16-byte
 //! receives. A driver task owns the queue pair; callers talk to it through a channel.
+//!
+//! Peer transfers (`submit_peer`) name caller memory instead of the slot: memory registered
+//! once on the queue's protection domain (a GPU's, by dma-buf or pointer, or the host's), so
+//! the data moves between the target and that memory without a copy.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex};
+use std::os::fd::AsRawFd;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use fabrik_proto::{Cqe, SglDescriptor, Sqe};
 use fabrik_rdma::{
-    self as verbs, Completion as Wc, EventChannel, QpSizes, QueuePair, SendOp, SendWr,
+    self as verbs, Completion as Wc, EventChannel, ForeignRegion, QpSizes, QueuePair, SendOp,
+    SendWr,
 };
 use tokio::sync::{mpsc, oneshot};
 
+use super::peer::{self, PeerMemory, Registration};
 use super::Completion;
 use crate::error::HostError;
 
 /// Data one command may move: each slot has this much registered memory.
 pub const SLOT_DATA: usize = 128 * 1024;
+/// Data one peer transfer may move: a keyed SGL's length field is 24 bits.
+pub const PEER_DATA_MAX: usize = (1 << 24) - 1;
 const SQE_LEN: usize = 64;
 const CQE_LEN: usize = 16;
 const WR_RECV: u64 = 1;
@@ -31,6 +40,16 @@ const WC_WR_FLUSH_ERR: u32 = 5;
 const RESOLVE_TIMEOUT_MS: i32 = 2000;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// What callers send the driver task.
+enum Message {
+    Command(Request),
+    /// Register peer memory on the queue's protection domain (if it is not yet).
+    Register {
+        mem: Arc<dyn PeerMemory>,
+        done: oneshot::Sender<Result<Registration, HostError>>,
+    },
+}
+
 struct Request {
     sqe: Sqe,
     data_out: Bytes,
@@ -38,7 +57,15 @@ struct Request {
     /// Where the data read lands (the caller's buffer), else a buffer of its own.
     into: Option<BytesMut>,
     sgl: SglChoice,
+    /// The data moves to or from this caller memory instead of the slot.
+    peer: Option<PeerTransfer>,
     done: oneshot::Sender<Result<Completion, HostError>>,
+}
+
+struct PeerTransfer {
+    mem: Arc<dyn PeerMemory>,
+    offset: usize,
+    len: usize,
 }
 
 /// How a command's SGL is built. Anything but `Auto` is for exercising a target with
@@ -58,7 +85,9 @@ pub enum SglChoice {
 /// One NVMe/RDMA queue. Dropping it disconnects.
 pub struct RdmaQueue {
     qid: u16,
-    requests: mpsc::UnboundedSender<Request>,
+    /// The device the queue runs on ("rxe0", "mlx5_2").
+    nic: String,
+    requests: mpsc::UnboundedSender<Message>,
     closed: Arc<Mutex<Option<HostError>>>,
     stop: mpsc::UnboundedSender<HostError>,
 }
@@ -123,6 +152,7 @@ impl RdmaQueue {
             )
             .map_err(io("queue pair for"))?;
         let layout = Layout { sizes };
+        let nic = qp.device_name();
         for slot in 0..slots as usize {
             qp.post_recv(wr_id(WR_RECV, slot), layout.cqe_off(slot), CQE_LEN)
                 .map_err(io("posting receives for"))?;
@@ -155,10 +185,13 @@ impl RdmaQueue {
             inflight: (0..slots).map(|_| None).collect(),
             waiting: VecDeque::new(),
             closed: closed.clone(),
+            nic: nic.clone(),
+            peers: HashMap::new(),
         };
         tokio::spawn(driver.run(rx, stop_rx));
         Ok(Ok(RdmaQueue {
             qid,
+            nic,
             requests,
             closed,
             stop,
@@ -167,6 +200,53 @@ impl RdmaQueue {
 
     pub fn qid(&self) -> u16 {
         self.qid
+    }
+
+    /// The name of the NIC the queue runs on ("rxe0", "mlx5_2").
+    pub fn nic(&self) -> &str {
+        &self.nic
+    }
+
+    /// Registers `mem` on the queue's protection domain, unless it is already: by dma-buf if
+    /// it exports one, else by pointer if that may work. The registration lasts as long as
+    /// the memory (it is dropped at a later registration or transfer after the memory is)
+    /// or the queue. It runs on the queue's driver task, which waits for it meanwhile.
+    pub async fn register(&self, mem: &Arc<dyn PeerMemory>) -> Result<Registration, HostError> {
+        self.check_open()?;
+        let (done, rx) = oneshot::channel();
+        let mem = mem.clone();
+        self.requests
+            .send(Message::Register { mem, done })
+            .map_err(|_| self.closed_error())?;
+        rx.await.unwrap_or_else(|_| Err(self.closed_error()))
+    }
+
+    /// Sends a command whose data, `len` bytes at `offset` in `mem`, moves straight between
+    /// the target and that memory (registered first if need be): to the target when
+    /// `host_to_target`, which must agree with the opcode. Nothing is copied either way; the
+    /// completion's data is empty. Callers keep `len` within MDTS and `PEER_DATA_MAX`.
+    pub async fn submit_peer(
+        &self,
+        sqe: Sqe,
+        mem: &Arc<dyn PeerMemory>,
+        offset: usize,
+        len: usize,
+        host_to_target: bool,
+    ) -> Result<Completion, HostError> {
+        peer::check_range(mem.as_ref(), offset, len)?;
+        if len > PEER_DATA_MAX {
+            return Err(HostError::Invalid(format!(
+                "a peer-memory transfer of {len} bytes: one keyed SGL names at most {PEER_DATA_MAX}"
+            )));
+        }
+        check_direction(&sqe, host_to_target)?;
+        let peer = PeerTransfer {
+            mem: mem.clone(),
+            offset,
+            len,
+        };
+        self.request(sqe, None, 0, None, SglChoice::Auto, Some(peer))
+            .await
     }
 
     /// Sends a command (its data by keyed SGL) and waits for its completion.
@@ -188,7 +268,7 @@ impl RdmaQueue {
         buf: BytesMut,
         len: usize,
     ) -> Result<Completion, HostError> {
-        self.request(sqe, None, len, Some(buf), SglChoice::Auto)
+        self.request(sqe, None, len, Some(buf), SglChoice::Auto, None)
             .await
     }
 
@@ -200,7 +280,8 @@ impl RdmaQueue {
         data_in_len: usize,
         sgl: SglChoice,
     ) -> Result<Completion, HostError> {
-        self.request(sqe, data_out, data_in_len, None, sgl).await
+        self.request(sqe, data_out, data_in_len, None, sgl, None)
+            .await
     }
 
     async fn request(
@@ -210,6 +291,7 @@ impl RdmaQueue {
         data_in_len: usize,
         into: Option<BytesMut>,
         sgl: SglChoice,
+        peer: Option<PeerTransfer>,
     ) -> Result<Completion, HostError> {
         let data_out = data_out.unwrap_or_default();
         if !data_out.is_empty() && data_in_len > 0 {
@@ -222,9 +304,7 @@ impl RdmaQueue {
                 "NVMe/RDMA transfers are limited to {SLOT_DATA} bytes per command"
             )));
         }
-        if let Some(err) = self.closed.lock().unwrap().clone() {
-            return Err(err);
-        }
+        self.check_open()?;
         let (done, rx) = oneshot::channel();
         let req = Request {
             sqe,
@@ -232,10 +312,20 @@ impl RdmaQueue {
             data_in_len,
             into,
             sgl,
+            peer,
             done,
         };
-        self.requests.send(req).map_err(|_| self.closed_error())?;
+        self.requests
+            .send(Message::Command(req))
+            .map_err(|_| self.closed_error())?;
         rx.await.unwrap_or_else(|_| Err(self.closed_error()))
+    }
+
+    fn check_open(&self) -> Result<(), HostError> {
+        match self.closed.lock().unwrap().clone() {
+            Some(err) => Err(err),
+            None => Ok(()),
+        }
     }
 
     fn closed_error(&self) -> HostError {
@@ -299,6 +389,81 @@ fn rejected(qid: u16, status: u16) -> HostError {
     }
 }
 
+/// A peer transfer must go the way the opcode moves data (bits 1:0: 01b host to controller,
+/// 10b controller to host), or the target would write into memory meant as a source.
+fn check_direction(sqe: &Sqe, host_to_target: bool) -> Result<(), HostError> {
+    let opcode_says = match sqe.opcode & 0b11 {
+        0b01 => Some(true),
+        0b10 => Some(false),
+        _ => None, // 00b: no data; 11b: both ways (Fabrics commands say theirs elsewhere)
+    };
+    match opcode_says {
+        Some(dir) if dir != host_to_target => Err(HostError::Invalid(format!(
+            "opcode {:02x}h moves data {}, not {}",
+            sqe.opcode,
+            direction_name(dir),
+            direction_name(host_to_target)
+        ))),
+        _ => Ok(()),
+    }
+}
+
+fn direction_name(host_to_target: bool) -> &'static str {
+    if host_to_target {
+        "to the target"
+    } else {
+        "from the target"
+    }
+}
+
+/// Registers `mem` on the protection domain of `qp`: by dma-buf first, then by pointer. The
+/// error lists each way tried and why it failed.
+/// # Safety
+/// The region is dropped before `qp`, and the memory stays allocated while the target may
+/// access it through the region.
+unsafe fn register_peer(
+    qp: &QueuePair,
+    mem: &dyn PeerMemory,
+) -> Result<(ForeignRegion, Registration), String> {
+    let pd = qp.pd();
+    if mem.is_empty() {
+        return Err("the allocation is empty".into());
+    }
+    let export = mem.export_dmabuf();
+    let exported = export.is_some();
+    let dmabuf = match export {
+        // The region keeps its own reference to the dma-buf: the fd is closed on return.
+        Some(Ok(fd)) => {
+            match ForeignRegion::register_dmabuf(pd, fd.as_raw_fd(), 0, mem.len(), mem.addr()) {
+                Ok(region) => return Ok((region, Registration::DmaBuf)),
+                Err(e) => format!("dma-buf: {e}"),
+            }
+        }
+        Some(Err(why)) => format!("dma-buf: export failed: {why}"),
+        None => "dma-buf: this memory has no dma-buf export".into(),
+    };
+    let mut tried = vec![dmabuf];
+    if mem.pointer_registrable() {
+        match ForeignRegion::register_pointer(pd, mem.addr(), mem.len()) {
+            Ok(region) => {
+                if exported {
+                    // Worth knowing: the memory has a dma-buf export, yet it did not serve.
+                    tracing::info!(nic = %qp.device_name(), "{}; registered by pointer instead", tried[0]);
+                }
+                return Ok((region, Registration::Pointer));
+            }
+            Err(e) => tried.push(format!("pointer: {e}")),
+        }
+    } else {
+        tried.push(
+            "pointer: this memory cannot be registered by pointer (GPU memory needs \
+             nvidia-peermem loaded)"
+                .into(),
+        );
+    }
+    Err(tried.join("; "))
+}
+
 fn wr_id(kind: u64, slot: usize) -> u64 {
     kind << 32 | slot as u64
 }
@@ -324,9 +489,33 @@ struct Pending {
     done: oneshot::Sender<Result<Completion, HostError>>,
     data_in_len: usize,
     into: Option<BytesMut>,
+    /// The peer memory the command's SGL names, kept alive until the target is done with it.
+    peer: Option<Arc<dyn PeerMemory>>,
+}
+
+/// Peer memory registered on the queue's protection domain.
+struct PeerRegion {
+    /// Every handle to the allocation seen so far, held weakly: the cache must not keep memory
+    /// alive. The region goes once all are gone (a command in flight holds its handle).
+    handles: Vec<Weak<dyn PeerMemory>>,
+    addr: u64,
+    len: usize,
+    region: ForeignRegion,
+    how: Registration,
+}
+
+impl PeerRegion {
+    /// Whether a handle to the memory is still alive (forgetting the dead ones).
+    fn in_use(&mut self) -> bool {
+        self.handles.retain(|h| h.strong_count() > 0);
+        !self.handles.is_empty()
+    }
 }
 
 struct Driver {
+    /// Registered peer memory by `PeerMemory::id`. First: fields drop in order, and the
+    /// regions must go before the queue pair (and its PD).
+    peers: HashMap<u64, PeerRegion>,
     qid: u16,
     qp: QueuePair,
     channel: EventChannel,
@@ -335,39 +524,56 @@ struct Driver {
     inflight: Vec<Option<Pending>>,
     waiting: VecDeque<Request>,
     closed: Arc<Mutex<Option<HostError>>>,
+    nic: String,
 }
 
 impl Driver {
     async fn run(
         mut self,
-        mut requests: mpsc::UnboundedReceiver<Request>,
+        mut requests: mpsc::UnboundedReceiver<Message>,
         mut stop: mpsc::UnboundedReceiver<HostError>,
     ) {
         let err = self.serve(&mut requests, &mut stop).await;
         *self.closed.lock().unwrap() = Some(err.clone());
+        // Peer memory of commands in flight stays allocated until the queue pair is gone:
+        // the target may still be writing into it.
+        let mut in_use = Vec::new();
         for p in self.inflight.iter_mut().filter_map(Option::take) {
+            in_use.extend(p.peer);
             let _ = p.done.send(Err(err.clone()));
         }
         for r in self.waiting.drain(..) {
             let _ = r.done.send(Err(err.clone()));
         }
         requests.close();
-        while let Ok(r) = requests.try_recv() {
-            let _ = r.done.send(Err(err.clone()));
+        while let Ok(m) = requests.try_recv() {
+            match m {
+                Message::Command(r) => {
+                    let _ = r.done.send(Err(err.clone()));
+                }
+                Message::Register { done, .. } => {
+                    let _ = done.send(Err(err.clone()));
+                }
+            }
         }
         self.qp.disconnect();
-        let Driver { qp, channel, .. } = self;
-        // The queue pair (and its cm_id) before the channel; rdma_destroy_id may block.
+        let Driver {
+            qp, channel, peers, ..
+        } = self;
+        // Peer regions before the queue pair (and its PD); the queue pair (and its cm_id)
+        // before the channel; rdma_destroy_id may block.
         let _ = tokio::task::spawn_blocking(move || {
+            drop(peers);
             drop(qp);
             drop(channel);
+            drop(in_use);
         })
         .await;
     }
 
     async fn serve(
         &mut self,
-        requests: &mut mpsc::UnboundedReceiver<Request>,
+        requests: &mut mpsc::UnboundedReceiver<Message>,
         stop: &mut mpsc::UnboundedReceiver<HostError>,
     ) -> HostError {
         let mut wcs = [Wc::default(); 32];
@@ -392,12 +598,14 @@ impl Driver {
                         return HostError::io(format!("queue {}: completion channel", self.qid), e);
                     }
                 }
-                req = requests.recv() => match req {
-                    Some(req) => {
-                        self.waiting.push_back(req);
-                        if let Err(e) = self.start_waiting() {
+                message = requests.recv() => match message {
+                    Some(Message::Command(req)) => {
+                        if let Err(e) = self.take(req) {
                             return e;
                         }
+                    }
+                    Some(Message::Register { mem, done }) => {
+                        let _ = done.send(self.register(&mem).map(|(how, _)| how));
                     }
                     None => return HostError::QueueClosed { qid: self.qid, reason: "the queue was dropped".into() },
                 },
@@ -411,6 +619,84 @@ impl Driver {
                 }
             }
         }
+    }
+
+    /// Queues a caller's command and sends what slots allow. A peer transfer's memory is
+    /// registered first; if that fails, only this command fails.
+    fn take(&mut self, mut req: Request) -> Result<(), HostError> {
+        if let Some(p) = &req.peer {
+            match self.register(&p.mem) {
+                Ok((_, rkey)) => {
+                    req.sgl = SglChoice::Exact(SglDescriptor::KeyedDataBlock {
+                        address: p.mem.addr() + p.offset as u64,
+                        length: p.len as u32,
+                        key: rkey,
+                        invalidate: false,
+                    })
+                }
+                Err(e) => {
+                    let _ = req.done.send(Err(e));
+                    return Ok(());
+                }
+            }
+        }
+        self.waiting.push_back(req);
+        self.start_waiting()
+    }
+
+    /// The registration of `mem` and its rkey: cached, else made now. Regions of memory that
+    /// is gone are deregistered first.
+    fn register(&mut self, mem: &Arc<dyn PeerMemory>) -> Result<(Registration, u32), HostError> {
+        self.peers.retain(|_, r| r.in_use());
+        if let Some(r) = self.peers.get_mut(&mem.id()) {
+            // Another live allocation under the same id: a broken `id()`. Replacing the region
+            // would break the commands in flight on the first one.
+            if (r.addr, r.len) != (mem.addr(), mem.len()) {
+                return Err(HostError::Invalid(format!(
+                    "peer memory id {} names two live allocations ({} bytes at {:#x}, {} at {:#x})",
+                    mem.id(),
+                    r.len,
+                    r.addr,
+                    mem.len(),
+                    mem.addr()
+                )));
+            }
+            // Another handle to the same allocation keeps the region as well.
+            if !r
+                .handles
+                .iter()
+                .any(|h| std::ptr::addr_eq(h.as_ptr(), Arc::as_ptr(mem)))
+            {
+                r.handles.push(Arc::downgrade(mem));
+            }
+            return Ok((r.how.clone(), r.region.rkey()));
+        }
+        // SAFETY: the region goes into `peers`, which is dropped before the queue pair (see
+        // `run`); a command using the memory holds it (`Pending::peer`) until it completes.
+        let (region, how) = unsafe { register_peer(&self.qp, mem.as_ref()) }.map_err(|reason| {
+            HostError::PeerMemory {
+                nic: self.nic.clone(),
+                reason,
+            }
+        })?;
+        tracing::debug!(
+            qid = self.qid,
+            nic = %self.nic,
+            id = mem.id(),
+            len = mem.len(),
+            %how,
+            "peer memory registered"
+        );
+        let rkey = region.rkey();
+        let entry = PeerRegion {
+            handles: vec![Arc::downgrade(mem)],
+            addr: mem.addr(),
+            len: mem.len(),
+            region,
+            how: how.clone(),
+        };
+        self.peers.insert(mem.id(), entry);
+        Ok((how, rkey))
     }
 
     /// Sends waiting commands while slots are free.
@@ -454,6 +740,7 @@ impl Driver {
                 done: req.done,
                 data_in_len: req.data_in_len,
                 into: req.into,
+                peer: req.peer.map(|p| p.mem),
             });
             let wr = SendWr {
                 wr_id: wr_id(WR_SEND, slot),
@@ -512,5 +799,31 @@ impl Driver {
         let _ = p.done.send(Ok(Completion { cqe, data }));
         self.free.push(cid as u16);
         self.start_waiting()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fabrik_proto::nvme::{admin_opcode, io_opcode};
+
+    #[test]
+    fn peer_transfers_go_the_way_the_opcode_moves_data() {
+        let sqe = |opcode| Sqe {
+            opcode,
+            ..Sqe::default()
+        };
+        assert!(check_direction(&sqe(io_opcode::READ), false).is_ok());
+        assert!(check_direction(&sqe(io_opcode::WRITE), true).is_ok());
+        assert!(check_direction(&sqe(admin_opcode::FABRICS), true).is_ok());
+        let err = check_direction(&sqe(io_opcode::READ), true).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid request: opcode 02h moves data from the target, not to the target"
+        );
+        assert!(matches!(
+            check_direction(&sqe(io_opcode::WRITE), false),
+            Err(HostError::Invalid(_))
+        ));
     }
 }
