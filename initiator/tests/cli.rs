@@ -246,7 +246,14 @@ async fn refusals_are_clear() {
             "not a multiple of the 4096-byte blocks",
         ),
         (vec!["--size", "1g"], "the smallest has"),
-        (vec!["--mem", "gpu"], "only host memory"),
+        (
+            vec!["--mem", "gpu"],
+            "no NVIDIA driver found: GPU memory unavailable",
+        ),
+        (
+            vec!["--mem", "tpu"],
+            "host, gpu, gpu:N (CUDA device N) or emulated-gpu",
+        ),
         (vec!["--rw", "sideways"], "unknown --rw"),
         (vec!["--rw", "read", "--verify"], "say how much with --size"),
         (vec!["-w", "192.0.2.1"], "not an address of this host"),

@@ -257,16 +257,16 @@ async fn bench_verifies_what_landed_in_gpu_memory() {
 #[test]
 fn no_driver_is_an_error_not_a_panic() {
     // This machine has no NVIDIA driver (CI); where one is, GPU 4096 does not exist.
-    let err = Gpu::open(4096).err().expect("no GPU 4096");
+    let err = Gpu::open(4096).expect_err("no GPU 4096");
     if !cuda::driver_present() {
         assert_eq!(err.0, cuda::NO_DRIVER);
-        let err = Memory::parse("gpu").err().expect("no GPU here");
+        let err = Memory::parse("gpu").expect_err("no GPU here");
         assert_eq!(err, format!("--mem gpu: {}", cuda::NO_DRIVER));
     } else {
         assert!(err.0.contains("no GPU 4096"), "{err}");
     }
     assert!(matches!(Memory::parse("host"), Ok(Memory::Host)));
     assert!(matches!(Memory::parse("emulated-gpu"), Ok(Memory::Gpu(_))));
-    let err = Memory::parse("gpu:x").err().expect("bad index");
+    let err = Memory::parse("gpu:x").expect_err("bad index");
     assert!(err.contains("gpu:N"), "{err}");
 }

@@ -100,7 +100,7 @@ impl std::fmt::Debug for Memory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Memory::Host => write!(f, "host"),
-            Memory::Gpu(gpu) => write!(f, "{}", gpu.identity()),
+            Memory::Gpu(gpu) => write!(f, "{gpu:?}"),
         }
     }
 }

@@ -37,6 +37,12 @@ pub struct Gpu {
     driver: Arc<dyn GpuDriver>,
 }
 
+impl std::fmt::Debug for Gpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.identity())
+    }
+}
+
 impl Gpu {
     /// Opens CUDA device `index`. Without the NVIDIA driver: `cuda::NO_DRIVER`.
     pub fn open(index: usize) -> Result<Gpu, GpuError> {
@@ -161,6 +167,8 @@ impl PeerMemory for GpuBuffer {
     fn addr(&self) -> u64 {
         self.ptr
     }
+    // A NIC registers the whole allocation (whole GPU pages), not only the `len` asked for.
+    #[allow(clippy::misnamed_getters)]
     fn len(&self) -> usize {
         self.allocated
     }
