@@ -14,6 +14,7 @@ use common::*;
 use fabrik_initiator::bench::{self, Drive, Memory, Progress, Rw, Spec, VerifySpec};
 use fabrik_initiator::gpu::emulated::EmulatedGpu;
 use fabrik_initiator::gpu::mover::{DataPath, GpuMover, Staging};
+use fabrik_initiator::gpu::pipeline::ReadPipeline;
 use fabrik_initiator::gpu::{cuda, Gpu};
 use fabrik_initiator::host::session::{RecoveryPolicy, Session};
 use fabrik_initiator::{Controller, HostError};
@@ -166,6 +167,68 @@ async fn transfers_outside_the_gpu_buffer_are_refused() {
         .await
         .expect("a read that fits");
     mover.finish().await.expect("finish");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_read_pipeline_copies_whole_halves_and_reuses_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = start(config(dir.path(), BackendKind::Ram, 1, 64 * MIB)).await;
+    let s = session(&target, 0).await;
+    let lba = lba_size(&s).await;
+    let unit = 16 * lba;
+    // 60 distinct units on the drive, each its own random data.
+    let data = random_data(60 * unit, 21);
+    s.write(0, 1, 0, data.clone(), false).await.expect("write");
+
+    let (driver, gpu) = slow_gpu(Duration::from_millis(1));
+    let per_half = 4;
+    let buffer = gpu
+        .alloc(ReadPipeline::region_len(unit, per_half))
+        .expect("alloc");
+    let pipeline = ReadPipeline::new(driver.clone(), buffer.ptr(), unit, per_half).expect("new");
+    let copies_before = driver.copies();
+    // Three readers, 20 units each: the 8 slots are reused 7 times over.
+    let order = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for reader in 0..3usize {
+        let (s, pipeline, order) = (s.clone(), pipeline.clone(), order.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut landed = Vec::new();
+            for i in 0..20 {
+                let unit_index = reader * 20 + i;
+                let mut slot = pipeline.slot().await.expect("slot");
+                let seq = order.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                let slba = (unit_index * unit / lba) as u64;
+                s.read_to(reader, 1, slba, (unit / lba) as u32, slot.target())
+                    .await
+                    .expect("read");
+                slot.received().expect("received");
+                landed.push((slot.device_offset(), seq, unit_index));
+            }
+            landed
+        }));
+    }
+    let mut last = std::collections::HashMap::new();
+    for t in tasks {
+        for (offset, seq, unit_index) in t.await.unwrap() {
+            let e = last.entry(offset).or_insert((seq, unit_index));
+            if seq > e.0 {
+                *e = (seq, unit_index);
+            }
+        }
+    }
+    pipeline.finish().await.expect("finish");
+    assert_eq!(last.len(), 2 * per_half, "every slot used");
+    // Whole halves go over: 60 reads of 4-slot halves are 15 copies (not 60).
+    assert_eq!(driver.copies() - copies_before, 15);
+    for (offset, (_, unit_index)) in last {
+        let mut got = vec![0u8; unit];
+        buffer.copy_to_host(offset, &mut got).expect("copy back");
+        let want = &data[unit_index * unit..(unit_index + 1) * unit];
+        assert_same_data(&got, want, &format!("slot at {offset}, unit {unit_index}"));
+    }
+    drop(pipeline);
+    assert_eq!(driver.pinned_bytes(), 0, "the arena is unpinned");
 }
 
 async fn bench(drives: &[Drive], spec: Spec) -> bench::Report {

@@ -12,8 +12,13 @@ use super::layout::Layout;
 use super::pattern::{self, drive_tag};
 use super::report::{self, new_histogram, MemoryReport, Report, VerifyReport};
 use super::{BenchError, Drive, Memory, PhaseState, Progress, Rw, Spec};
-use crate::gpu::mover::{GpuMover, Staging};
+use crate::error::HostError;
+use crate::gpu::mover::{DataPath, GpuMover, Staging};
+use crate::gpu::pipeline::ReadPipeline;
 use crate::gpu::GpuBuffer;
+
+/// Staged reads go to the GPU in copies of about this much (see `gpu::pipeline`).
+const GPU_COPY_BYTES: usize = 2 << 20;
 
 /// Bad blocks listed by name in the report; the rest are counted.
 const LISTED_ERRORS: usize = 10;
@@ -45,9 +50,14 @@ pub async fn run(
     let gpu = match &spec.memory {
         Memory::Host => None,
         Memory::Gpu(gpu) => {
-            // Each I/O loop reads into and writes from its own `bs` bytes of one allocation
-            // (one registration per queue on the peer-to-peer path).
-            let len = spec.threads * spec.iodepth as usize * spec.bs as usize;
+            // One allocation (one registration per queue on the peer-to-peer path): first each
+            // worker's region for staged reads (see `gpu::pipeline`), then each I/O loop's own
+            // `bs` bytes for its writes and peer-to-peer reads.
+            let bs = spec.bs as usize;
+            let per_half = ReadPipeline::slots_per_half(bs, spec.iodepth as usize, GPU_COPY_BYTES);
+            let read_region = ReadPipeline::region_len(bs, per_half);
+            let loops_base = spec.threads * read_region;
+            let len = loops_base + spec.threads * spec.iodepth as usize * bs;
             let buffer = gpu.alloc(len).map_err(|e| {
                 BenchError::Invalid(format!(
                     "allocating {} of memory on {}: {e}",
@@ -57,6 +67,9 @@ pub async fn run(
             })?;
             Some(GpuState {
                 buffer,
+                per_half,
+                read_region,
+                loops_base,
                 paths: Mutex::default(),
             })
         }
@@ -206,6 +219,11 @@ struct Context {
 /// The GPU memory of a run and the paths its queues took.
 struct GpuState {
     buffer: Arc<GpuBuffer>,
+    /// Staged reads: slots per pipeline half, and each worker's region.
+    per_half: usize,
+    read_region: usize,
+    /// Where the I/O loops' own regions start.
+    loops_base: usize,
     /// (path name, description) of every queue.
     paths: Mutex<std::collections::BTreeSet<(String, String)>>,
 }
@@ -299,6 +317,24 @@ async fn phase(ctx: &Arc<Context>, phase: Phase) -> Result<Measured, BenchError>
     let first_error: Arc<Mutex<Option<BenchError>>> = Arc::new(Mutex::new(None));
     let started = Instant::now();
     let deadline = time.map(|t| started + t);
+    // Staged reads into GPU memory: one pipeline per worker.
+    let mut pipelines = Vec::new();
+    if let (Some(g), true) = (&ctx.gpu, rw.reads()) {
+        for worker in 0..spec.threads {
+            let device = g.buffer.ptr() + (worker * g.read_region) as u64;
+            let pipeline = ReadPipeline::new(
+                g.buffer.driver().clone(),
+                device,
+                spec.bs as usize,
+                g.per_half,
+            )
+            .map_err(|e| BenchError::Io {
+                path: g.buffer.identity().to_string(),
+                error: HostError::Gpu(e.0),
+            })?;
+            pipelines.push(pipeline);
+        }
+    }
     let mut loops = Vec::new();
     for worker in 0..spec.threads {
         // Sequential: each worker walks its own slice. Random: anywhere, a worker's share of
@@ -324,6 +360,7 @@ async fn phase(ctx: &Arc<Context>, phase: Phase) -> Result<Measured, BenchError>
                 phase,
                 worker,
                 slot,
+                pipeline: pipelines.get(worker).cloned(),
                 slice: slice.clone(),
                 remaining: remaining.clone(),
                 cursor: cursor.clone(),
@@ -368,6 +405,16 @@ async fn phase(ctx: &Arc<Context>, phase: Phase) -> Result<Measured, BenchError>
             }
         }
     }
+    for p in &pipelines {
+        // The phase ends when its data is in the GPU.
+        if let Err(e) = p.finish().await {
+            let mut first = first_error.lock().unwrap();
+            first.get_or_insert(BenchError::Io {
+                path: "GPU".into(),
+                error: HostError::Gpu(e.0),
+            });
+        }
+    }
     measured.wall = started.elapsed();
     if let Some(err) = first_error.lock().unwrap().take() {
         return Err(err);
@@ -382,6 +429,8 @@ struct IoLoop {
     phase: Phase,
     worker: usize,
     slot: u32,
+    /// The worker's staged-read pipeline (GPU memory).
+    pipeline: Option<Arc<ReadPipeline>>,
     slice: std::ops::Range<u64>,
     remaining: Arc<AtomicI64>,
     cursor: Arc<AtomicU64>,
@@ -404,7 +453,8 @@ impl IoLoop {
         // One buffer per loop, reused by every read: data lands in memory already mapped.
         let mut read_buf = BytesMut::with_capacity(spec.bs as usize);
         // GPU memory: the loop's own `bs` bytes of the run's allocation.
-        let gpu_offset = (self.worker * spec.iodepth as usize + self.slot as usize) * bs as usize;
+        let gpu_offset = ctx.gpu.as_ref().map_or(0, |g| g.loops_base)
+            + (self.worker * spec.iodepth as usize + self.slot as usize) * bs as usize;
         let mut mover = ctx.gpu.as_ref().map(|g| {
             let staging = Staging {
                 buffers: 2,
@@ -443,24 +493,50 @@ impl IoLoop {
                 });
                 let t0 = Instant::now();
                 if let Some(m) = mover.as_mut() {
-                    m.read(
-                        &drive.session,
-                        self.worker,
-                        drive.nsid,
-                        slba,
-                        nlb,
-                        gpu_offset,
-                    )
-                    .await
-                    .map_err(|e| io_error(drive, e))?;
-                    record(&mut result.reads, t0);
+                    let io = |e| io_error(drive, e);
+                    let staged = match (&self.pipeline, m.path(&drive.session, self.worker).await) {
+                        (_, Err(e)) => return Err(io(e)),
+                        (Some(p), Ok(DataPath::Staged { .. })) => Some(p.clone()),
+                        _ => None,
+                    };
+                    let landed = match staged {
+                        // Received into a slot of the worker's pipeline, copied with others.
+                        Some(pipeline) => {
+                            let gpu_error = |e: crate::gpu::GpuError| io(HostError::Gpu(e.0));
+                            let mut slot = pipeline.slot().await.map_err(gpu_error)?;
+                            let t0 = Instant::now();
+                            drive
+                                .session
+                                .read_to(self.worker, drive.nsid, slba, nlb, slot.target())
+                                .await
+                                .map_err(io)?;
+                            record(&mut result.reads, t0);
+                            slot.received().map_err(gpu_error)?;
+                            if check.is_some() {
+                                slot.landed().await.map_err(gpu_error)?;
+                            }
+                            let region = ctx.gpu.as_ref().map_or(0, |g| g.read_region);
+                            (self.worker * region + slot.device_offset(), Some(slot))
+                        }
+                        None => {
+                            m.read(
+                                &drive.session,
+                                self.worker,
+                                drive.nsid,
+                                slba,
+                                nlb,
+                                gpu_offset,
+                            )
+                            .await
+                            .map_err(io)?;
+                            record(&mut result.reads, t0);
+                            (gpu_offset, None)
+                        }
+                    };
                     result.read_bytes += bs;
                     if let Some(v) = check {
-                        // What landed in the GPU, copied back.
-                        let data = m
-                            .download(gpu_offset, bs as usize)
-                            .await
-                            .map_err(|e| io_error(drive, e))?;
+                        // What landed in the GPU, copied back (the slot is held meanwhile).
+                        let data = m.download(landed.0, bs as usize).await.map_err(io)?;
                         v.check(drive, d, slba, &data);
                     }
                 } else {

@@ -16,6 +16,7 @@ pub mod driver;
 pub mod emulated;
 pub mod extent;
 pub mod mover;
+pub mod pipeline;
 pub mod staged;
 
 use std::os::fd::OwnedFd;
@@ -105,6 +106,10 @@ impl GpuBuffer {
 
     pub fn identity(&self) -> &GpuIdentity {
         self.driver.identity()
+    }
+
+    pub fn driver(&self) -> &Arc<dyn GpuDriver> {
+        &self.driver
     }
 
     fn check_range(&self, offset: usize, len: usize) -> Result<(), GpuError> {

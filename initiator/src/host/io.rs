@@ -16,6 +16,7 @@ use crate::error::HostError;
 use crate::host::controller::Controller;
 use crate::host::queue::Queue;
 use crate::transport::peer::{self, PeerMemory, Registration};
+use crate::transport::target::RecvTarget;
 use crate::transport::Completion;
 
 /// Most blocks one Read/Write/Write Zeroes can name (NLB is 16 bits, 0's based).
@@ -243,6 +244,40 @@ impl<'a> IoQueue<'a> {
         Ok(data
             .try_into_mut()
             .unwrap_or_else(|shared| BytesMut::from(&shared[..])))
+    }
+
+    /// Reads `nlb` blocks from `slba` into `target` (exactly their size), received in place;
+    /// split into several commands like `read`.
+    pub async fn read_to(
+        &self,
+        nsid: u32,
+        slba: u64,
+        nlb: u32,
+        target: &RecvTarget,
+    ) -> Result<(), HostError> {
+        let lba_size = self.ctrl.lba_size(nsid).await?;
+        if nlb == 0 || nlb as usize * lba_size as usize != target.len() {
+            return Err(HostError::Invalid(format!(
+                "a read of {nlb} blocks into a {}-byte target",
+                target.len()
+            )));
+        }
+        let step = self.blocks_per_command(lba_size);
+        let mut done = 0;
+        while done < nlb {
+            let count = step.min(nlb - done);
+            let command = IoCommand::Read {
+                nsid,
+                slba: slba + done as u64,
+                nlb: count,
+                fua: false,
+            };
+            let at = done as usize * lba_size as usize;
+            let part = target.part(at, count as usize * lba_size as usize);
+            self.queue.submit_to(command.to_sqe(0), part).await?;
+            done += count;
+        }
+        Ok(())
     }
 
     /// Writes `data`, a whole number of blocks, at `slba`.

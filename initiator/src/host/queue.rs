@@ -15,6 +15,7 @@ use crate::error::HostError;
 use crate::transport::peer::{PeerMemory, Registration};
 #[cfg(feature = "rdma")]
 use crate::transport::rdma::RdmaQueue;
+use crate::transport::target::RecvTarget;
 use crate::transport::{Completion, TcpQueue, TcpQueueConfig};
 
 /// In-capsule data limit of the admin queue (`NVME_TCP_ADMIN_CCSZ`, NVMEOF-FACTS 1.6).
@@ -183,6 +184,19 @@ impl Queue {
                 TransportQueue::Tcp(t) => t.submit_into(sqe, buf, len).await,
                 #[cfg(feature = "rdma")]
                 TransportQueue::Rdma(r) => r.submit_into(sqe, buf, len).await,
+            }
+        };
+        self.timed(sqe, submit).await
+    }
+
+    /// As `submit`, for a command reading `target.len()` bytes into `target` (see
+    /// `TcpQueue::submit_to`).
+    pub async fn submit_to(&self, sqe: Sqe, target: RecvTarget) -> Result<Completion, HostError> {
+        let submit = async {
+            match &self.transport {
+                TransportQueue::Tcp(t) => t.submit_to(sqe, target).await,
+                #[cfg(feature = "rdma")]
+                TransportQueue::Rdma(r) => r.submit_to(sqe, target).await,
             }
         };
         self.timed(sqe, submit).await

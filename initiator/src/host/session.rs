@@ -22,6 +22,7 @@ use crate::host::events::{self, KnownNamespaces};
 use crate::host::ns_identity::{self, NamespaceIds};
 use crate::host::options::ConnectOptions;
 use crate::transport::peer::{PeerMemory, Registration};
+use crate::transport::target::RecvTarget;
 
 /// Tries of one command on failing connections before it fails (an outage in between costs
 /// none: commands wait for a live path without trying).
@@ -273,6 +274,24 @@ impl Session {
                     .read_into(nsid, slba, nlb, buf)
                     .await
             }
+        })
+        .await
+    }
+
+    /// As `read`, into `target` (see `IoQueue::read_to`). A retry receives into the same
+    /// target again.
+    pub async fn read_to(
+        self: &Arc<Self>,
+        queue: usize,
+        nsid: u32,
+        slba: u64,
+        nlb: u32,
+        target: &RecvTarget,
+    ) -> Result<(), HostError> {
+        self.with_path(|ctrl| async move {
+            ctrl.io_queue(queue % ctrl.io_queue_count().max(1))?
+                .read_to(nsid, slba, nlb, target)
+                .await
         })
         .await
     }

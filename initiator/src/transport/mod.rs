@@ -4,6 +4,7 @@
 pub mod peer;
 #[cfg(feature = "rdma")]
 pub mod rdma;
+pub mod target;
 pub mod tcp;
 
 pub use tcp::{Completion, TcpQueue, TcpQueueConfig};

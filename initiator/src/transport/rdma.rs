@@ -25,6 +25,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::peer::{self, PeerMemory, Registration};
 use super::Completion;
 use crate::error::HostError;
+use crate::transport::target::RecvTarget;
 
 /// Data one command may move: each slot has this much registered memory.
 pub const SLOT_DATA: usize = 128 * 1024;
@@ -50,12 +51,18 @@ enum Message {
     },
 }
 
+/// The caller's place for a read's data.
+enum Into {
+    Buffer(BytesMut),
+    Target(RecvTarget),
+}
+
 struct Request {
     sqe: Sqe,
     data_out: Bytes,
     data_in_len: usize,
-    /// Where the data read lands (the caller's buffer), else a buffer of its own.
-    into: Option<BytesMut>,
+    /// Where the data read lands (the caller's buffer or memory), else a buffer of its own.
+    into: Option<Into>,
     sgl: SglChoice,
     /// The data moves to or from this caller memory instead of the slot.
     peer: Option<PeerTransfer>,
@@ -268,8 +275,30 @@ impl RdmaQueue {
         buf: BytesMut,
         len: usize,
     ) -> Result<Completion, HostError> {
-        self.request(sqe, None, len, Some(buf), SglChoice::Auto, None)
-            .await
+        self.request(
+            sqe,
+            None,
+            len,
+            Some(Into::Buffer(buf)),
+            SglChoice::Auto,
+            None,
+        )
+        .await
+    }
+
+    /// Sends a command that reads `target.len()` bytes into `target` (copied once from the
+    /// registered buffer); the completion's data is empty.
+    pub async fn submit_to(&self, sqe: Sqe, target: RecvTarget) -> Result<Completion, HostError> {
+        let len = target.len();
+        self.request(
+            sqe,
+            None,
+            len,
+            Some(Into::Target(target)),
+            SglChoice::Auto,
+            None,
+        )
+        .await
     }
 
     /// As `submit`, with the SGL built as `sgl` says.
@@ -289,7 +318,7 @@ impl RdmaQueue {
         sqe: Sqe,
         data_out: Option<Bytes>,
         data_in_len: usize,
-        into: Option<BytesMut>,
+        into: Option<Into>,
         sgl: SglChoice,
         peer: Option<PeerTransfer>,
     ) -> Result<Completion, HostError> {
@@ -488,7 +517,7 @@ impl Layout {
 struct Pending {
     done: oneshot::Sender<Result<Completion, HostError>>,
     data_in_len: usize,
-    into: Option<BytesMut>,
+    into: Option<Into>,
     /// The peer memory the command's SGL names, kept alive until the target is done with it.
     peer: Option<Arc<dyn PeerMemory>>,
 }
@@ -789,10 +818,14 @@ impl Driver {
         // SAFETY: the target RDMA-WROTE the data before its response SEND, which completed.
         let received = unsafe { region.slice(self.layout.data_off(cid), p.data_in_len) };
         let data = match p.into {
-            Some(mut buf) => {
+            Some(Into::Buffer(mut buf)) => {
                 buf.clear();
                 buf.extend_from_slice(received);
                 buf.freeze()
+            }
+            Some(Into::Target(target)) => {
+                target.write_at(0, received);
+                Bytes::new()
             }
             None => Bytes::copy_from_slice(received),
         };

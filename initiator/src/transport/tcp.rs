@@ -29,6 +29,7 @@ use tokio::task::AbortHandle;
 
 use self::data_in::DataIn;
 use crate::error::HostError;
+use crate::transport::target::RecvTarget;
 
 /// Bytes asked of the socket per read call.
 const READ_CHUNK: usize = 256 * 1024;
@@ -268,6 +269,14 @@ impl TcpQueue {
         len: usize,
     ) -> Result<Completion, HostError> {
         self.submit_with(sqe, None, DataIn::into_buffer(buf), len, 0)
+            .await
+    }
+
+    /// Sends a command that reads `target.len()` bytes into `target`: the payload is received
+    /// straight into that memory; the completion's data is empty.
+    pub async fn submit_to(&self, sqe: Sqe, target: RecvTarget) -> Result<Completion, HostError> {
+        let len = target.len();
+        self.submit_with(sqe, None, DataIn::into_target(target), len, 0)
             .await
     }
 

@@ -1,9 +1,12 @@
 //! A read's data as its C2HData PDUs arrive. Without a buffer of the caller's, data that came in
 //! one PDU is kept where the receive buffer has it (no copy, no allocation of its own); data in
-//! several PDUs is gathered into one buffer. With the caller's buffer (or once the payload is
-//! received straight from the socket), data goes into that buffer.
+//! several PDUs is gathered into one buffer. With the caller's buffer or receive target (or once
+//! the payload is received straight from the socket), data goes there.
 
-use bytes::{Bytes, BytesMut};
+use bytes::buf::UninitSlice;
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::transport::target::RecvTarget;
 
 #[derive(Default)]
 pub(super) enum DataIn {
@@ -11,6 +14,17 @@ pub(super) enum DataIn {
     Empty,
     One(Bytes),
     Buffer(BytesMut),
+    /// The caller's memory, `filled` bytes received so far.
+    Target {
+        target: RecvTarget,
+        filled: usize,
+    },
+}
+
+/// Where a directly received payload goes, lent out of its command meanwhile.
+pub(super) enum Lent {
+    Buffer(BytesMut),
+    Target { target: RecvTarget, filled: usize },
 }
 
 impl DataIn {
@@ -20,30 +34,40 @@ impl DataIn {
         DataIn::Buffer(buf)
     }
 
+    pub(super) fn into_target(target: RecvTarget) -> DataIn {
+        DataIn::Target { target, filled: 0 }
+    }
+
     pub(super) fn len(&self) -> usize {
         match self {
             DataIn::Empty => 0,
             DataIn::One(b) => b.len(),
             DataIn::Buffer(b) => b.len(),
+            DataIn::Target { filled, .. } => *filled,
         }
     }
 
-    /// Appends `data`; `total` is the transfer's length (the gathering buffer's size).
+    /// Appends `data`; `total` is the transfer's length (the gathering buffer's size). The
+    /// caller checked that it fits.
     pub(super) fn push(&mut self, data: Bytes, total: usize) {
         match self {
             DataIn::Empty => *self = DataIn::One(data),
             DataIn::Buffer(buf) => buf.extend_from_slice(&data),
+            DataIn::Target { target, filled } => {
+                target.write_at(*filled, &data);
+                *filled += data.len();
+            }
             DataIn::One(_) => {
                 let mut buf = self.take_buffer(total);
-                buf.extend_from_slice(&data);
-                *self = DataIn::Buffer(buf);
+                buf.put_slice(&data);
+                *self = buf.into();
             }
         }
     }
 
-    /// The buffer to receive into, with room for `total` bytes and what arrived so far at its
-    /// front; `self` is left empty until the buffer is put back (`DataIn::Buffer`).
-    pub(super) fn take_buffer(&mut self, total: usize) -> BytesMut {
+    /// Where to receive into, with room for `total` bytes and what arrived so far at its front;
+    /// `self` is left empty until it is put back (`Lent::into`).
+    pub(super) fn take_buffer(&mut self, total: usize) -> Lent {
         let mut buf = match std::mem::take(self) {
             DataIn::Empty => BytesMut::new(),
             DataIn::One(first) => {
@@ -52,16 +76,83 @@ impl DataIn {
                 buf
             }
             DataIn::Buffer(buf) => buf,
+            DataIn::Target { target, filled } => return Lent::Target { target, filled },
         };
         buf.reserve(total.saturating_sub(buf.len()));
-        buf
+        Lent::Buffer(buf)
     }
 
+    /// The data as the completion carries it (empty for a receive target: the data is there).
     pub(super) fn freeze(self) -> Bytes {
         match self {
-            DataIn::Empty => Bytes::new(),
+            DataIn::Empty | DataIn::Target { .. } => Bytes::new(),
             DataIn::One(b) => b,
             DataIn::Buffer(b) => b.freeze(),
+        }
+    }
+}
+
+impl From<Lent> for DataIn {
+    fn from(lent: Lent) -> DataIn {
+        match lent {
+            Lent::Buffer(b) => DataIn::Buffer(b),
+            Lent::Target { target, filled } => DataIn::Target { target, filled },
+        }
+    }
+}
+
+impl Lent {
+    pub(super) fn len(&self) -> usize {
+        match self {
+            Lent::Buffer(b) => b.len(),
+            Lent::Target { filled, .. } => *filled,
+        }
+    }
+
+    /// What was received so far.
+    pub(super) fn filled(&self) -> &[u8] {
+        match self {
+            Lent::Buffer(b) => b,
+            Lent::Target { target, filled } => target.filled(*filled),
+        }
+    }
+}
+
+// SAFETY: chunk_mut hands out the unwritten rest of the buffer or target, advance_mut moves the
+// filled mark within it.
+unsafe impl BufMut for Lent {
+    fn remaining_mut(&self) -> usize {
+        match self {
+            Lent::Buffer(b) => b.remaining_mut(),
+            Lent::Target { target, filled } => target.len() - *filled,
+        }
+    }
+
+    unsafe fn advance_mut(&mut self, cnt: usize) {
+        match self {
+            Lent::Buffer(b) => b.advance_mut(cnt),
+            Lent::Target { target, filled } => {
+                assert!(
+                    *filled + cnt <= target.len(),
+                    "advance past the receive target"
+                );
+                *filled += cnt;
+            }
+        }
+    }
+
+    fn chunk_mut(&mut self) -> &mut UninitSlice {
+        match self {
+            Lent::Buffer(b) => b.chunk_mut(),
+            Lent::Target { target, filled } => {
+                // SAFETY: the unfilled rest of the target, which only this command writes.
+                unsafe {
+                    UninitSlice::from_raw_parts_mut(
+                        target.ptr().add(*filled),
+                        target.len() - *filled,
+                    )
+                }
+            }
         }
     }
 }
@@ -95,9 +186,9 @@ mod tests {
         assert_eq!(data.len(), 0, "cleared");
         data.push(Bytes::from_static(b"abc"), 6);
         let mut taken = data.take_buffer(6);
-        assert_eq!(&taken[..], b"abc");
-        taken.extend_from_slice(b"def");
-        let data = DataIn::Buffer(taken);
+        assert_eq!(taken.filled(), b"abc");
+        taken.put_slice(b"def");
+        let data = DataIn::from(taken);
         let back = data.freeze().try_into_mut().expect("unique");
         assert_eq!(&back[..], b"abcdef");
         assert_eq!(back.as_ptr(), at, "the same memory, no copy");

@@ -13,6 +13,7 @@ use fabrik_proto::tcp::{
 use fabrik_proto::{Cqe, Status};
 use tokio::io::{AsyncRead, AsyncReadExt};
 
+use super::data_in::Lent;
 use super::{bad_pdu, describe, InFlight, Shared, State, READ_CHUNK};
 use crate::error::HostError;
 
@@ -139,7 +140,7 @@ async fn receive_direct<R: AsyncRead + Unpin>(
     let mut dest = shared.begin_c2h_data(cccid, datao, len, last, success)?;
     let start = dest.len();
     let buffered = buf.len().min(len);
-    dest.extend_from_slice(&buf[..buffered]);
+    dest.put_slice(&buf[..buffered]);
     buf.advance(buffered);
     while dest.len() < start + len {
         let rest = start + len - dest.len();
@@ -155,7 +156,7 @@ async fn receive_direct<R: AsyncRead + Unpin>(
             fill(qid, reader, buf, READ_CHUNK).await?;
         }
         let sent = buf.get_u32_le();
-        digest_failed = sent != digest(&dest[start..]);
+        digest_failed = sent != digest(&dest.filled()[start..]);
     }
     shared.end_c2h_data(cccid, dest, success, digest_failed);
     Ok(())
@@ -217,7 +218,7 @@ impl Shared {
         len: usize,
         last: bool,
         success: bool,
-    ) -> Result<BytesMut, HostError> {
+    ) -> Result<Lent, HostError> {
         let mut state = self.state.lock().unwrap();
         let command = c2h_command(self.qid, &mut state, cccid, datao, len, last, success)?;
         Ok(command.data_in.take_buffer(command.data_in_len))
@@ -225,12 +226,12 @@ impl Shared {
 
     /// Gives the buffer back once the payload is in. The command may be gone meanwhile (the
     /// queue failed, e.g. on a timeout): the data is then dropped.
-    fn end_c2h_data(&self, cccid: u16, buf: BytesMut, success: bool, digest_failed: bool) {
+    fn end_c2h_data(&self, cccid: u16, buf: Lent, success: bool, digest_failed: bool) {
         let mut state = self.state.lock().unwrap();
         let Some(command) = state.in_flight.get_mut(&cccid) else {
             return;
         };
-        command.data_in = super::DataIn::Buffer(buf);
+        command.data_in = buf.into();
         command.digest_error |= digest_failed;
         if success {
             self.finish_with_success(state, cccid);
