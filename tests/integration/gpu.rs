@@ -14,7 +14,7 @@ use common::*;
 use fabrik_initiator::bench::{self, Drive, Memory, Progress, Rw, Spec, VerifySpec};
 use fabrik_initiator::gpu::emulated::EmulatedGpu;
 use fabrik_initiator::gpu::mover::{DataPath, GpuMover, Staging};
-use fabrik_initiator::gpu::pipeline::ReadPipeline;
+use fabrik_initiator::gpu::pipeline::{self, ReadPipeline, WritePipeline};
 use fabrik_initiator::gpu::{cuda, Gpu};
 use fabrik_initiator::host::session::{RecoveryPolicy, Session};
 use fabrik_initiator::{Controller, HostError};
@@ -183,7 +183,7 @@ async fn the_read_pipeline_copies_whole_halves_and_reuses_them() {
     let (driver, gpu) = slow_gpu(Duration::from_millis(1));
     let per_half = 4;
     let buffer = gpu
-        .alloc(ReadPipeline::region_len(unit, per_half))
+        .alloc(pipeline::region_len(unit, per_half))
         .expect("alloc");
     let pipeline = ReadPipeline::new(driver.clone(), buffer.ptr(), unit, per_half).expect("new");
     let copies_before = driver.copies();
@@ -227,6 +227,62 @@ async fn the_read_pipeline_copies_whole_halves_and_reuses_them() {
         let want = &data[unit_index * unit..(unit_index + 1) * unit];
         assert_same_data(&got, want, &format!("slot at {offset}, unit {unit_index}"));
     }
+    drop(pipeline);
+    assert_eq!(driver.pinned_bytes(), 0, "the arena is unpinned");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_write_pipeline_sends_each_slot_from_the_device_region() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = start(config(dir.path(), BackendKind::Ram, 1, 64 * MIB)).await;
+    let s = session(&target, 0).await;
+    let lba = lba_size(&s).await;
+    let unit = 8 * lba;
+    let (driver, gpu) = slow_gpu(Duration::from_millis(1));
+    let per_half = 3;
+    let len = pipeline::region_len(unit, per_half);
+    let buffer = gpu.alloc(len).expect("alloc");
+    let device_data = random_data(len, 5);
+    buffer.copy_from_host(0, &device_data).expect("upload");
+    let pipeline = WritePipeline::new(driver.clone(), buffer.ptr(), unit, per_half).expect("new");
+    let copies_before = driver.copies();
+    // Three writers, 10 writes each, to units 0..30: the 6 slots are used 5 times over.
+    let mut tasks = Vec::new();
+    for writer in 0..3usize {
+        let (s, pipeline) = (s.clone(), pipeline.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut sent = Vec::new();
+            for i in 0..10 {
+                let unit_index = writer * 10 + i;
+                let slot = pipeline.slot().await.expect("slot");
+                let offset = slot.device_offset();
+                let slba = (unit_index * unit / lba) as u64;
+                s.write(writer, 1, slba, slot.into_bytes(), false)
+                    .await
+                    .expect("write");
+                sent.push((unit_index, offset));
+            }
+            sent
+        }));
+    }
+    for t in tasks {
+        for (unit_index, offset) in t.await.unwrap() {
+            let slba = (unit_index * unit / lba) as u64;
+            let on_drive = s.read(0, 1, slba, (unit / lba) as u32).await.unwrap();
+            let want = &device_data[offset..offset + unit];
+            assert_same_data(
+                &on_drive,
+                want,
+                &format!("unit {unit_index} from slot at {offset}"),
+            );
+        }
+    }
+    // 30 writes through halves of 3: 10 fetches, one per half used (not one per write).
+    let fetches = driver.copies() - copies_before;
+    assert!(
+        (10..=11).contains(&fetches),
+        "{fetches} device-to-host copies"
+    );
     drop(pipeline);
     assert_eq!(driver.pinned_bytes(), 0, "the arena is unpinned");
 }

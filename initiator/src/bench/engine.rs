@@ -14,7 +14,7 @@ use super::report::{self, new_histogram, MemoryReport, Report, VerifyReport};
 use super::{BenchError, Drive, Memory, PhaseState, Progress, Rw, Spec};
 use crate::error::HostError;
 use crate::gpu::mover::{DataPath, GpuMover, Staging};
-use crate::gpu::pipeline::ReadPipeline;
+use crate::gpu::pipeline::{self, ReadPipeline, WritePipeline};
 use crate::gpu::GpuBuffer;
 
 /// Staged reads go to the GPU in copies of about this much (see `gpu::pipeline`).
@@ -54,9 +54,10 @@ pub async fn run(
             // worker's region for staged reads (see `gpu::pipeline`), then each I/O loop's own
             // `bs` bytes for its writes and peer-to-peer reads.
             let bs = spec.bs as usize;
-            let per_half = ReadPipeline::slots_per_half(bs, spec.iodepth as usize, GPU_COPY_BYTES);
-            let read_region = ReadPipeline::region_len(bs, per_half);
-            let loops_base = spec.threads * read_region;
+            let per_half = pipeline::slots_per_half(bs, spec.iodepth as usize, GPU_COPY_BYTES);
+            let read_region = pipeline::region_len(bs, per_half);
+            let write_base = spec.threads * read_region;
+            let loops_base = 2 * spec.threads * read_region;
             let len = loops_base + spec.threads * spec.iodepth as usize * bs;
             let buffer = gpu.alloc(len).map_err(|e| {
                 BenchError::Invalid(format!(
@@ -69,6 +70,7 @@ pub async fn run(
                 buffer,
                 per_half,
                 read_region,
+                write_base,
                 loops_base,
                 paths: Mutex::default(),
             })
@@ -222,7 +224,9 @@ struct GpuState {
     /// Staged reads: slots per pipeline half, and each worker's region.
     per_half: usize,
     read_region: usize,
-    /// Where the I/O loops' own regions start.
+    /// Where the workers' regions for staged writes start (each `read_region` bytes), and the
+    /// I/O loops' own regions.
+    write_base: usize,
     loops_base: usize,
     /// (path name, description) of every queue.
     paths: Mutex<std::collections::BTreeSet<(String, String)>>,
@@ -335,6 +339,23 @@ async fn phase(ctx: &Arc<Context>, phase: Phase) -> Result<Measured, BenchError>
             pipelines.push(pipeline);
         }
     }
+    let mut write_pipelines = Vec::new();
+    if let (Some(g), true) = (&ctx.gpu, rw.writes()) {
+        for worker in 0..spec.threads {
+            let device = g.buffer.ptr() + (g.write_base + worker * g.read_region) as u64;
+            let pipeline = WritePipeline::new(
+                g.buffer.driver().clone(),
+                device,
+                spec.bs as usize,
+                g.per_half,
+            )
+            .map_err(|e| BenchError::Io {
+                path: g.buffer.identity().to_string(),
+                error: HostError::Gpu(e.0),
+            })?;
+            write_pipelines.push(pipeline);
+        }
+    }
     let mut loops = Vec::new();
     for worker in 0..spec.threads {
         // Sequential: each worker walks its own slice. Random: anywhere, a worker's share of
@@ -361,6 +382,7 @@ async fn phase(ctx: &Arc<Context>, phase: Phase) -> Result<Measured, BenchError>
                 worker,
                 slot,
                 pipeline: pipelines.get(worker).cloned(),
+                writes: write_pipelines.get(worker).cloned(),
                 slice: slice.clone(),
                 remaining: remaining.clone(),
                 cursor: cursor.clone(),
@@ -429,8 +451,9 @@ struct IoLoop {
     phase: Phase,
     worker: usize,
     slot: u32,
-    /// The worker's staged-read pipeline (GPU memory).
+    /// The worker's staged-read and staged-write pipelines (GPU memory).
     pipeline: Option<Arc<ReadPipeline>>,
+    writes: Option<Arc<WritePipeline>>,
     slice: std::ops::Range<u64>,
     remaining: Arc<AtomicI64>,
     cursor: Arc<AtomicU64>,
@@ -563,25 +586,53 @@ impl IoLoop {
                 };
                 let t0 = Instant::now();
                 if let Some(m) = mover.as_mut() {
-                    if ctx.verify.is_some() {
-                        // The pattern goes to the GPU first: writes send what the GPU holds.
-                        m.upload(gpu_offset, &data)
+                    let io = |e| io_error(drive, e);
+                    let gpu_error = |e: crate::gpu::GpuError| io(HostError::Gpu(e.0));
+                    let staged = match (&self.writes, m.path(&drive.session, self.worker).await) {
+                        (_, Err(e)) => return Err(io(e)),
+                        (Some(p), Ok(DataPath::Staged { .. })) => Some(p.clone()),
+                        _ => None,
+                    };
+                    match staged {
+                        // Sent from a slot of the worker's pipeline, fetched with others.
+                        Some(pipeline) => {
+                            let mut slot = pipeline.slot().await.map_err(gpu_error)?;
+                            if ctx.verify.is_some() {
+                                // The pattern goes to the GPU first: writes send what it holds.
+                                let region = ctx.gpu.as_ref().map_or(0, |g| g.write_base);
+                                let at = region
+                                    + self.worker * ctx.gpu.as_ref().map_or(0, |g| g.read_region)
+                                    + slot.device_offset();
+                                m.upload(at, &data).await.map_err(io)?;
+                                slot.refresh().await.map_err(gpu_error)?;
+                            }
+                            let t0 = Instant::now();
+                            drive
+                                .session
+                                .write(self.worker, drive.nsid, slba, slot.into_bytes(), false)
+                                .await
+                                .map_err(io)?;
+                            record(&mut result.writes, t0);
+                        }
+                        None => {
+                            if ctx.verify.is_some() {
+                                m.upload(gpu_offset, &data).await.map_err(io)?;
+                            }
+                            let t0 = Instant::now();
+                            m.write(
+                                &drive.session,
+                                self.worker,
+                                drive.nsid,
+                                slba,
+                                nlb,
+                                gpu_offset,
+                                false,
+                            )
                             .await
-                            .map_err(|e| io_error(drive, e))?;
+                            .map_err(io)?;
+                            record(&mut result.writes, t0);
+                        }
                     }
-                    let t0 = Instant::now();
-                    m.write(
-                        &drive.session,
-                        self.worker,
-                        drive.nsid,
-                        slba,
-                        nlb,
-                        gpu_offset,
-                        false,
-                    )
-                    .await
-                    .map_err(|e| io_error(drive, e))?;
-                    record(&mut result.writes, t0);
                 } else {
                     drive
                         .session

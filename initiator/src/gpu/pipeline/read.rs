@@ -1,82 +1,17 @@
-//! Staged reads with few, large copies: a worker's concurrent reads are received into the slots
-//! of one pinned arena, and the GPU gets them one half of the arena at a time, in one copy.
-//!
-//! The copy engine pays a fixed cost per copy (measured on an H200: about 110,000 copies/s
-//! whatever their size, so 128 KiB copies top out near 14 GB/s, 2 MiB ones near 28), which a
-//! copy per read cannot hide. Here the arena has two halves of `per_half` slots, mirrored by a
-//! device region of the same layout: reads take slots of the active half in turn; once every
-//! slot of a half is filled, that half goes to the GPU in one copy while reads fill the other.
-//! A slot's data lands at the same place in the device region. A reader that needs its data in
-//! the GPU now (to check it) seals the half: it is copied as soon as the reads in it are done.
+//! Staged reads: a worker's concurrent reads are received into the slots of the active half
+//! of the arena; once every slot of a half is filled, the half goes to the GPU in one copy
+//! while reads fill the other. A slot's data lands at the same place in the device region. A
+//! reader that needs its data in the GPU now (to check it) seals the half: it is copied as
+//! soon as the reads in it are done.
 
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 
-use super::driver::{DevicePtr, Event, GpuDriver, GpuError, Stream};
-use super::staged::wait_for;
+use super::PinnedArena;
+use crate::gpu::driver::{DevicePtr, Event, GpuDriver, GpuError, Stream};
+use crate::gpu::staged::wait_for;
 use crate::transport::target::{RawMemory, RecvTarget};
-
-const PAGE: usize = 4096;
-
-/// Page-aligned host memory, pinned for the life of the value (the transport may hold it a
-/// little longer than the pipeline: it unpins itself when the last holder lets go).
-struct PinnedArena {
-    driver: Arc<dyn GpuDriver>,
-    ptr: *mut u8,
-    len: usize,
-}
-
-// SAFETY: plain memory; who writes which part is the pipeline's bookkeeping.
-unsafe impl Send for PinnedArena {}
-// SAFETY: as above.
-unsafe impl Sync for PinnedArena {}
-
-impl PinnedArena {
-    fn new(driver: Arc<dyn GpuDriver>, len: usize) -> Result<PinnedArena, GpuError> {
-        let len = len.max(1).next_multiple_of(PAGE);
-        let layout = std::alloc::Layout::from_size_align(len, PAGE)
-            .map_err(|e| GpuError(format!("staging arena of {len} bytes: {e}")))?;
-        // SAFETY: non-zero size.
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        if ptr.is_null() {
-            return Err(GpuError(format!(
-                "out of memory for a {len}-byte staging arena"
-            )));
-        }
-        // SAFETY: our allocation, alive until Drop (which unpins first).
-        if let Err(e) = unsafe { driver.pin(ptr, len) } {
-            // SAFETY: just allocated with this layout.
-            unsafe { std::alloc::dealloc(ptr, layout) };
-            return Err(e);
-        }
-        Ok(PinnedArena { driver, ptr, len })
-    }
-}
-
-impl Drop for PinnedArena {
-    fn drop(&mut self) {
-        // SAFETY: the last holder: no copy or receive uses the memory (the pipeline waits for
-        // its copies before letting go).
-        unsafe {
-            self.driver.unpin(self.ptr);
-            std::alloc::dealloc(
-                self.ptr,
-                std::alloc::Layout::from_size_align(self.len, PAGE).expect("layout of new"),
-            );
-        }
-    }
-}
-
-// SAFETY: ptr..ptr+len is our live allocation.
-unsafe impl RawMemory for PinnedArena {
-    fn ptr(&self) -> *mut u8 {
-        self.ptr
-    }
-    fn len(&self) -> usize {
-        self.len
-    }
-}
 
 #[derive(Default)]
 struct Half {
@@ -176,7 +111,7 @@ impl ReadPipeline {
         let per_half = per_half.max(1);
         let arena = Arc::new(PinnedArena::new(
             driver.clone(),
-            Self::region_len(unit, per_half),
+            super::region_len(unit, per_half),
         )?);
         let stream = driver.new_stream()?;
         let events = [driver.new_event()?, driver.new_event()?];
@@ -195,16 +130,6 @@ impl ReadPipeline {
             }),
             changed: Notify::new(),
         }))
-    }
-
-    /// Bytes of the device region (and of the arena).
-    pub fn region_len(unit: usize, per_half: usize) -> usize {
-        2 * per_half.max(1) * unit
-    }
-
-    /// Slots per half that make copies of about `copy_bytes` with `in_flight` reads at once.
-    pub fn slots_per_half(unit: usize, in_flight: usize, copy_bytes: usize) -> usize {
-        in_flight.max(copy_bytes.div_ceil(unit.max(1))).max(1)
     }
 
     /// The next slot, once one is free.
@@ -289,7 +214,7 @@ impl ReadPipeline {
             self.driver.copy_to_device(
                 self.stream,
                 self.device + start as u64,
-                self.arena.ptr.add(start),
+                self.arena.ptr().add(start),
                 len,
             )
         }

@@ -1,0 +1,90 @@
+//! Staged transfers with few, large copies. The copy engine pays a fixed cost per copy
+//! (measured on an H200: about 110,000 copies/s whatever their size, so 128 KiB copies top out
+//! near 14 GB/s, 2 MiB ones near 28), which one copy per I/O cannot hide. So a worker's I/Os
+//! use the slots of one pinned arena of two halves, mirrored by a device region of the same
+//! layout, and data crosses between host and GPU a whole half at a time: `read` (received into
+//! slots, then one host-to-device copy per half) and `write` (one device-to-host copy per half,
+//! then each slot is sent from the arena).
+
+pub mod read;
+pub mod write;
+
+use std::sync::Arc;
+
+use crate::gpu::driver::{GpuDriver, GpuError};
+use crate::transport::target::RawMemory;
+
+pub use read::ReadPipeline;
+pub use write::WritePipeline;
+
+const PAGE: usize = 4096;
+
+/// Page-aligned host memory, pinned for the life of the value (the transport may hold it a
+/// little longer than the pipeline: it unpins itself when the last holder lets go).
+pub(crate) struct PinnedArena {
+    driver: Arc<dyn GpuDriver>,
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: plain memory; who writes which part is the pipeline's bookkeeping.
+unsafe impl Send for PinnedArena {}
+// SAFETY: as above.
+unsafe impl Sync for PinnedArena {}
+
+impl PinnedArena {
+    pub(crate) fn new(driver: Arc<dyn GpuDriver>, len: usize) -> Result<PinnedArena, GpuError> {
+        let len = len.max(1).next_multiple_of(PAGE);
+        let layout = std::alloc::Layout::from_size_align(len, PAGE)
+            .map_err(|e| GpuError(format!("staging arena of {len} bytes: {e}")))?;
+        // SAFETY: non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        if ptr.is_null() {
+            return Err(GpuError(format!(
+                "out of memory for a {len}-byte staging arena"
+            )));
+        }
+        // SAFETY: our allocation, alive until Drop (which unpins first).
+        if let Err(e) = unsafe { driver.pin(ptr, len) } {
+            // SAFETY: just allocated with this layout.
+            unsafe { std::alloc::dealloc(ptr, layout) };
+            return Err(e);
+        }
+        Ok(PinnedArena { driver, ptr, len })
+    }
+}
+
+impl Drop for PinnedArena {
+    fn drop(&mut self) {
+        // SAFETY: the last holder: no copy or receive uses the memory (the pipeline waits for
+        // its copies before letting go).
+        unsafe {
+            self.driver.unpin(self.ptr);
+            std::alloc::dealloc(
+                self.ptr,
+                std::alloc::Layout::from_size_align(self.len, PAGE).expect("layout of new"),
+            );
+        }
+    }
+}
+
+// SAFETY: ptr..ptr+len is our live allocation.
+unsafe impl RawMemory for PinnedArena {
+    fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+/// Bytes of a pipeline's device region (and arena): two halves of `per_half` slots of `unit`.
+pub fn region_len(unit: usize, per_half: usize) -> usize {
+    2 * per_half.max(1) * unit
+}
+
+/// Slots per half that make copies of about `copy_bytes` with `in_flight` I/Os at once (at
+/// least `in_flight`, so one half fills while the other is copied).
+pub fn slots_per_half(unit: usize, in_flight: usize, copy_bytes: usize) -> usize {
+    in_flight.max(copy_bytes.div_ceil(unit.max(1))).max(1)
+}

@@ -1,0 +1,303 @@
+//! Staged writes: a half of the device region comes to the arena in one device-to-host copy;
+//! each write then sends its slot straight from the arena, with no copy of its own. A half that
+//! has been used up is fetched again as soon as its last slot is sent (the transport lets go of
+//! the data), while writes use the other half, so writers seldom wait for a copy.
+
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use tokio::sync::Notify;
+
+use super::PinnedArena;
+use crate::gpu::driver::{DevicePtr, Event, GpuDriver, GpuError, Stream};
+use crate::gpu::staged::wait_for;
+use crate::transport::target::RawMemory;
+
+#[derive(Default, Clone, Copy, PartialEq, Eq)]
+enum Fetch {
+    /// The arena half does not hold the device's data.
+    #[default]
+    Stale,
+    /// Its copy is queued (the half's event says when it is done).
+    Fetching,
+    Ready,
+}
+
+#[derive(Default)]
+struct Half {
+    /// Slots handed out, and given back (their data sent), since the half was fetched.
+    assigned: usize,
+    released: usize,
+    fetch: Fetch,
+    /// Every slot of the fetched data was handed out: fetch again before the next use.
+    consumed: bool,
+}
+
+struct State {
+    halves: [Half; 2],
+    active: usize,
+    failed: Option<GpuError>,
+}
+
+/// A worker's staged writes from a device region of `region_len` bytes at `device`.
+pub struct WritePipeline {
+    driver: Arc<dyn GpuDriver>,
+    arena: Arc<PinnedArena>,
+    stream: Stream,
+    events: [Event; 2],
+    device: DevicePtr,
+    unit: usize,
+    per_half: usize,
+    state: Mutex<State>,
+    changed: Notify,
+}
+
+/// One slot, holding the device's data of `device_offset()`. `into_bytes` gives it as a write
+/// sends it; the slot goes back when the last reference to those bytes goes.
+pub struct WriteSlot {
+    pipeline: Arc<WritePipeline>,
+    half: usize,
+    index: usize,
+    /// Gives the slot back when dropped (moved into the bytes by `into_bytes`).
+    release: Option<Release>,
+}
+
+struct Release {
+    pipeline: Arc<WritePipeline>,
+    half: usize,
+}
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        self.pipeline.on_released(self.half);
+    }
+}
+
+/// The bytes of a slot, owned by the `Bytes` a write sends.
+struct SlotBytes {
+    arena: Arc<PinnedArena>,
+    offset: usize,
+    len: usize,
+    _release: Release,
+}
+
+impl AsRef<[u8]> for SlotBytes {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: in the arena; the half is not fetched again (written) until this slot is
+        // released, which happens when this value drops.
+        unsafe { std::slice::from_raw_parts(self.arena.ptr().add(self.offset), self.len) }
+    }
+}
+
+impl WriteSlot {
+    /// Where the slot's data comes from in the device region, from its start.
+    pub fn device_offset(&self) -> usize {
+        (self.half * self.pipeline.per_half + self.index) * self.pipeline.unit
+    }
+
+    /// Copies the slot's part of the device region again (the caller changed it since the
+    /// half was fetched) and waits for it.
+    pub async fn refresh(&mut self) -> Result<(), GpuError> {
+        let p = &self.pipeline;
+        let offset = self.device_offset();
+        let event = p.driver.new_event()?;
+        // SAFETY: the slot is ours (not sent yet); the copy is waited for below.
+        let queued = unsafe {
+            p.driver.copy_to_host(
+                p.stream,
+                p.arena.ptr().add(offset),
+                p.device + offset as u64,
+                p.unit,
+            )
+        }
+        .and_then(|_| p.driver.record(event, p.stream));
+        let done = match queued {
+            Ok(()) => wait_for(&p.driver, event).await,
+            Err(e) => Err(e),
+        };
+        // SAFETY: waited for (or nothing recorded).
+        unsafe { p.driver.destroy_event(event) };
+        done
+    }
+
+    /// The slot's data, as a write sends it.
+    pub fn into_bytes(mut self) -> Bytes {
+        let owner = SlotBytes {
+            arena: self.pipeline.arena.clone(),
+            offset: self.device_offset(),
+            len: self.pipeline.unit,
+            _release: self.release.take().expect("released once"),
+        };
+        Bytes::from_owner(owner)
+    }
+}
+
+impl WritePipeline {
+    /// A pipeline for writes of `unit` bytes, `per_half` slots per half, from the device region
+    /// at `device` (`pipeline::region_len(unit, per_half)` bytes).
+    pub fn new(
+        driver: Arc<dyn GpuDriver>,
+        device: DevicePtr,
+        unit: usize,
+        per_half: usize,
+    ) -> Result<Arc<WritePipeline>, GpuError> {
+        let per_half = per_half.max(1);
+        let arena = Arc::new(PinnedArena::new(
+            driver.clone(),
+            super::region_len(unit, per_half),
+        )?);
+        let stream = driver.new_stream()?;
+        let events = [driver.new_event()?, driver.new_event()?];
+        Ok(Arc::new(WritePipeline {
+            driver,
+            arena,
+            stream,
+            events,
+            device,
+            unit,
+            per_half,
+            state: Mutex::new(State {
+                halves: Default::default(),
+                active: 0,
+                failed: None,
+            }),
+            changed: Notify::new(),
+        }))
+    }
+
+    /// The next slot, once one is free and holds the device's data.
+    pub async fn slot(self: &Arc<Self>) -> Result<WriteSlot, GpuError> {
+        loop {
+            // Listening before looking: a change after the look is not missed.
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            let wait_fetch = {
+                let mut state = self.state.lock().unwrap();
+                if let Some(e) = &state.failed {
+                    return Err(e.clone());
+                }
+                let h = state.active;
+                if state.halves[h].assigned < self.per_half {
+                    match state.halves[h].fetch {
+                        Fetch::Ready => {
+                            let half = &mut state.halves[h];
+                            let index = half.assigned;
+                            half.assigned += 1;
+                            half.consumed = half.assigned == self.per_half;
+                            return Ok(WriteSlot {
+                                pipeline: self.clone(),
+                                half: h,
+                                index,
+                                release: Some(Release {
+                                    pipeline: self.clone(),
+                                    half: h,
+                                }),
+                            });
+                        }
+                        Fetch::Fetching => Some(h),
+                        Fetch::Stale => {
+                            self.fetch(&mut state, h)?;
+                            Some(h)
+                        }
+                    }
+                } else {
+                    // The active half is used up: go on with the other once its slots are all
+                    // sent (usually it is being fetched again by then, see `on_released`).
+                    let other = 1 - h;
+                    let o = &state.halves[other];
+                    if o.released == o.assigned {
+                        state.active = other;
+                        self.refetch_if_done(&mut state, other)?;
+                        let o = &mut state.halves[other];
+                        o.assigned = 0;
+                        o.released = 0;
+                        self.refetch_if_done(&mut state, h)?;
+                        continue;
+                    }
+                    None
+                }
+            };
+            match wait_fetch {
+                Some(h) => {
+                    wait_for(&self.driver, self.events[h]).await?;
+                    let mut state = self.state.lock().unwrap();
+                    if state.halves[h].fetch == Fetch::Fetching {
+                        state.halves[h].fetch = Fetch::Ready;
+                    }
+                }
+                None => changed.await,
+            }
+        }
+    }
+
+    /// Queues the copy of half `h` of the device region into the arena.
+    fn fetch(&self, state: &mut State, h: usize) -> Result<(), GpuError> {
+        let start = h * self.per_half * self.unit;
+        let len = self.per_half * self.unit;
+        // SAFETY: no slot of the half is handed out or referenced (all sent and released), and
+        // nobody reads it before the event says the copy is done.
+        let queued = unsafe {
+            self.driver.copy_to_host(
+                self.stream,
+                self.arena.ptr().add(start),
+                self.device + start as u64,
+                len,
+            )
+        }
+        .and_then(|_| self.driver.record(self.events[h], self.stream));
+        match queued {
+            Ok(()) => {
+                state.halves[h].fetch = Fetch::Fetching;
+                state.halves[h].consumed = false;
+                Ok(())
+            }
+            Err(e) => {
+                state.failed = Some(e.clone());
+                self.changed.notify_waiters();
+                Err(e)
+            }
+        }
+    }
+
+    /// Fetches half `h` again if its data was all handed out and sent. The active half is
+    /// only fetched again once writes come back to it.
+    fn refetch_if_done(&self, state: &mut State, h: usize) -> Result<(), GpuError> {
+        let half = &state.halves[h];
+        if half.consumed && half.released == half.assigned && half.fetch != Fetch::Fetching {
+            self.fetch(state, h)?;
+        }
+        Ok(())
+    }
+
+    fn on_released(&self, h: usize) {
+        let mut state = self.state.lock().unwrap();
+        state.halves[h].released += 1;
+        // Used up and all sent: fetch it again now, so it is ready when writes come back to it.
+        if h != state.active {
+            let _ = self.refetch_if_done(&mut state, h);
+        }
+        self.changed.notify_waiters();
+    }
+}
+
+impl Drop for WriteSlot {
+    fn drop(&mut self) {
+        // Not sent: `release` (still here) gives the slot back as it drops.
+        self.release.take();
+    }
+}
+
+impl Drop for WritePipeline {
+    fn drop(&mut self) {
+        // Copies into the arena must be done before it can go.
+        let _ = self.driver.sync(self.stream);
+        // SAFETY: synchronized; no slot is left (each holds the pipeline).
+        unsafe {
+            for e in self.events {
+                self.driver.destroy_event(e);
+            }
+            self.driver.destroy_stream(self.stream);
+        }
+    }
+}
