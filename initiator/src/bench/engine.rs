@@ -17,8 +17,9 @@ use crate::gpu::mover::{DataPath, GpuMover, Staging};
 use crate::gpu::pipeline::{self, ReadPipeline, WritePipeline};
 use crate::gpu::GpuBuffer;
 
-/// Staged reads go to the GPU in copies of about this much (see `gpu::pipeline`).
-const GPU_COPY_BYTES: usize = 2 << 20;
+/// Staged transfers cross between host and GPU in copies of about this much (see
+/// `gpu::pipeline`).
+const GPU_COPY_BYTES: usize = 4 << 20;
 
 /// Bad blocks listed by name in the report; the rest are counted.
 const LISTED_ERRORS: usize = 10;
@@ -54,8 +55,8 @@ pub async fn run(
             // worker's region for staged reads (see `gpu::pipeline`), then each I/O loop's own
             // `bs` bytes for its writes and peer-to-peer reads.
             let bs = spec.bs as usize;
-            let per_half = pipeline::slots_per_half(bs, spec.iodepth as usize, GPU_COPY_BYTES);
-            let read_region = pipeline::region_len(bs, per_half);
+            let shape = pipeline::Shape::new(bs, spec.iodepth as usize, GPU_COPY_BYTES);
+            let read_region = shape.region_len();
             let write_base = spec.threads * read_region;
             let loops_base = 2 * spec.threads * read_region;
             let len = loops_base + spec.threads * spec.iodepth as usize * bs;
@@ -68,7 +69,7 @@ pub async fn run(
             })?;
             Some(GpuState {
                 buffer,
-                per_half,
+                shape,
                 read_region,
                 write_base,
                 loops_base,
@@ -221,8 +222,8 @@ struct Context {
 /// The GPU memory of a run and the paths its queues took.
 struct GpuState {
     buffer: Arc<GpuBuffer>,
-    /// Staged reads: slots per pipeline half, and each worker's region.
-    per_half: usize,
+    /// Staged transfers: the pipelines' shape, and each worker's region.
+    shape: pipeline::Shape,
     read_region: usize,
     /// Where the workers' regions for staged writes start (each `read_region` bytes), and the
     /// I/O loops' own regions.
@@ -326,16 +327,13 @@ async fn phase(ctx: &Arc<Context>, phase: Phase) -> Result<Measured, BenchError>
     if let (Some(g), true) = (&ctx.gpu, rw.reads()) {
         for worker in 0..spec.threads {
             let device = g.buffer.ptr() + (worker * g.read_region) as u64;
-            let pipeline = ReadPipeline::new(
-                g.buffer.driver().clone(),
-                device,
-                spec.bs as usize,
-                g.per_half,
-            )
-            .map_err(|e| BenchError::Io {
-                path: g.buffer.identity().to_string(),
-                error: HostError::Gpu(e.0),
-            })?;
+            let pipeline =
+                ReadPipeline::new(g.buffer.driver().clone(), device, g.shape).map_err(|e| {
+                    BenchError::Io {
+                        path: g.buffer.identity().to_string(),
+                        error: HostError::Gpu(e.0),
+                    }
+                })?;
             pipelines.push(pipeline);
         }
     }
@@ -343,16 +341,13 @@ async fn phase(ctx: &Arc<Context>, phase: Phase) -> Result<Measured, BenchError>
     if let (Some(g), true) = (&ctx.gpu, rw.writes()) {
         for worker in 0..spec.threads {
             let device = g.buffer.ptr() + (g.write_base + worker * g.read_region) as u64;
-            let pipeline = WritePipeline::new(
-                g.buffer.driver().clone(),
-                device,
-                spec.bs as usize,
-                g.per_half,
-            )
-            .map_err(|e| BenchError::Io {
-                path: g.buffer.identity().to_string(),
-                error: HostError::Gpu(e.0),
-            })?;
+            let pipeline =
+                WritePipeline::new(g.buffer.driver().clone(), device, g.shape).map_err(|e| {
+                    BenchError::Io {
+                        path: g.buffer.identity().to_string(),
+                        error: HostError::Gpu(e.0),
+                    }
+                })?;
             write_pipelines.push(pipeline);
         }
     }

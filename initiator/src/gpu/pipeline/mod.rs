@@ -1,10 +1,10 @@
 //! Staged transfers with few, large copies. The copy engine pays a fixed cost per copy
 //! (measured on an H200: about 110,000 copies/s whatever their size, so 128 KiB copies top out
-//! near 14 GB/s, 2 MiB ones near 28), which one copy per I/O cannot hide. So a worker's I/Os
-//! use the slots of one pinned arena of two halves, mirrored by a device region of the same
-//! layout, and data crosses between host and GPU a whole half at a time: `read` (received into
-//! slots, then one host-to-device copy per half) and `write` (one device-to-host copy per half,
-//! then each slot is sent from the arena).
+//! near 14 GB/s, 2-4 MiB ones near 28-35), which one copy per I/O cannot hide. So a worker's
+//! I/Os use the slots of one pinned arena cut into segments (`Shape`), mirrored by a device
+//! region of the same layout, and data crosses between host and GPU a whole segment at a time:
+//! `read` (received into slots, then one host-to-device copy per segment) and `write` (one
+//! device-to-host copy per segment, then each slot is sent from the arena).
 
 pub mod read;
 pub mod write;
@@ -78,13 +78,32 @@ unsafe impl RawMemory for PinnedArena {
     }
 }
 
-/// Bytes of a pipeline's device region (and arena): two halves of `per_half` slots of `unit`.
-pub fn region_len(unit: usize, per_half: usize) -> usize {
-    2 * per_half.max(1) * unit
+/// How a pipeline's arena (and device region) is cut: `segments` segments of `per_segment`
+/// slots of `unit` bytes. Data crosses between host and GPU a segment at a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    pub unit: usize,
+    pub per_segment: usize,
+    pub segments: usize,
 }
 
-/// Slots per half that make copies of about `copy_bytes` with `in_flight` I/Os at once (at
-/// least `in_flight`, so one half fills while the other is copied).
-pub fn slots_per_half(unit: usize, in_flight: usize, copy_bytes: usize) -> usize {
-    in_flight.max(copy_bytes.div_ceil(unit.max(1))).max(1)
+impl Shape {
+    /// Segments of about `copy_bytes` (at least one slot), and enough of them for `in_flight`
+    /// I/Os spread over the active segments plus two being copied or waiting: I/Os rarely wait
+    /// for a copy.
+    pub fn new(unit: usize, in_flight: usize, copy_bytes: usize) -> Shape {
+        let unit = unit.max(1);
+        let per_segment = (copy_bytes / unit).max(1);
+        let segments = in_flight.max(1).div_ceil(per_segment) + 2;
+        Shape {
+            unit,
+            per_segment,
+            segments,
+        }
+    }
+
+    /// Bytes of the arena and of the device region.
+    pub fn region_len(&self) -> usize {
+        self.segments * self.per_segment * self.unit
+    }
 }

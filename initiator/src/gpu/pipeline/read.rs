@@ -1,41 +1,41 @@
-//! Staged reads: a worker's concurrent reads are received into the slots of the active half
-//! of the arena; once every slot of a half is filled, the half goes to the GPU in one copy
+//! Staged reads: a worker's concurrent reads are received into the slots of the active segment
+//! of the arena; once every slot of a segment is filled, the segment goes to the GPU in one copy
 //! while reads fill the other. A slot's data lands at the same place in the device region. A
-//! reader that needs its data in the GPU now (to check it) seals the half: it is copied as
+//! reader that needs its data in the GPU now (to check it) seals the segment: it is copied as
 //! soon as the reads in it are done.
 
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::Notify;
 
-use super::PinnedArena;
+use super::{PinnedArena, Shape};
 use crate::gpu::driver::{DevicePtr, Event, GpuDriver, GpuError, Stream};
 use crate::gpu::staged::wait_for;
 use crate::transport::target::{RawMemory, RecvTarget};
 
 #[derive(Default)]
-struct Half {
-    /// Slots handed out, received into, and given back since the half was last reset.
+struct Segment {
+    /// Slots handed out, received into, and given back since the segment was last reset.
     assigned: usize,
     received: usize,
     released: usize,
-    /// No more slots from this half: copy it once what was handed out is received.
+    /// No more slots from this segment: copy it once what was handed out is received.
     sealed: bool,
-    /// The half's copy is queued (the event says when it is done).
+    /// The segment's copy is queued (the event says when it is done).
     copying: bool,
 }
 
-impl Half {
-    fn ready_to_copy(&self, per_half: usize) -> bool {
+impl Segment {
+    fn ready_to_copy(&self, per_segment: usize) -> bool {
         !self.copying
             && self.assigned > 0
             && self.received == self.assigned
-            && (self.sealed || self.assigned == per_half)
+            && (self.sealed || self.assigned == per_segment)
     }
 }
 
 struct State {
-    halves: [Half; 2],
+    segments: Vec<Segment>,
     active: usize,
     /// A copy failed: every later call fails with this.
     failed: Option<GpuError>,
@@ -46,19 +46,19 @@ pub struct ReadPipeline {
     driver: Arc<dyn GpuDriver>,
     arena: Arc<PinnedArena>,
     stream: Stream,
-    events: [Event; 2],
+    events: Vec<Event>,
     device: DevicePtr,
     unit: usize,
-    per_half: usize,
+    per_segment: usize,
     state: Mutex<State>,
     changed: Notify,
 }
 
 /// One slot of the arena, handed to one read. Dropping it gives the slot back (a read that
-/// failed counts as received: its half is copied anyway, with whatever the slot held).
+/// failed counts as received: its segment is copied anyway, with whatever the slot held).
 pub struct Slot {
     pipeline: Arc<ReadPipeline>,
-    half: usize,
+    segment: usize,
     index: usize,
     target: RecvTarget,
     received: bool,
@@ -72,59 +72,55 @@ impl Slot {
 
     /// Where the data lands in the device region, from its start.
     pub fn device_offset(&self) -> usize {
-        (self.half * self.pipeline.per_half + self.index) * self.pipeline.unit
+        (self.segment * self.pipeline.per_segment + self.index) * self.pipeline.unit
     }
 
-    /// The read is in the slot: the half may go to the GPU.
+    /// The read is in the slot: the segment may go to the GPU.
     pub fn received(&mut self) -> Result<(), GpuError> {
         if !self.received {
             self.received = true;
-            self.pipeline.on_received(self.half)?;
+            self.pipeline.on_received(self.segment)?;
         }
         Ok(())
     }
 
-    /// Waits until the slot's data is in the GPU (sealing its half so it goes now).
+    /// Waits until the slot's data is in the GPU (sealing its segment so it goes now).
     pub async fn landed(&mut self) -> Result<(), GpuError> {
         self.received()?;
-        self.pipeline.seal_and_wait(self.half).await
+        self.pipeline.seal_and_wait(self.segment).await
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
         let _ = self.received();
-        self.pipeline.on_released(self.half);
+        self.pipeline.on_released(self.segment);
     }
 }
 
 impl ReadPipeline {
-    /// A pipeline for reads of `unit` bytes, `per_half` slots per half (at least the reads in
-    /// flight, so the active half fills while the other is copied), landing in the device
-    /// region at `device` (`region_len(unit, per_half)` bytes).
+    /// A pipeline for reads of `shape.unit` bytes into the device region at `device`
+    /// (`shape.region_len()` bytes).
     pub fn new(
         driver: Arc<dyn GpuDriver>,
         device: DevicePtr,
-        unit: usize,
-        per_half: usize,
+        shape: Shape,
     ) -> Result<Arc<ReadPipeline>, GpuError> {
-        let per_half = per_half.max(1);
-        let arena = Arc::new(PinnedArena::new(
-            driver.clone(),
-            super::region_len(unit, per_half),
-        )?);
+        let arena = Arc::new(PinnedArena::new(driver.clone(), shape.region_len())?);
         let stream = driver.new_stream()?;
-        let events = [driver.new_event()?, driver.new_event()?];
+        let events = (0..shape.segments)
+            .map(|_| driver.new_event())
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Arc::new(ReadPipeline {
             driver,
             arena,
             stream,
             events,
             device,
-            unit,
-            per_half,
+            unit: shape.unit,
+            per_segment: shape.per_segment,
             state: Mutex::new(State {
-                halves: Default::default(),
+                segments: (0..shape.segments).map(|_| Segment::default()).collect(),
                 active: 0,
                 failed: None,
             }),
@@ -145,20 +141,20 @@ impl ReadPipeline {
                     return Err(e.clone());
                 }
                 let h = state.active;
-                let half = &mut state.halves[h];
-                if !half.sealed && half.assigned < self.per_half {
-                    let index = half.assigned;
-                    half.assigned += 1;
+                let segment = &mut state.segments[h];
+                if !segment.sealed && segment.assigned < self.per_segment {
+                    let index = segment.assigned;
+                    segment.assigned += 1;
                     return Ok(self.make_slot(h, index));
                 }
-                // The active half is full or sealed: switch to the other once it is free.
-                let other = 1 - h;
-                let o = &state.halves[other];
+                // The active segment is full or sealed: switch to the other once it is free.
+                let other = (h + 1) % self.events.len();
+                let o = &state.segments[other];
                 if o.assigned == 0 || (o.copying && o.released == o.assigned) {
                     if o.copying && !self.driver.is_done(self.events[other])? {
                         Some(self.events[other])
                     } else {
-                        state.halves[other] = Half::default();
+                        state.segments[other] = Segment::default();
                         state.active = other;
                         continue;
                     }
@@ -168,21 +164,21 @@ impl ReadPipeline {
             };
             match wait_copy {
                 Some(event) => wait_for(&self.driver, event).await?,
-                // Reads of the other half are still out: wait for one to come back.
+                // Reads of the other segment are still out: wait for one to come back.
                 None => changed.await,
             }
         }
     }
 
-    fn make_slot(self: &Arc<Self>, half: usize, index: usize) -> Slot {
-        let offset = (half * self.per_half + index) * self.unit;
+    fn make_slot(self: &Arc<Self>, segment: usize, index: usize) -> Slot {
+        let offset = (segment * self.per_segment + index) * self.unit;
         let memory: Arc<dyn RawMemory> = self.arena.clone();
         // SAFETY: the slot's range belongs to this Slot alone until it is released, and the
-        // half is not copied before every slot of it is received.
+        // segment is not copied before every slot of it is received.
         let target = unsafe { RecvTarget::new(memory, offset, self.unit) };
         Slot {
             pipeline: self.clone(),
-            half,
+            segment,
             index,
             target,
             received: false,
@@ -191,22 +187,22 @@ impl ReadPipeline {
 
     fn on_received(&self, h: usize) -> Result<(), GpuError> {
         let mut state = self.state.lock().unwrap();
-        state.halves[h].received += 1;
+        state.segments[h].received += 1;
         self.copy_if_ready(&mut state, h)
     }
 
     fn on_released(&self, h: usize) {
-        self.state.lock().unwrap().halves[h].released += 1;
+        self.state.lock().unwrap().segments[h].released += 1;
         self.changed.notify_waiters();
     }
 
-    /// Queues the half's copy to the device once all its slots are received.
+    /// Queues the segment's copy to the device once all its slots are received.
     fn copy_if_ready(&self, state: &mut State, h: usize) -> Result<(), GpuError> {
-        if !state.halves[h].ready_to_copy(self.per_half) {
+        if !state.segments[h].ready_to_copy(self.per_segment) {
             return Ok(());
         }
-        let start = h * self.per_half * self.unit;
-        let len = state.halves[h].assigned * self.unit;
+        let start = h * self.per_segment * self.unit;
+        let len = state.segments[h].assigned * self.unit;
         // SAFETY: every slot of the range is received (its read is done) and is not handed out
         // again before the event below says the copy is done; the device region is the
         // caller's live allocation of region_len bytes.
@@ -224,12 +220,12 @@ impl ReadPipeline {
             self.changed.notify_waiters();
             return Err(e);
         }
-        state.halves[h].copying = true;
+        state.segments[h].copying = true;
         self.changed.notify_waiters();
         Ok(())
     }
 
-    /// Seals half `h` (no more slots from it) and waits until its copy is done.
+    /// Seals segment `h` (no more slots from it) and waits until its copy is done.
     async fn seal_and_wait(&self, h: usize) -> Result<(), GpuError> {
         loop {
             let changed = self.changed.notified();
@@ -240,13 +236,13 @@ impl ReadPipeline {
                 if let Some(e) = &state.failed {
                     return Err(e.clone());
                 }
-                let half = &mut state.halves[h];
-                half.sealed = true;
-                if half.copying {
+                let segment = &mut state.segments[h];
+                segment.sealed = true;
+                if segment.copying {
                     Some(self.events[h])
                 } else {
                     self.copy_if_ready(&mut state, h)?;
-                    state.halves[h].copying.then_some(self.events[h])
+                    state.segments[h].copying.then_some(self.events[h])
                 }
             };
             match event {
@@ -259,11 +255,11 @@ impl ReadPipeline {
     /// Copies what is received and not yet copied, and waits for every copy: the data of all
     /// reads so far is in the GPU. Slots still handed out must be received or dropped first.
     pub async fn finish(&self) -> Result<(), GpuError> {
-        for h in 0..2 {
+        for h in 0..self.events.len() {
             let pending = {
                 let state = self.state.lock().unwrap();
-                let half = &state.halves[h];
-                half.assigned > 0 && (half.copying || half.received == half.assigned)
+                let segment = &state.segments[h];
+                segment.assigned > 0 && (segment.copying || segment.received == segment.assigned)
             };
             if pending {
                 self.seal_and_wait(h).await?;
@@ -279,7 +275,7 @@ impl Drop for ReadPipeline {
         let _ = self.driver.sync(self.stream);
         // SAFETY: synchronized; nobody waits on these any more (slots hold the pipeline).
         unsafe {
-            for e in self.events {
+            for &e in &self.events {
                 self.driver.destroy_event(e);
             }
             self.driver.destroy_stream(self.stream);

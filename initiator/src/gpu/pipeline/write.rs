@@ -1,31 +1,31 @@
-//! Staged writes: a half of the device region comes to the arena in one device-to-host copy;
-//! each write then sends its slot straight from the arena, with no copy of its own. A half that
+//! Staged writes: a segment of the device region comes to the arena in one device-to-host copy;
+//! each write then sends its slot straight from the arena, with no copy of its own. A segment that
 //! has been used up is fetched again as soon as its last slot is sent (the transport lets go of
-//! the data), while writes use the other half, so writers seldom wait for a copy.
+//! the data), while writes use the other segment, so writers seldom wait for a copy.
 
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use tokio::sync::Notify;
 
-use super::PinnedArena;
+use super::{PinnedArena, Shape};
 use crate::gpu::driver::{DevicePtr, Event, GpuDriver, GpuError, Stream};
 use crate::gpu::staged::wait_for;
 use crate::transport::target::RawMemory;
 
 #[derive(Default, Clone, Copy, PartialEq, Eq)]
 enum Fetch {
-    /// The arena half does not hold the device's data.
+    /// The arena segment does not hold the device's data.
     #[default]
     Stale,
-    /// Its copy is queued (the half's event says when it is done).
+    /// Its copy is queued (the segment's event says when it is done).
     Fetching,
     Ready,
 }
 
 #[derive(Default)]
-struct Half {
-    /// Slots handed out, and given back (their data sent), since the half was fetched.
+struct Segment {
+    /// Slots handed out, and given back (their data sent), since the segment was fetched.
     assigned: usize,
     released: usize,
     fetch: Fetch,
@@ -34,7 +34,7 @@ struct Half {
 }
 
 struct State {
-    halves: [Half; 2],
+    segments: Vec<Segment>,
     active: usize,
     failed: Option<GpuError>,
 }
@@ -44,10 +44,10 @@ pub struct WritePipeline {
     driver: Arc<dyn GpuDriver>,
     arena: Arc<PinnedArena>,
     stream: Stream,
-    events: [Event; 2],
+    events: Vec<Event>,
     device: DevicePtr,
     unit: usize,
-    per_half: usize,
+    per_segment: usize,
     state: Mutex<State>,
     changed: Notify,
 }
@@ -56,7 +56,7 @@ pub struct WritePipeline {
 /// sends it; the slot goes back when the last reference to those bytes goes.
 pub struct WriteSlot {
     pipeline: Arc<WritePipeline>,
-    half: usize,
+    segment: usize,
     index: usize,
     /// Gives the slot back when dropped (moved into the bytes by `into_bytes`).
     release: Option<Release>,
@@ -64,12 +64,12 @@ pub struct WriteSlot {
 
 struct Release {
     pipeline: Arc<WritePipeline>,
-    half: usize,
+    segment: usize,
 }
 
 impl Drop for Release {
     fn drop(&mut self) {
-        self.pipeline.on_released(self.half);
+        self.pipeline.on_released(self.segment);
     }
 }
 
@@ -83,7 +83,7 @@ struct SlotBytes {
 
 impl AsRef<[u8]> for SlotBytes {
     fn as_ref(&self) -> &[u8] {
-        // SAFETY: in the arena; the half is not fetched again (written) until this slot is
+        // SAFETY: in the arena; the segment is not fetched again (written) until this slot is
         // released, which happens when this value drops.
         unsafe { std::slice::from_raw_parts(self.arena.ptr().add(self.offset), self.len) }
     }
@@ -92,11 +92,11 @@ impl AsRef<[u8]> for SlotBytes {
 impl WriteSlot {
     /// Where the slot's data comes from in the device region, from its start.
     pub fn device_offset(&self) -> usize {
-        (self.half * self.pipeline.per_half + self.index) * self.pipeline.unit
+        (self.segment * self.pipeline.per_segment + self.index) * self.pipeline.unit
     }
 
     /// Copies the slot's part of the device region again (the caller changed it since the
-    /// half was fetched) and waits for it.
+    /// segment was fetched) and waits for it.
     pub async fn refresh(&mut self) -> Result<(), GpuError> {
         let p = &self.pipeline;
         let offset = self.device_offset();
@@ -133,31 +133,28 @@ impl WriteSlot {
 }
 
 impl WritePipeline {
-    /// A pipeline for writes of `unit` bytes, `per_half` slots per half, from the device region
-    /// at `device` (`pipeline::region_len(unit, per_half)` bytes).
+    /// A pipeline for writes of `shape.unit` bytes from the device region at `device`
+    /// (`shape.region_len()` bytes).
     pub fn new(
         driver: Arc<dyn GpuDriver>,
         device: DevicePtr,
-        unit: usize,
-        per_half: usize,
+        shape: Shape,
     ) -> Result<Arc<WritePipeline>, GpuError> {
-        let per_half = per_half.max(1);
-        let arena = Arc::new(PinnedArena::new(
-            driver.clone(),
-            super::region_len(unit, per_half),
-        )?);
+        let arena = Arc::new(PinnedArena::new(driver.clone(), shape.region_len())?);
         let stream = driver.new_stream()?;
-        let events = [driver.new_event()?, driver.new_event()?];
+        let events = (0..shape.segments)
+            .map(|_| driver.new_event())
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Arc::new(WritePipeline {
             driver,
             arena,
             stream,
             events,
             device,
-            unit,
-            per_half,
+            unit: shape.unit,
+            per_segment: shape.per_segment,
             state: Mutex::new(State {
-                halves: Default::default(),
+                segments: (0..shape.segments).map(|_| Segment::default()).collect(),
                 active: 0,
                 failed: None,
             }),
@@ -178,20 +175,20 @@ impl WritePipeline {
                     return Err(e.clone());
                 }
                 let h = state.active;
-                if state.halves[h].assigned < self.per_half {
-                    match state.halves[h].fetch {
+                if state.segments[h].assigned < self.per_segment {
+                    match state.segments[h].fetch {
                         Fetch::Ready => {
-                            let half = &mut state.halves[h];
-                            let index = half.assigned;
-                            half.assigned += 1;
-                            half.consumed = half.assigned == self.per_half;
+                            let segment = &mut state.segments[h];
+                            let index = segment.assigned;
+                            segment.assigned += 1;
+                            segment.consumed = segment.assigned == self.per_segment;
                             return Ok(WriteSlot {
                                 pipeline: self.clone(),
-                                half: h,
+                                segment: h,
                                 index,
                                 release: Some(Release {
                                     pipeline: self.clone(),
-                                    half: h,
+                                    segment: h,
                                 }),
                             });
                         }
@@ -202,14 +199,14 @@ impl WritePipeline {
                         }
                     }
                 } else {
-                    // The active half is used up: go on with the other once its slots are all
+                    // The active segment is used up: go on with the other once its slots are all
                     // sent (usually it is being fetched again by then, see `on_released`).
-                    let other = 1 - h;
-                    let o = &state.halves[other];
+                    let other = (h + 1) % self.events.len();
+                    let o = &state.segments[other];
                     if o.released == o.assigned {
                         state.active = other;
                         self.refetch_if_done(&mut state, other)?;
-                        let o = &mut state.halves[other];
+                        let o = &mut state.segments[other];
                         o.assigned = 0;
                         o.released = 0;
                         self.refetch_if_done(&mut state, h)?;
@@ -222,8 +219,8 @@ impl WritePipeline {
                 Some(h) => {
                     wait_for(&self.driver, self.events[h]).await?;
                     let mut state = self.state.lock().unwrap();
-                    if state.halves[h].fetch == Fetch::Fetching {
-                        state.halves[h].fetch = Fetch::Ready;
+                    if state.segments[h].fetch == Fetch::Fetching {
+                        state.segments[h].fetch = Fetch::Ready;
                     }
                 }
                 None => changed.await,
@@ -231,11 +228,11 @@ impl WritePipeline {
         }
     }
 
-    /// Queues the copy of half `h` of the device region into the arena.
+    /// Queues the copy of segment `h` of the device region into the arena.
     fn fetch(&self, state: &mut State, h: usize) -> Result<(), GpuError> {
-        let start = h * self.per_half * self.unit;
-        let len = self.per_half * self.unit;
-        // SAFETY: no slot of the half is handed out or referenced (all sent and released), and
+        let start = h * self.per_segment * self.unit;
+        let len = self.per_segment * self.unit;
+        // SAFETY: no slot of the segment is handed out or referenced (all sent and released), and
         // nobody reads it before the event says the copy is done.
         let queued = unsafe {
             self.driver.copy_to_host(
@@ -248,8 +245,8 @@ impl WritePipeline {
         .and_then(|_| self.driver.record(self.events[h], self.stream));
         match queued {
             Ok(()) => {
-                state.halves[h].fetch = Fetch::Fetching;
-                state.halves[h].consumed = false;
+                state.segments[h].fetch = Fetch::Fetching;
+                state.segments[h].consumed = false;
                 Ok(())
             }
             Err(e) => {
@@ -260,11 +257,14 @@ impl WritePipeline {
         }
     }
 
-    /// Fetches half `h` again if its data was all handed out and sent. The active half is
+    /// Fetches segment `h` again if its data was all handed out and sent. The active segment is
     /// only fetched again once writes come back to it.
     fn refetch_if_done(&self, state: &mut State, h: usize) -> Result<(), GpuError> {
-        let half = &state.halves[h];
-        if half.consumed && half.released == half.assigned && half.fetch != Fetch::Fetching {
+        let segment = &state.segments[h];
+        if segment.consumed
+            && segment.released == segment.assigned
+            && segment.fetch != Fetch::Fetching
+        {
             self.fetch(state, h)?;
         }
         Ok(())
@@ -272,7 +272,7 @@ impl WritePipeline {
 
     fn on_released(&self, h: usize) {
         let mut state = self.state.lock().unwrap();
-        state.halves[h].released += 1;
+        state.segments[h].released += 1;
         // Used up and all sent: fetch it again now, so it is ready when writes come back to it.
         if h != state.active {
             let _ = self.refetch_if_done(&mut state, h);
@@ -294,7 +294,7 @@ impl Drop for WritePipeline {
         let _ = self.driver.sync(self.stream);
         // SAFETY: synchronized; no slot is left (each holds the pipeline).
         unsafe {
-            for e in self.events {
+            for &e in &self.events {
                 self.driver.destroy_event(e);
             }
             self.driver.destroy_stream(self.stream);
