@@ -10,7 +10,8 @@
 # BIN_DIR holds release `fabrik` and `fabrikd` (default build/release); OUT_DIR gets
 # results.json (every report), table.txt and the logs (default /tmp/gpu-bench).
 # SECS (3) seconds per point, THREADS (4), DRIVES (4), POINTS ("4k:1 4k:32 128k:8 128k:32
-# 1m:8 1m:32" as bs:iodepth), RWS ("read write"), GPU (gpu = GPU 0).
+# 1m:8 1m:32" as bs:iodepth), RWS ("read write"), GPU (gpu = GPU 0), GPU_COPY (bench
+# --gpu-copy, default its own).
 set -uo pipefail
 BIN=${1:-build/release}
 OUT=${2:-/tmp/gpu-bench}
@@ -63,7 +64,8 @@ for rw in ${RWS:-read write}; do
     bs=${p%%:*}; qd=${p##*:}
     # Alternate, so a drift of the machine skews both alike.
     run "$rw bs=$bs qd=$qd host" --rw $rw --bs "$bs" --iodepth "$qd" --time "$SECS" --mem host || rc=1
-    run "$rw bs=$bs qd=$qd gpu" --rw $rw --bs "$bs" --iodepth "$qd" --time "$SECS" --mem "$GPU" || rc=1
+    run "$rw bs=$bs qd=$qd gpu" --rw $rw --bs "$bs" --iodepth "$qd" --time "$SECS" --mem "$GPU" \
+      ${GPU_COPY:+--gpu-copy "$GPU_COPY"} || rc=1
   done
 done
 

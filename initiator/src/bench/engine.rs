@@ -13,13 +13,9 @@ use super::pattern::{self, drive_tag};
 use super::report::{self, new_histogram, MemoryReport, Report, VerifyReport};
 use super::{BenchError, Drive, Memory, PhaseState, Progress, Rw, Spec};
 use crate::error::HostError;
-use crate::gpu::mover::{DataPath, GpuMover, Staging};
+use crate::gpu::mover::{GpuMover, Staging};
 use crate::gpu::pipeline::{self, ReadPipeline, WritePipeline};
 use crate::gpu::GpuBuffer;
-
-/// Staged transfers cross between host and GPU in copies of about this much (see
-/// `gpu::pipeline`).
-const GPU_COPY_BYTES: usize = 4 << 20;
 
 /// Bad blocks listed by name in the report; the rest are counted.
 const LISTED_ERRORS: usize = 10;
@@ -55,7 +51,7 @@ pub async fn run(
             // worker's region for staged reads (see `gpu::pipeline`), then each I/O loop's own
             // `bs` bytes for its writes and peer-to-peer reads.
             let bs = spec.bs as usize;
-            let shape = pipeline::Shape::new(bs, spec.iodepth as usize, GPU_COPY_BYTES);
+            let shape = pipeline::Shape::new(bs, spec.iodepth as usize, spec.gpu_copy_bytes);
             let read_region = shape.region_len();
             let write_base = spec.threads * read_region;
             let loops_base = 2 * spec.threads * read_region;
@@ -512,11 +508,12 @@ impl IoLoop {
                 let t0 = Instant::now();
                 if let Some(m) = mover.as_mut() {
                     let io = |e| io_error(drive, e);
-                    let staged = match (&self.pipeline, m.path(&drive.session, self.worker).await) {
-                        (_, Err(e)) => return Err(io(e)),
-                        (Some(p), Ok(DataPath::Staged { .. })) => Some(p.clone()),
-                        _ => None,
-                    };
+                    let staged =
+                        match (&self.pipeline, m.is_peer(&drive.session, self.worker).await) {
+                            (_, Err(e)) => return Err(io(e)),
+                            (Some(p), Ok(false)) => Some(p.clone()),
+                            _ => None,
+                        };
                     let landed = match staged {
                         // Received into a slot of the worker's pipeline, copied with others.
                         Some(pipeline) => {
@@ -583,9 +580,10 @@ impl IoLoop {
                 if let Some(m) = mover.as_mut() {
                     let io = |e| io_error(drive, e);
                     let gpu_error = |e: crate::gpu::GpuError| io(HostError::Gpu(e.0));
-                    let staged = match (&self.writes, m.path(&drive.session, self.worker).await) {
+                    let staged = match (&self.writes, m.is_peer(&drive.session, self.worker).await)
+                    {
                         (_, Err(e)) => return Err(io(e)),
-                        (Some(p), Ok(DataPath::Staged { .. })) => Some(p.clone()),
+                        (Some(p), Ok(false)) => Some(p.clone()),
                         _ => None,
                     };
                     match staged {

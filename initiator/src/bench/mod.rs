@@ -128,6 +128,11 @@ impl Memory {
     }
 }
 
+/// Staged copies between host and GPU: large enough that the copy engine's cost per copy
+/// hides, small enough that the staging memory stays in the CPU's caches (measured on an H200:
+/// see the README's GPU figures).
+pub const DEFAULT_GPU_COPY_BYTES: usize = 1 << 20;
+
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct Spec {
@@ -149,6 +154,9 @@ pub struct Spec {
     pub offset: u64,
     pub verify: Option<VerifySpec>,
     pub memory: Memory,
+    /// GPU memory, staged path: data crosses between host and GPU in copies of about this
+    /// many bytes (see `gpu::pipeline`).
+    pub gpu_copy_bytes: usize,
 }
 
 impl Default for Spec {
@@ -164,6 +172,7 @@ impl Default for Spec {
             offset: 0,
             verify: None,
             memory: Memory::Host,
+            gpu_copy_bytes: DEFAULT_GPU_COPY_BYTES,
         }
     }
 }

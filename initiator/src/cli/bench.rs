@@ -131,6 +131,11 @@ pub struct JobArgs {
     /// GPU (p2p or staged) and why.
     #[arg(long, default_value = "host")]
     pub mem: String,
+    /// With GPU memory on the staged path: move data between host and GPU in copies of about
+    /// this size (bigger hides the copy engine's cost per copy; smaller keeps the staging
+    /// memory in the CPU caches).
+    #[arg(long, value_parser = parse_size, default_value = "1m")]
+    pub gpu_copy: u64,
     /// Every block carries its address and a seed; reads check them. Read workloads write the
     /// region first (see --no-prefill).
     #[arg(long)]
@@ -278,6 +283,10 @@ pub fn spec_from(job: &JobArgs) -> Result<Spec> {
             prefill: !job.no_prefill,
         }),
         memory: Memory::parse(&job.mem).map_err(anyhow::Error::msg)?,
+        gpu_copy_bytes: usize::try_from(job.gpu_copy)
+            .ok()
+            .filter(|&n| n > 0)
+            .context("--gpu-copy must be a positive size")?,
     })
 }
 

@@ -156,6 +156,20 @@ impl GpuMover {
         Ok(path)
     }
 
+    /// Whether transfers on I/O queue `queue` of `session` go peer-to-peer (as `path`, without
+    /// a copy of the path: it is asked once per transfer).
+    pub async fn is_peer(
+        &mut self,
+        session: &Arc<Session>,
+        queue: usize,
+    ) -> Result<bool, HostError> {
+        let peer = |p: &DataPath| matches!(p, DataPath::PeerToPeer { .. });
+        match self.paths.get(&(session_key(session), queue)) {
+            Some((_, path)) => Ok(peer(path)),
+            None => self.path(session, queue).await.map(|p| peer(&p)),
+        }
+    }
+
     fn ring(&mut self) -> Result<&mut StagingRing, HostError> {
         if self.ring.is_none() {
             let driver = self.memory.driver.clone();
@@ -207,7 +221,7 @@ impl GpuMover {
         offset: usize,
     ) -> Result<(), HostError> {
         let lba_size = self.extent(session, nsid, nlb, offset).await?;
-        if let DataPath::PeerToPeer { .. } = self.path(session, queue).await? {
+        if self.is_peer(session, queue).await? {
             let peer: Arc<dyn PeerMemory> = self.memory.clone();
             return session
                 .read_peer(queue, nsid, slba, nlb, &peer, offset)
@@ -243,7 +257,7 @@ impl GpuMover {
         fua: bool,
     ) -> Result<(), HostError> {
         let lba_size = self.extent(session, nsid, nlb, offset).await?;
-        if let DataPath::PeerToPeer { .. } = self.path(session, queue).await? {
+        if self.is_peer(session, queue).await? {
             let peer: Arc<dyn PeerMemory> = self.memory.clone();
             return session
                 .write_peer(queue, nsid, slba, nlb, &peer, offset, fua)
