@@ -8,10 +8,11 @@
 #   tests/benches/gpu-bench.sh [BIN_DIR] [OUT_DIR]
 #
 # BIN_DIR holds release `fabrik` and `fabrikd` (default build/release); OUT_DIR gets
-# results.json (every report), table.txt and the logs (default /tmp/gpu-bench).
+# results.jsonl (every report), table.txt and the logs (default /tmp/gpu-bench).
 # SECS (3) seconds per point, THREADS (4), DRIVES (4), POINTS ("4k:1 4k:32 128k:8 128k:32
 # 1m:8 1m:32" as bs:iodepth), RWS ("read write"), GPU (gpu = GPU 0), GPU_COPY (bench
-# --gpu-copy, default its own).
+# --gpu-copy, default its own), REPEAT (1: each host/gpu pair this many times, alternated; the
+# table gives the mean).
 set -uo pipefail
 BIN=${1:-build/release}
 OUT=${2:-/tmp/gpu-bench}
@@ -62,10 +63,12 @@ rc=0
 for rw in ${RWS:-read write}; do
   for p in $POINTS; do
     bs=${p%%:*}; qd=${p##*:}
-    # Alternate, so a drift of the machine skews both alike.
-    run "$rw bs=$bs qd=$qd host" --rw $rw --bs "$bs" --iodepth "$qd" --time "$SECS" --mem host || rc=1
-    run "$rw bs=$bs qd=$qd gpu" --rw $rw --bs "$bs" --iodepth "$qd" --time "$SECS" --mem "$GPU" \
-      ${GPU_COPY:+--gpu-copy "$GPU_COPY"} || rc=1
+    for _ in $(seq "${REPEAT:-1}"); do
+      # Alternate, so a drift of the machine skews both alike.
+      run "$rw bs=$bs qd=$qd host" --rw $rw --bs "$bs" --iodepth "$qd" --time "$SECS" --mem host || rc=1
+      run "$rw bs=$bs qd=$qd gpu" --rw $rw --bs "$bs" --iodepth "$qd" --time "$SECS" --mem "$GPU" \
+        ${GPU_COPY:+--gpu-copy "$GPU_COPY"} || rc=1
+    done
   done
 done
 
@@ -77,16 +80,20 @@ run "verify randread 128k gpu" --rw randread --bs 128k --iodepth 16 --size 2g --
 python3 - "$OUT/results.jsonl" <<'EOF' | tee "$OUT/table.txt"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-by = {r["label"]: r for r in rows}
-print(f'{"point":<24}{"host GB/s":>11}{"gpu GB/s":>11}{"gpu/host":>10}  path')
+by, rate = {}, {}
+for r in rows:
+    by[r["label"]] = r
+    rate.setdefault(r["label"], []).append(r["bytes_per_sec"] / 1e9)
+mean = lambda label: sum(rate[label]) / len(rate[label])
+print(f'{"point":<24}{"host GB/s":>11}{"gpu GB/s":>11}{"gpu/host":>10}  runs  path')
 for label, r in by.items():
     if not label.endswith(" gpu") or label.startswith("verify"):
         continue
-    h = by.get(label[:-4] + " host")
-    if not h:
+    h = label[:-4] + " host"
+    if h not in rate:
         continue
-    g = r["bytes_per_sec"] / 1e9; hh = h["bytes_per_sec"] / 1e9
-    print(f'{label[:-4]:<24}{hh:>11.2f}{g:>11.2f}{g / hh * 100:>9.0f}%  {r["memory"]["path"]}')
+    g, hh = mean(label), mean(h)
+    print(f'{label[:-4]:<24}{hh:>11.2f}{g:>11.2f}{g / hh * 100:>9.0f}%  {len(rate[label]):>4}  {r["memory"]["path"]}')
 for label, r in by.items():
     if label.startswith("verify"):
         v = r["verify"]

@@ -9,7 +9,12 @@
 pub mod read;
 pub mod write;
 
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+
+use tokio::sync::futures::Notified;
+use tokio::sync::Notify;
 
 use crate::gpu::driver::{GpuDriver, GpuError};
 use crate::transport::target::RawMemory;
@@ -18,6 +23,7 @@ pub use read::ReadPipeline;
 pub use write::WritePipeline;
 
 const PAGE: usize = 4096;
+const HUGE_PAGE: usize = 2 << 20;
 
 /// Page-aligned host memory, pinned for the life of the value (the transport may hold it a
 /// little longer than the pipeline: it unpins itself when the last holder lets go).
@@ -35,8 +41,7 @@ unsafe impl Sync for PinnedArena {}
 impl PinnedArena {
     pub(crate) fn new(driver: Arc<dyn GpuDriver>, len: usize) -> Result<PinnedArena, GpuError> {
         let len = len.max(1).next_multiple_of(PAGE);
-        let layout = std::alloc::Layout::from_size_align(len, PAGE)
-            .map_err(|e| GpuError(format!("staging arena of {len} bytes: {e}")))?;
+        let layout = Self::layout(len)?;
         // SAFETY: non-zero size.
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
         if ptr.is_null() {
@@ -44,6 +49,10 @@ impl PinnedArena {
                 "out of memory for a {len}-byte staging arena"
             )));
         }
+        // Huge pages where the system allows: fewer TLB misses as the network writes the arena
+        // and fewer pages for the GPU to map. Only advice; no error matters.
+        // SAFETY: our allocation.
+        unsafe { libc::madvise(ptr.cast(), len, libc::MADV_HUGEPAGE) };
         // SAFETY: our allocation, alive until Drop (which unpins first).
         if let Err(e) = unsafe { driver.pin(ptr, len) } {
             // SAFETY: just allocated with this layout.
@@ -51,6 +60,13 @@ impl PinnedArena {
             return Err(e);
         }
         Ok(PinnedArena { driver, ptr, len })
+    }
+
+    /// Page-aligned; 2 MiB-aligned from 2 MiB (a huge page).
+    fn layout(len: usize) -> Result<std::alloc::Layout, GpuError> {
+        let align = if len >= HUGE_PAGE { HUGE_PAGE } else { PAGE };
+        std::alloc::Layout::from_size_align(len, align)
+            .map_err(|e| GpuError(format!("staging arena of {len} bytes: {e}")))
     }
 }
 
@@ -62,7 +78,7 @@ impl Drop for PinnedArena {
             self.driver.unpin(self.ptr);
             std::alloc::dealloc(
                 self.ptr,
-                std::alloc::Layout::from_size_align(self.len, PAGE).expect("layout of new"),
+                Self::layout(self.len).expect("the layout `new` used"),
             );
         }
     }
@@ -105,5 +121,59 @@ impl Shape {
     /// Bytes of the arena and of the device region.
     pub fn region_len(&self) -> usize {
         self.segments * self.per_segment * self.unit
+    }
+}
+
+/// Tells tasks waiting for a pipeline's state to change. Waiting is rare (a slot is usually
+/// free), so telling costs nothing while nobody waits.
+#[derive(Default)]
+pub(crate) struct Changes {
+    notify: Notify,
+    waiting: AtomicUsize,
+}
+
+/// A task's wait for the next change, begun while it held the state's lock (so a change made
+/// after it looked is not missed).
+pub(crate) struct Listening<'a> {
+    changes: &'a Changes,
+    notified: Pin<Box<Notified<'a>>>,
+}
+
+impl Changes {
+    /// Call with the state's lock held; await `changed` after letting it go.
+    pub(crate) fn listen(&self) -> Listening<'_> {
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        let mut notified = Box::pin(self.notify.notified());
+        notified.as_mut().enable();
+        Listening {
+            changes: self,
+            notified,
+        }
+    }
+
+    /// Call after changing the state (its lock let go).
+    pub(crate) fn tell(&self) {
+        if self.waiting.load(Ordering::SeqCst) > 0 {
+            self.notify.notify_waiters();
+        }
+    }
+}
+
+/// What a task waits for before it looks at a pipeline's state again.
+pub(crate) enum Wait<'a> {
+    /// A copy (its event).
+    Copy(crate::gpu::driver::Event),
+    Change(Listening<'a>),
+}
+
+impl Listening<'_> {
+    pub(crate) async fn changed(mut self) {
+        self.notified.as_mut().await;
+    }
+}
+
+impl Drop for Listening<'_> {
+    fn drop(&mut self) {
+        self.changes.waiting.fetch_sub(1, Ordering::SeqCst);
     }
 }

@@ -6,9 +6,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::Notify;
-
-use super::{PinnedArena, Shape};
+use super::{Changes, PinnedArena, Shape, Wait};
 use crate::gpu::driver::{DevicePtr, Event, GpuDriver, GpuError, Stream};
 use crate::gpu::staged::wait_for;
 use crate::transport::target::{RawMemory, RecvTarget};
@@ -51,7 +49,7 @@ pub struct ReadPipeline {
     unit: usize,
     per_segment: usize,
     state: Mutex<State>,
-    changed: Notify,
+    changes: Changes,
 }
 
 /// One slot of the arena, handed to one read. Dropping it gives the slot back (a read that
@@ -93,8 +91,7 @@ impl Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let _ = self.received();
-        self.pipeline.on_released(self.segment);
+        self.pipeline.on_released(self.segment, self.received);
     }
 }
 
@@ -124,18 +121,14 @@ impl ReadPipeline {
                 active: 0,
                 failed: None,
             }),
-            changed: Notify::new(),
+            changes: Changes::default(),
         }))
     }
 
     /// The next slot, once one is free.
     pub async fn slot(self: &Arc<Self>) -> Result<Slot, GpuError> {
         loop {
-            // Listening before looking: a change after the look is not missed.
-            let changed = self.changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
-            let wait_copy = {
+            let wait = {
                 let mut state = self.state.lock().unwrap();
                 if let Some(e) = &state.failed {
                     return Err(e.clone());
@@ -152,20 +145,20 @@ impl ReadPipeline {
                 let o = &state.segments[other];
                 if o.assigned == 0 || (o.copying && o.released == o.assigned) {
                     if o.copying && !self.driver.is_done(self.events[other])? {
-                        Some(self.events[other])
+                        Wait::Copy(self.events[other])
                     } else {
                         state.segments[other] = Segment::default();
                         state.active = other;
                         continue;
                     }
                 } else {
-                    None
+                    // Reads of the next segment are still out: wait for one to come back.
+                    Wait::Change(self.changes.listen())
                 }
             };
-            match wait_copy {
-                Some(event) => wait_for(&self.driver, event).await?,
-                // Reads of the other segment are still out: wait for one to come back.
-                None => changed.await,
+            match wait {
+                Wait::Copy(event) => wait_for(&self.driver, event).await?,
+                Wait::Change(listening) => listening.changed().await,
             }
         }
     }
@@ -191,9 +184,16 @@ impl ReadPipeline {
         self.copy_if_ready(&mut state, h)
     }
 
-    fn on_released(&self, h: usize) {
-        self.state.lock().unwrap().segments[h].released += 1;
-        self.changed.notify_waiters();
+    /// A slot goes back (received first, if it was not: one lock for both).
+    fn on_released(&self, h: usize, received: bool) {
+        let mut state = self.state.lock().unwrap();
+        if !received {
+            state.segments[h].received += 1;
+            let _ = self.copy_if_ready(&mut state, h);
+        }
+        state.segments[h].released += 1;
+        drop(state);
+        self.changes.tell();
     }
 
     /// Queues the segment's copy to the device once all its slots are received.
@@ -217,37 +217,35 @@ impl ReadPipeline {
         .and_then(|_| self.driver.record(self.events[h], self.stream));
         if let Err(e) = queued {
             state.failed = Some(e.clone());
-            self.changed.notify_waiters();
+            self.changes.tell();
             return Err(e);
         }
         state.segments[h].copying = true;
-        self.changed.notify_waiters();
+        self.changes.tell();
         Ok(())
     }
 
     /// Seals segment `h` (no more slots from it) and waits until its copy is done.
     async fn seal_and_wait(&self, h: usize) -> Result<(), GpuError> {
         loop {
-            let changed = self.changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
-            let event = {
+            let wait = {
                 let mut state = self.state.lock().unwrap();
                 if let Some(e) = &state.failed {
                     return Err(e.clone());
                 }
-                let segment = &mut state.segments[h];
-                segment.sealed = true;
-                if segment.copying {
-                    Some(self.events[h])
-                } else {
+                state.segments[h].sealed = true;
+                if !state.segments[h].copying {
                     self.copy_if_ready(&mut state, h)?;
-                    state.segments[h].copying.then_some(self.events[h])
+                }
+                match state.segments[h].copying {
+                    true => Wait::Copy(self.events[h]),
+                    // Reads of the segment are still out.
+                    false => Wait::Change(self.changes.listen()),
                 }
             };
-            match event {
-                Some(event) => return wait_for(&self.driver, event).await,
-                None => changed.await,
+            match wait {
+                Wait::Copy(event) => return wait_for(&self.driver, event).await,
+                Wait::Change(listening) => listening.changed().await,
             }
         }
     }

@@ -5,13 +5,11 @@
 
 use std::sync::{Arc, Mutex};
 
-use bytes::Bytes;
-use tokio::sync::Notify;
-
-use super::{PinnedArena, Shape};
+use super::{Changes, PinnedArena, Shape, Wait};
 use crate::gpu::driver::{DevicePtr, Event, GpuDriver, GpuError, Stream};
 use crate::gpu::staged::wait_for;
 use crate::transport::target::RawMemory;
+use bytes::Bytes;
 
 #[derive(Default, Clone, Copy, PartialEq, Eq)]
 enum Fetch {
@@ -49,7 +47,7 @@ pub struct WritePipeline {
     unit: usize,
     per_segment: usize,
     state: Mutex<State>,
-    changed: Notify,
+    changes: Changes,
 }
 
 /// One slot, holding the device's data of `device_offset()`. `into_bytes` gives it as a write
@@ -158,18 +156,14 @@ impl WritePipeline {
                 active: 0,
                 failed: None,
             }),
-            changed: Notify::new(),
+            changes: Changes::default(),
         }))
     }
 
     /// The next slot, once one is free and holds the device's data.
     pub async fn slot(self: &Arc<Self>) -> Result<WriteSlot, GpuError> {
         loop {
-            // Listening before looking: a change after the look is not missed.
-            let changed = self.changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
-            let wait_fetch = {
+            let wait = {
                 let mut state = self.state.lock().unwrap();
                 if let Some(e) = &state.failed {
                     return Err(e.clone());
@@ -192,10 +186,10 @@ impl WritePipeline {
                                 }),
                             });
                         }
-                        Fetch::Fetching => Some(h),
+                        Fetch::Fetching => Wait::Copy(self.events[h]),
                         Fetch::Stale => {
                             self.fetch(&mut state, h)?;
-                            Some(h)
+                            Wait::Copy(self.events[h])
                         }
                     }
                 } else {
@@ -212,18 +206,22 @@ impl WritePipeline {
                         self.refetch_if_done(&mut state, h)?;
                         continue;
                     }
-                    None
+                    // Writes of the next segment are still out: wait for one to be sent.
+                    Wait::Change(self.changes.listen())
                 }
             };
-            match wait_fetch {
-                Some(h) => {
-                    wait_for(&self.driver, self.events[h]).await?;
+            match wait {
+                Wait::Copy(event) => {
+                    wait_for(&self.driver, event).await?;
                     let mut state = self.state.lock().unwrap();
-                    if state.segments[h].fetch == Fetch::Fetching {
-                        state.segments[h].fetch = Fetch::Ready;
+                    let h = self.events.iter().position(|&e| e == event);
+                    if let Some(segment) = h.map(|h| &mut state.segments[h]) {
+                        if segment.fetch == Fetch::Fetching {
+                            segment.fetch = Fetch::Ready;
+                        }
                     }
                 }
-                None => changed.await,
+                Wait::Change(listening) => listening.changed().await,
             }
         }
     }
@@ -251,7 +249,7 @@ impl WritePipeline {
             }
             Err(e) => {
                 state.failed = Some(e.clone());
-                self.changed.notify_waiters();
+                self.changes.tell();
                 Err(e)
             }
         }
@@ -277,7 +275,8 @@ impl WritePipeline {
         if h != state.active {
             let _ = self.refetch_if_done(&mut state, h);
         }
-        self.changed.notify_waiters();
+        drop(state);
+        self.changes.tell();
     }
 }
 
