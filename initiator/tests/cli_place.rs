@@ -542,3 +542,224 @@ fn a_closed_stdout_pipe_ends_fabrik_quietly() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_eq!(out.status.code(), Some(0), "{stderr}");
 }
+
+/// `fabrik bench --gpu N` runs on what `fabrik place` plans for GPU N: GPU0's drives of an
+/// in-process fabrikd on 127.0.0.1, each connected from GPU0's NIC port on the fixture machine
+/// (`lo`, 127.0.0.1), written and read back through emulated GPU memory; the drives placed for
+/// GPU1 stay untouched. GPU1's port is on no interface of this host, so its run fails binding to
+/// it; bad choices are refused clearly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_gpu_runs_on_the_drives_placed_for_that_gpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = fabrik_target::config::Config::default_jbof(dir.path().join("data"));
+    cfg.listen = vec!["127.0.0.1:0".parse().unwrap()];
+    cfg.box_name = "gpubox".into();
+    cfg.drives = 4;
+    cfg.drive_size = 1 << 24;
+    cfg.backend = fabrik_target::backend::BackendKind::Ram;
+    let target = fabrik_target::Target::start(cfg).await.unwrap();
+    let port = target.listen_addrs()[0].port();
+    let mut nqns = target.subsystem_nqns();
+    nqns.sort();
+    let write_box = |name: &str, nqns: &[String]| {
+        let drives: Vec<String> = nqns.iter().map(|n| format!(r#"{{"nqn":"{n}"}}"#)).collect();
+        let path = dir.path().join(name);
+        std::fs::write(
+            &path,
+            format!(
+                r#"{{"ports":[{{"trtype":"tcp","traddr":"127.0.0.1","trsvcid":{port}}}],"drives":[{}]}}"#,
+                drives.join(",")
+            ),
+        )
+        .unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let box_file = write_box("box.json", &nqns);
+    let m = fixtures::machines::loopback_2gpu();
+    let run = |args: &[&str], plan_args: &[&str]| {
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_fabrik"));
+        cmd.args(args)
+            .args(plan_args)
+            .env_remove("FABRIK_API")
+            .env_remove("RUST_BACKTRACE")
+            .env_remove("RUST_LIB_BACKTRACE");
+        cmd.output()
+    };
+    let plan_args = ["--sysfs-root", root(&m), "--box", &box_file];
+
+    // What place plans for GPU0: every other drive, through mlx5_0 (lo).
+    let out = run(&["place", "--json"], &plan_args).await.unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let plan: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let gpu0 = &plan["gpus"][0];
+    assert_eq!(gpu0["gpu"], 0);
+    let placed: Vec<&str> = gpu0["connections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["nqn"].as_str().unwrap())
+        .collect();
+    assert_eq!(placed, [nqns[0].as_str(), nqns[2].as_str()]);
+
+    // Write the region and read it back, checked, on exactly those drives.
+    let bench = [
+        "bench",
+        "--gpu",
+        "0",
+        "--mem",
+        "emulated-gpu",
+        "--rw",
+        "read",
+        "--bs",
+        "128k",
+        "--size",
+        "4m",
+        "--verify",
+        "--json",
+        "--quiet",
+    ];
+    let out = run(&bench, &plan_args).await.unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["drives"], 2);
+    let placement = &report["placement"];
+    assert_eq!(placement["gpu"], 0);
+    assert_eq!(placement["pci"], "0000:18:00.0");
+    assert_eq!(placement["nic_ports"], serde_json::json!(["mlx5_0/1"]));
+    assert_eq!(placement["connections"], gpu0["connections"]);
+    assert_eq!(placement["connections"][0]["host_traddr"], "127.0.0.1");
+    assert_eq!(placement["connections"][0]["host_iface"], "lo");
+    assert_eq!(report["verify"]["errors"], 0);
+    assert_eq!(report["verify"]["blocks_checked"].as_u64(), Some(1024));
+    assert_eq!(report["memory"]["path"], "staged");
+    // The data is on GPU0's drives only.
+    for nqn in &nqns {
+        let opts = fabrik_initiator::ConnectOptions::new(target.listen_addrs()[0], nqn.clone());
+        let ctrl = fabrik_initiator::Controller::connect(opts).await.unwrap();
+        let block = ctrl.read(1, 0, 1).await.unwrap();
+        ctrl.shutdown().await.unwrap();
+        let written = block.iter().any(|&b| b != 0);
+        assert_eq!(written, placed.contains(&nqn.as_str()), "{nqn}");
+    }
+
+    // The text report names the placement; the checkpoint workload runs on it too.
+    let out = run(&bench[..bench.len() - 2], &plan_args).await.unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = stdout(&out);
+    assert!(
+        text.contains("\n  placement: GPU0 0000:18:00.0, NIC ports mlx5_0/1, 2 drive(s)\n")
+            && text.contains(&format!(
+                "\n    drive {} via mlx5_0/1 127.0.0.1 -> tcp 127.0.0.1:{port}\n",
+                nqns[2]
+            )),
+        "{text}"
+    );
+    let checkpoint = [
+        "bench",
+        "checkpoint",
+        "--gpu",
+        "0",
+        "--mem",
+        "emulated-gpu",
+        "--count",
+        "1",
+        "--size",
+        "2m",
+        "--bs",
+        "256k",
+        "--json",
+    ];
+    let out = run(&checkpoint, &plan_args).await.unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["drives"], 2);
+    assert_eq!(report["placement"]["connections"], gpu0["connections"]);
+
+    // GPU1's drives are planned from its own port, on no interface of this host.
+    let out = run(
+        &[
+            "bench",
+            "--gpu",
+            "1",
+            "--mem",
+            "host",
+            "--size",
+            "1m",
+            "--subnet-bits",
+            "0",
+        ],
+        &plan_args,
+    )
+    .await
+    .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err.contains(&format!(
+                "connecting to {} at 127.0.0.1:{port} from GPU1's NIC port mlx5_1/1 (192.0.2.1)",
+                nqns[1]
+            ))
+            && err.contains("binding to interface \"ens3f0np0\" (no such interface)"),
+        "{err}"
+    );
+
+    // Clear refusals.
+    let one_drive = write_box("one.json", &nqns[..1]);
+    let no_drive = write_box("none.json", &[]);
+    let no_driver = "no NVIDIA driver found: GPU memory unavailable";
+    let driverless = !fabrik_initiator::gpu::cuda::driver_present();
+    for (args, plan, says) in [
+        (
+            vec!["--gpu", "7"],
+            box_file.as_str(),
+            "--gpu 7: this machine has 2 GPU(s): GPU0 0000:18:00.0, GPU1 0000:9a:00.0",
+        ),
+        (
+            vec!["--gpu", "1"],
+            one_drive.as_str(),
+            "mlx5_1 port 1 (192.0.2.1) has no box port on its network: not used; \
+             the box's 1 drive(s) are dealt to the other GPUs",
+        ),
+        (
+            vec!["--gpu", "0"],
+            no_drive.as_str(),
+            "the box lists no drives (give --box FILE, --api URL or --discover ADDR)",
+        ),
+        (
+            vec!["--gpu", "0", "-a", "127.0.0.1"],
+            box_file.as_str(),
+            "the argument '--gpu <N>' cannot be used with",
+        ),
+        (
+            vec!["-a", "127.0.0.1", "--all"],
+            box_file.as_str(),
+            "cannot be used with",
+        ),
+        (
+            vec![],
+            box_file.as_str(),
+            "the following required arguments were not provided:\n  --gpu <N>",
+        ),
+        // Without --mem, the placed GPU's memory: without the NVIDIA driver, none.
+        (
+            vec!["--gpu", "0"],
+            if driverless {
+                box_file.as_str()
+            } else {
+                no_drive.as_str()
+            },
+            if driverless { no_driver } else { "no drive" },
+        ),
+    ] {
+        let mut a = vec!["bench", "--size", "1m", "--quiet"];
+        a.extend(args.iter().copied());
+        let out = run(&a, &["--sysfs-root", root(&m), "--box", plan])
+            .await
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?} is refused");
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    target.shutdown().await;
+}

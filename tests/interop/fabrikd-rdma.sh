@@ -134,6 +134,47 @@ s_host() {
   assert "fabrik io-check over RDMA against the kernel's nvmet-rdma" [ $rc = 0 ] || { cat $out; dmesg | tail -5; return 1; }
   sed 's/^/  | /' $out
 }
+# GPU memory in fabrik's userspace host, on the emulated GPU (host memory behind the GPU data
+# paths): over NVMe/RDMA it is registered on the queue's NIC by address and the target's RDMA
+# READs and WRITEs move the data straight to and from it (path p2p); over NVMe/TCP (the same
+# fabrikd, listening on 127.0.0.1 too) it goes through the staging ring (path staged). Data
+# written one way is read back and checked the other way too.
+gpu_bench() {  # tr path rw seed [--no-prefill]: bench --mem emulated-gpu --verify, checked
+  local tr=$1 path=$2 rw=$3 seed=$4 addr=$TRADDR out=/tmp/fabrik-gpu.json; shift 4
+  [ "$tr" = tcp ] && addr=127.0.0.1
+  x timeout 300 "$FABRIK" bench -t "$tr" -a "$addr" -s "$TRSVCID" -n "$(drive_nqn 3)" \
+    --mem emulated-gpu --rw "$rw" --bs 128k --iodepth 4 --size 64m --verify --verify-seed "$seed" \
+    "$@" --json --quiet > $out 2>&1
+  assert "bench -t $tr --rw $rw $* from/into emulated GPU memory exits 0" [ $? = 0 ] || { cat $out; return 1; }
+  grep -E '"(path|errors|blocks_checked)"|(p2p|staged): ' $out | sed 's/^ */  | /'
+  assert "-t $tr: the data took path $path" grep -q "\"path\": \"$path\"" $out || { cat $out; return 1; }
+  if [ "$path" = p2p ]; then
+    assert "-t rdma: GPU memory registered on NIC rxe by address" \
+      grep -qE '"p2p: GPU memory registered on NIC rxe[0-9]+ by address"' $out || { cat $out; return 1; }
+  else
+    assert "-t tcp: staged because NVMe/TCP" grep -qE '"staged: .*NVMe/TCP' $out || { cat $out; return 1; }
+  fi
+  # A write run reads its region back too (the verify phase).
+  assert "-t $tr --rw $rw: blocks checked" grep -qE '"blocks_checked": [1-9]' $out || { cat $out; return 1; }
+  assert "-t $tr --rw $rw: no verify errors" grep -q '"errors": 0,' $out || { cat $out; return 1; }
+}
+s_gpu() {
+  local i
+  FABRIK=${FABRIK:-$(command -v fabrik)}
+  assert "fabrik CLI present in the guest" [ -n "$FABRIK" ] || return 1
+  [ -z "$FPID" ] || target_stop || return 1
+  FABRIKD_ARGS="${FABRIKD_ARGS:-} --listen 127.0.0.1:$TRSVCID" target_start || return 1
+  for i in $(seq 1 50); do (exec 3<>/dev/tcp/127.0.0.1/$TRSVCID) 2>/dev/null && break; sleep 0.1; done
+  # Written from GPU memory by the target's RDMA READs, read back into it by its RDMA WRITEs.
+  gpu_bench rdma p2p write 1703 || return 1
+  gpu_bench rdma p2p read 1703 --no-prefill || return 1
+  gpu_bench rdma p2p randread 1703 --no-prefill || return 1
+  # The same data read over NVMe/TCP (staged); then staged writes read back peer-to-peer.
+  gpu_bench tcp staged randread 1703 --no-prefill || return 1
+  gpu_bench tcp staged write 1704 || return 1
+  gpu_bench rdma p2p read 1704 --no-prefill || return 1
+  assert "fabrikd stops cleanly" target_stop
+}
 # Bad input over RDMA (fabrik rdma-probe): wrong CM private data rejected with the NVMe/RDMA
 # status, bad SGLs answered with the right NVMe status, a wrong rkey ends only that queue, and a
 # bystander host's data and controller stay intact; fabrikd keeps serving.
@@ -204,6 +245,7 @@ s_log() {
 suite_extra_steps() {
   skipped both || step "one fabrikd on TCP and RDMA: discovery lists both, same data" s_both
   skipped host || step "fabrik's RDMA host: io-check, bench, discover, connect-all vs fabrikd; io-check vs nvmet-rdma" s_host
+  skipped gpu || step "GPU memory (emulated GPU) over fabrik's host: p2p over RDMA (rxe), staged over TCP, verified both ways" s_gpu
   skipped probe || step "bad input over RDMA: rejects, SGL statuses, bystander undisturbed" s_probe
   skipped perf || step "figures: fio over rxe, fabrikd vs nvmet-rdma" s_perf
   step "fabrikd log has no panic" s_log

@@ -45,6 +45,8 @@ pub struct CheckpointReport {
     pub checkpoints: Vec<CheckpointResult>,
     /// All bytes over all time.
     pub bytes_per_sec: f64,
+    /// The drives placed for a GPU, when the run used a placement plan.
+    pub placement: Option<super::report::PlacementReport>,
 }
 
 /// Writes the checkpoints; `on_checkpoint` sees each result as it completes.
@@ -117,6 +119,7 @@ pub async fn run(
         threads: spec.threads,
         checkpoints,
         bytes_per_sec: total as f64 / started.elapsed().max(Duration::from_nanos(1)).as_secs_f64(),
+        placement: None,
     })
 }
 

@@ -130,6 +130,7 @@ pub async fn run(
         }),
         reference: None,
         memory: ctx.gpu.as_ref().map(GpuState::report),
+        placement: None,
         events: Vec::new(),
     })
 }

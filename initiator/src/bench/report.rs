@@ -6,6 +6,9 @@ use std::time::Duration;
 use hdrhistogram::Histogram;
 use serde::Serialize;
 
+use crate::placement::{Connection, GpuPlan};
+use crate::topology::PciAddr;
+
 /// Latencies are recorded in nanoseconds, up to an hour, to 3 significant digits.
 pub fn new_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds")
@@ -87,6 +90,52 @@ pub struct MemoryReport {
     pub paths: Vec<String>,
 }
 
+/// The drives and NIC ports a run used as `fabrik place` planned them for one GPU
+/// (`fabrik bench --gpu N`).
+#[derive(Debug, Clone, Serialize)]
+pub struct PlacementReport {
+    /// The GPU's index in PCI order, as `fabrik place` numbers them.
+    pub gpu: usize,
+    pub pci: PciAddr,
+    /// The NIC ports the connections leave through ("mlx5_0/1"), in plan order.
+    pub nic_ports: Vec<String>,
+    /// One connection per drive, as `fabrik place --json` lists them.
+    pub connections: Vec<Connection>,
+}
+
+impl PlacementReport {
+    pub fn of(plan: &GpuPlan) -> PlacementReport {
+        let mut nic_ports: Vec<String> = Vec::new();
+        for c in &plan.connections {
+            let port = format!("{}/{}", c.rdma, c.port);
+            if !nic_ports.contains(&port) {
+                nic_ports.push(port);
+            }
+        }
+        PlacementReport {
+            gpu: plan.gpu,
+            pci: plan.pci,
+            nic_ports,
+            connections: plan.connections.clone(),
+        }
+    }
+
+    /// "placement: GPU0 0000:18:00.0, NIC ports mlx5_0/1, 2 drives" and a line per drive.
+    pub fn to_text(&self) -> String {
+        let mut out = format!(
+            "placement: GPU{} {}, NIC ports {}, {} drive(s)\n",
+            self.gpu,
+            self.pci,
+            self.nic_ports.join(" "),
+            self.connections.len()
+        );
+        for c in &self.connections {
+            out.push_str(&format!("  drive {c}\n"));
+        }
+        out
+    }
+}
+
 /// The result of one benchmark run.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
@@ -109,6 +158,8 @@ pub struct Report {
     pub reference: Option<Reference>,
     /// GPU memory: which GPU, and how data moved to and from it.
     pub memory: Option<MemoryReport>,
+    /// The drives placed for a GPU, when the run used a placement plan.
+    pub placement: Option<PlacementReport>,
     /// What happened to the sessions meanwhile (paths lost and back, namespaces changed).
     pub events: Vec<String>,
 }
@@ -220,6 +271,11 @@ impl Report {
                 self.cpu.percent, self.cpu.user_s, self.cpu.sys_s
             ),
         );
+        if let Some(p) = &self.placement {
+            for l in p.to_text().lines() {
+                line(&mut out, format!("  {l}"));
+            }
+        }
         if let Some(m) = &self.memory {
             line(&mut out, format!("  memory: {}, path {}", m.gpu, m.path));
             for p in &m.paths {

@@ -237,6 +237,7 @@ mod tests {
             verify: None,
             reference: None,
             memory: None,
+            placement: None,
             events: Vec::new(),
         }
     }

@@ -8,11 +8,13 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
-use fabrik_initiator::bench::report::Reference;
+use fabrik_initiator::bench::report::{PlacementReport, Reference};
 use fabrik_initiator::bench::{
     self, parse_size, reference, Drive, Memory, Progress, Report, Rw, Spec, VerifySpec,
 };
 use fabrik_initiator::host::session::{RecoveryPolicy, Session, SessionEvent};
+use fabrik_initiator::placement::apply;
+use fabrik_initiator::placement::GpuPlan;
 use fabrik_initiator::proto::tcp::Digests;
 use fabrik_initiator::{discover_all, ConnectOptions, Controller, HostIdentity};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -20,6 +22,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use super::args::{
     host_identity, parse_transport, resolve_host as resolve, DISCOVERY_PORT, IO_PORT,
 };
+use super::bench_place::{self, PlacedArgs};
 
 #[derive(Args)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -36,24 +39,40 @@ enum Workload {
     Checkpoint(super::bench_checkpoint::CheckpointArgs),
 }
 
-/// Where the drives are: nvme-cli's addressing options.
+/// Where the drives are: nvme-cli's addressing options (`--gpu N` and the plan's inputs take
+/// their place).
 #[derive(Args, Clone)]
+#[group(conflicts_with_all = ["gpu", "plan_inputs"])]
 pub struct AddressArgs {
     /// Transport: tcp or rdma.
     #[arg(short = 't', long, default_value = "tcp")]
     pub transport: String,
     /// Target address (IP or host name).
-    #[arg(short = 'a', long)]
-    pub traddr: String,
+    #[arg(short = 'a', long, required_unless_present = "gpu")]
+    pub traddr: Option<String>,
     /// Port (default 4420; with --all, the discovery port 8009).
     #[arg(short = 's', long)]
     pub trsvcid: Option<u16>,
     /// Subsystem NQN (repeatable).
-    #[arg(short = 'n', long = "nqn", required_unless_present = "all")]
+    #[arg(short = 'n', long = "nqn", required_unless_present_any = ["all", "gpu"])]
     pub nqns: Vec<String>,
     /// Every NVM subsystem the target's discovery log offers this host.
     #[arg(long, conflicts_with = "nqns")]
     pub all: bool,
+    /// Local IP address to connect from.
+    #[arg(short = 'w', long)]
+    pub host_traddr: Option<IpAddr>,
+    /// Local network interface to connect through (NVMe/TCP; kernels before 5.7 need CAP_NET_RAW).
+    #[arg(short = 'f', long)]
+    pub host_iface: Option<String>,
+    /// Another path to the same subsystems, HOST:PORT (repeatable): one multipath session.
+    #[arg(long = "path", value_name = "HOST:PORT")]
+    pub paths: Vec<String>,
+}
+
+/// How the sessions are made, wherever the drives are (nvme-cli's names).
+#[derive(Args, Clone)]
+pub struct SessionArgs {
     /// Host NQN (default: a random UUID-based NQN).
     #[arg(short = 'q', long)]
     pub hostnqn: Option<String>,
@@ -78,15 +97,6 @@ pub struct AddressArgs {
     /// Keep-alive timeout in seconds.
     #[arg(short = 'k', long, default_value_t = 5)]
     pub keep_alive_tmo: u32,
-    /// Local IP address to connect from.
-    #[arg(short = 'w', long)]
-    pub host_traddr: Option<IpAddr>,
-    /// Local network interface to connect through (NVMe/TCP; kernels before 5.7 need CAP_NET_RAW).
-    #[arg(short = 'f', long)]
-    pub host_iface: Option<String>,
-    /// Another path to the same subsystems, HOST:PORT (repeatable): one multipath session.
-    #[arg(long = "path", value_name = "HOST:PORT")]
-    pub paths: Vec<String>,
     /// Seconds between reconnect attempts of a lost path.
     #[arg(short = 'c', long, default_value_t = 2.0)]
     pub reconnect_delay: f64,
@@ -100,10 +110,65 @@ pub struct AddressArgs {
     pub ctrl_loss_tmo: f64,
 }
 
+impl SessionArgs {
+    /// The host NQN and ID the sessions connect as.
+    fn host(&self) -> Result<HostIdentity> {
+        let mut host = host_identity(self.hostnqn.clone());
+        if let Some(id) = &self.hostid {
+            host.id = parse_uuid(id).with_context(|| format!("--hostid {id:?} is not a UUID"))?;
+        }
+        Ok(host)
+    }
+}
+
+/// Which drives a job runs on.
+#[derive(Clone)]
+pub enum DriveSource {
+    /// Addressed as nvme-cli addresses subsystems (-a with -n or --all).
+    Addressed(AddressArgs),
+    /// Placed for one GPU by `fabrik place` (--gpu N).
+    Placed(GpuPlan),
+}
+
+impl DriveSource {
+    /// The drives the job's options name: the plan's for --gpu N, else -a/-n/--all's.
+    pub async fn from_args(
+        address: Option<AddressArgs>,
+        placed: &PlacedArgs,
+        session: &SessionArgs,
+    ) -> Result<DriveSource> {
+        if let Some(plan) = placed.gpu_plan(session.hostnqn.as_deref()).await? {
+            return Ok(DriveSource::Placed(plan));
+        }
+        address
+            .map(DriveSource::Addressed)
+            .context("-a/--traddr and -n/--nqn (or --all), or --gpu N, say which drives to use")
+    }
+
+    pub fn placed(&self) -> Option<&GpuPlan> {
+        match self {
+            DriveSource::Addressed(_) => None,
+            DriveSource::Placed(plan) => Some(plan),
+        }
+    }
+
+    /// Where the drives are, in a few words ("10.0.0.1", "GPU0's placed drives").
+    pub fn describe(&self) -> String {
+        match self {
+            DriveSource::Addressed(a) => a.traddr.clone().unwrap_or_default(),
+            DriveSource::Placed(plan) => format!("GPU{}'s placed drives", plan.gpu),
+        }
+    }
+}
+
 #[derive(Args, Clone)]
 pub struct JobArgs {
     #[command(flatten)]
     pub address: Option<AddressArgs>,
+    #[command(flatten)]
+    pub session: SessionArgs,
+    #[command(flatten)]
+    pub placed: PlacedArgs,
     /// Access pattern: read, write, randread, randwrite, randrw.
     #[arg(long, default_value = "randread")]
     pub rw: Rw,
@@ -128,9 +193,9 @@ pub struct JobArgs {
     pub time: Option<f64>,
     /// Where reads land and writes come from: host, gpu (GPU 0), gpu:N, or emulated-gpu (host
     /// memory through the GPU data paths). The report says which path the data took to the
-    /// GPU (p2p or staged) and why.
-    #[arg(long, default_value = "host")]
-    pub mem: String,
+    /// GPU (p2p or staged) and why. [default: host; with --gpu N, that GPU]
+    #[arg(long)]
+    pub mem: Option<String>,
     /// With GPU memory on the staged path: move data between host and GPU in copies of about
     /// this size (bigger hides the copy engine's cost per copy; smaller keeps the staging
     /// memory in the CPU caches).
@@ -187,17 +252,15 @@ pub async fn run(args: BenchArgs) -> Result<()> {
 }
 
 async fn run_job(job: JobArgs) -> Result<()> {
-    let address = job
-        .address
-        .clone()
-        .context("-a/--traddr and -n/--nqn (or --all) say which drives to use")?;
+    let source = DriveSource::from_args(job.address.clone(), &job.placed, &job.session).await?;
+    let memory = bench_place::memory(job.mem.as_deref(), source.placed())?;
     if job.sweep {
-        return super::bench_sweep::run(job, address);
+        return super::bench_sweep::run(job, source, memory);
     }
     let threads = job.threads;
-    let spec = spec_from(&job)?;
+    let spec = spec_from(&job, memory)?;
     let (report, verify_errors) = on_bench_runtime(threads, async move {
-        let drives = open_drives(&address, threads, job.iodepth).await?;
+        let drives = open_drives(&source, &job.session, threads, job.iodepth).await?;
         let events = report_session_events(&drives);
         // The reference is measured half before and half after the run, so that a machine
         // whose load changes meanwhile skews both sides alike.
@@ -214,6 +277,7 @@ async fn run_job(job: JobArgs) -> Result<()> {
         }
         let mut report = report?;
         report.events = events.lock().unwrap().clone();
+        report.placement = source.placed().map(PlacementReport::of);
         let errors = report.verify.as_ref().map_or(0, |v| v.errors);
         if job.json {
             println!("{}", serde_json::to_string_pretty(&report)?);
@@ -258,7 +322,7 @@ pub fn on_bench_runtime<T: Send + 'static>(
     })
 }
 
-pub fn spec_from(job: &JobArgs) -> Result<Spec> {
+pub fn spec_from(job: &JobArgs, memory: Memory) -> Result<Spec> {
     let bs = u32::try_from(job.bs).context("--bs is over 4 GiB")?;
     if job.verify && !job.no_prefill && !job.rw.writes() && job.size.is_none() {
         bail!("--verify on a read workload writes its region first: say how much with --size");
@@ -282,7 +346,7 @@ pub fn spec_from(job: &JobArgs) -> Result<Spec> {
             seed: job.verify_seed.unwrap_or_else(random_seed),
             prefill: !job.no_prefill,
         }),
-        memory: Memory::parse(&job.mem).map_err(anyhow::Error::msg)?,
+        memory,
         gpu_copy_bytes: usize::try_from(job.gpu_copy)
             .ok()
             .filter(|&n| n > 0)
@@ -335,18 +399,98 @@ fn spawn_progress_bar(
     })
 }
 
-/// Connects to every subsystem named (or offered, with --all) and lists their namespaces.
+/// One subsystem to open as a session: one path per `ConnectOptions` (address, subsystem,
+/// host, transport, source address and interface).
+struct Subsystem {
+    nqn: String,
+    paths: Vec<ConnectOptions>,
+    /// Where the connections leave from, for messages ("" or " from GPU0's NIC port ...").
+    from: String,
+}
+
+/// Connects to every subsystem of `source` and lists their namespaces.
 pub async fn open_drives(
-    address: &AddressArgs,
+    source: &DriveSource,
+    session_args: &SessionArgs,
     threads: usize,
     iodepth: u32,
 ) -> Result<Vec<Drive>> {
-    let transport = parse_transport(&address.transport)?;
-    let mut host = host_identity(address.hostnqn.clone());
-    if let Some(id) = &address.hostid {
-        host.id = parse_uuid(id).with_context(|| format!("--hostid {id:?} is not a UUID"))?;
+    let host = session_args.host()?;
+    let subsystems = match source {
+        DriveSource::Addressed(address) => addressed_subsystems(address, &host).await?,
+        DriveSource::Placed(plan) => placed_subsystems(plan, &host).await?,
+    };
+    let mut drives = Vec::new();
+    for Subsystem { nqn, paths, from } in subsystems {
+        if session_args.drives.is_some_and(|n| drives.len() >= n) {
+            break;
+        }
+        let addr = paths[0].addr;
+        let mut connected = Vec::new();
+        for mut opts in paths {
+            let path = opts.addr;
+            opts.io_queues = threads as u16;
+            opts.queue_size = session_args.queue_size.unwrap_or(
+                opts.queue_size
+                    .max(iodepth.saturating_add(1).min(u16::MAX as u32) as u16),
+            );
+            opts.kato_ms = session_args.keep_alive_tmo.saturating_mul(1000);
+            opts.digests = Digests {
+                header: session_args.hdr_digest,
+                data: session_args.data_digest,
+            };
+            let ctrl = Controller::connect(opts.clone())
+                .await
+                .with_context(|| format!("connecting to {nqn} at {path}{from}"))?;
+            if ctrl.io_queue_count() < threads {
+                bail!(
+                    "{nqn} at {path} granted {} I/O queues; --threads {threads} needs one each",
+                    ctrl.io_queue_count()
+                );
+            }
+            connected.push((opts, Some(ctrl)));
+        }
+        let policy = RecoveryPolicy {
+            reconnect_delay: Duration::from_secs_f64(session_args.reconnect_delay.max(0.0)),
+            ctrl_loss_tmo: (session_args.ctrl_loss_tmo >= 0.0)
+                .then(|| Duration::from_secs_f64(session_args.ctrl_loss_tmo)),
+        };
+        let session = Session::from_controllers(connected, policy).await?;
+        let nsids = if session_args.nsid.is_empty() {
+            session
+                .with_path(|ctrl| async move { ctrl.active_namespaces().await })
+                .await?
+        } else {
+            session_args.nsid.clone()
+        };
+        for nsid in nsids {
+            if session_args.drives.is_some_and(|n| drives.len() >= n) {
+                break;
+            }
+            drives.push(
+                Drive::open(session.clone(), nsid)
+                    .await
+                    .with_context(|| format!("namespace {nsid} of {nqn} at {addr}"))?,
+            );
+        }
     }
-    let host_name = &address.traddr;
+    if drives.is_empty() {
+        bail!("no namespaces to run on");
+    }
+    Ok(drives)
+}
+
+/// The subsystems named with -n (or offered, with --all), each with the --path extras.
+async fn addressed_subsystems(
+    address: &AddressArgs,
+    host: &HostIdentity,
+) -> Result<Vec<Subsystem>> {
+    let transport = parse_transport(&address.transport)?;
+    // clap requires -a unless --gpu, and --gpu excludes every addressing option.
+    let host_name = address
+        .traddr
+        .as_deref()
+        .context("-a/--traddr says where the drives are")?;
     let targets: Vec<(Vec<SocketAddr>, String)> = if address.all {
         let port = address.trsvcid.unwrap_or(DISCOVERY_PORT);
         let addr = resolve(host_name, port).await?;
@@ -372,13 +516,8 @@ pub async fn open_drives(
     if targets.is_empty() {
         bail!("no subsystems to run on over -t {}", address.transport);
     }
-
-    let mut drives = Vec::new();
+    let mut subsystems = Vec::new();
     for (mut paths, nqn) in targets {
-        if address.drives.is_some_and(|n| drives.len() >= n) {
-            break;
-        }
-        let addr = paths[0];
         // --path adds paths to every subsystem: one multipath session each.
         for extra in &address.paths {
             let (h, p) = extra
@@ -390,61 +529,47 @@ pub async fn open_drives(
                 paths.push(path);
             }
         }
-        let mut connected = Vec::new();
-        for path in paths {
-            let mut opts = ConnectOptions::new(path, &nqn).with_host(&host);
-            opts.transport = transport;
-            opts.io_queues = threads as u16;
-            opts.queue_size = address.queue_size.unwrap_or(
-                opts.queue_size
-                    .max(iodepth.saturating_add(1).min(u16::MAX as u32) as u16),
-            );
-            opts.kato_ms = address.keep_alive_tmo.saturating_mul(1000);
-            opts.digests = Digests {
-                header: address.hdr_digest,
-                data: address.data_digest,
-            };
-            opts.host_traddr = address.host_traddr;
-            opts.host_iface = address.host_iface.clone();
-            let ctrl = Controller::connect(opts.clone())
-                .await
-                .with_context(|| format!("connecting to {nqn} at {path}"))?;
-            if ctrl.io_queue_count() < threads {
-                bail!(
-                    "{nqn} at {path} granted {} I/O queues; --threads {threads} needs one each",
-                    ctrl.io_queue_count()
-                );
-            }
-            connected.push((opts, Some(ctrl)));
-        }
-        let policy = RecoveryPolicy {
-            reconnect_delay: Duration::from_secs_f64(address.reconnect_delay.max(0.0)),
-            ctrl_loss_tmo: (address.ctrl_loss_tmo >= 0.0)
-                .then(|| Duration::from_secs_f64(address.ctrl_loss_tmo)),
-        };
-        let session = Session::from_controllers(connected, policy).await?;
-        let nsids = if address.nsid.is_empty() {
-            session
-                .with_path(|ctrl| async move { ctrl.active_namespaces().await })
-                .await?
-        } else {
-            address.nsid.clone()
-        };
-        for nsid in nsids {
-            if address.drives.is_some_and(|n| drives.len() >= n) {
-                break;
-            }
-            drives.push(
-                Drive::open(session.clone(), nsid)
-                    .await
-                    .with_context(|| format!("namespace {nsid} of {nqn} at {addr}"))?,
-            );
-        }
+        let paths = paths
+            .into_iter()
+            .map(|path| {
+                let mut opts = ConnectOptions::new(path, &nqn).with_host(host);
+                opts.transport = transport;
+                opts.host_traddr = address.host_traddr;
+                opts.host_iface = address.host_iface.clone();
+                opts
+            })
+            .collect();
+        subsystems.push(Subsystem {
+            nqn,
+            paths,
+            from: String::new(),
+        });
     }
-    if drives.is_empty() {
-        bail!("no namespaces to run on");
+    Ok(subsystems)
+}
+
+/// One subsystem per connection of the GPU's plan, reached as `place --apply --userspace`
+/// reaches it, from the source address (and NVMe/TCP interface) the plan gives.
+async fn placed_subsystems(plan: &GpuPlan, host: &HostIdentity) -> Result<Vec<Subsystem>> {
+    let mut subsystems = Vec::new();
+    for c in &plan.connections {
+        let from = format!(
+            " from GPU{}'s NIC port {}/{} ({})",
+            plan.gpu,
+            c.rdma,
+            c.port,
+            c.host_traddr.map_or("no address".into(), |a| a.to_string())
+        );
+        let opts = apply::connect_options(c, host)
+            .await
+            .with_context(|| format!("connecting to {}{from}", c.nqn))?;
+        subsystems.push(Subsystem {
+            nqn: c.nqn.clone(),
+            paths: vec![opts],
+            from,
+        });
     }
-    Ok(drives)
+    Ok(subsystems)
 }
 
 /// Prints what happens to the sessions (paths lost and back, namespaces added or removed) on

@@ -5,14 +5,22 @@ use std::sync::Arc;
 use anyhow::Result;
 use clap::Args;
 use fabrik_initiator::bench::checkpoint::{self, CheckpointSpec};
-use fabrik_initiator::bench::{parse_size, Memory, Progress};
+use fabrik_initiator::bench::report::PlacementReport;
+use fabrik_initiator::bench::{parse_size, Progress};
 
-use super::bench::{close_drives, on_bench_runtime, open_drives, AddressArgs};
+use super::bench::{
+    close_drives, on_bench_runtime, open_drives, AddressArgs, DriveSource, SessionArgs,
+};
+use super::bench_place::{self, PlacedArgs};
 
 #[derive(Args)]
 pub struct CheckpointArgs {
     #[command(flatten)]
-    address: AddressArgs,
+    address: Option<AddressArgs>,
+    #[command(flatten)]
+    session: SessionArgs,
+    #[command(flatten)]
+    placed: PlacedArgs,
     /// Number of checkpoints to write.
     #[arg(long, default_value_t = 10)]
     count: u32,
@@ -28,9 +36,10 @@ pub struct CheckpointArgs {
     /// Worker threads, each with its own I/O queue on every controller.
     #[arg(long, default_value_t = 1)]
     threads: usize,
-    /// Where the checkpoint is written from: host, gpu, gpu:N or emulated-gpu (see bench --mem).
-    #[arg(long, default_value = "host")]
-    mem: String,
+    /// Where the checkpoint is written from: host, gpu, gpu:N or emulated-gpu (see bench --mem)
+    /// [default: host; with --gpu N, that GPU].
+    #[arg(long)]
+    mem: Option<String>,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -38,16 +47,19 @@ pub struct CheckpointArgs {
 
 pub async fn run(args: CheckpointArgs) -> Result<()> {
     let threads = args.threads;
+    let source = DriveSource::from_args(args.address.clone(), &args.placed, &args.session).await?;
+    let memory = bench_place::memory(args.mem.as_deref(), source.placed())?;
     on_bench_runtime(threads, async move {
-        let drives = open_drives(&args.address, threads, args.iodepth).await?;
+        let drives = open_drives(&source, &args.session, threads, args.iodepth).await?;
         let spec = CheckpointSpec {
             count: args.count,
             size: args.size,
             bs: u32::try_from(args.bs)?,
             iodepth: args.iodepth,
             threads,
-            memory: Memory::parse(&args.mem).map_err(anyhow::Error::msg)?,
+            memory,
         };
+        let placement = source.placed().map(PlacementReport::of);
         if !args.json {
             println!(
                 "{} checkpoints of {} over {} drives",
@@ -55,6 +67,9 @@ pub async fn run(args: CheckpointArgs) -> Result<()> {
                 fabrik_initiator::bench::report::human_bytes(spec.size as f64),
                 drives.len()
             );
+            if let Some(p) = &placement {
+                print!("{}", p.to_text());
+            }
             println!("{:>5} {:>10} {:>10}", "#", "seconds", "GB/s");
         }
         let json = args.json;
@@ -70,7 +85,8 @@ pub async fn run(args: CheckpointArgs) -> Result<()> {
         })
         .await;
         close_drives(drives).await;
-        let report = result?;
+        let mut report = result?;
+        report.placement = placement;
         if json {
             println!("{}", serde_json::to_string_pretty(&report)?);
         } else {

@@ -4,15 +4,18 @@
 use std::time::Duration;
 
 use anyhow::{bail, Result};
+use fabrik_initiator::bench::report::PlacementReport;
 use fabrik_initiator::bench::sweep::{self, parse_list, Point};
-use fabrik_initiator::bench::{parse_size, Spec};
+use fabrik_initiator::bench::{parse_size, Memory, Spec};
 
-use super::bench::{close_drives, on_bench_runtime, open_drives, run_spec, spec_from, JobArgs};
+use super::bench::{
+    close_drives, on_bench_runtime, open_drives, run_spec, spec_from, DriveSource, JobArgs,
+};
 
 /// Seconds per point unless --time says otherwise.
 const DEFAULT_SECS: f64 = 2.0;
 
-pub fn run(job: JobArgs, address: super::bench::AddressArgs) -> Result<()> {
+pub fn run(job: JobArgs, source: DriveSource, memory: Memory) -> Result<()> {
     let bs: Vec<u32> = job
         .sweep_bs
         .split(',')
@@ -30,12 +33,15 @@ pub fn run(job: JobArgs, address: super::bench::AddressArgs) -> Result<()> {
     let max_threads = threads.iter().copied().max().unwrap_or(1);
     let max_depth = iodepth.iter().copied().max().unwrap_or(1);
     let secs = job.time.unwrap_or(DEFAULT_SECS);
-    let base = spec_from(&JobArgs {
-        time: Some(secs),
-        ..job.clone()
-    })?;
+    let base = spec_from(
+        &JobArgs {
+            time: Some(secs),
+            ..job.clone()
+        },
+        memory,
+    )?;
     on_bench_runtime(max_threads, async move {
-        let drives = open_drives(&address, max_threads, max_depth).await?;
+        let drives = open_drives(&source, &job.session, max_threads, max_depth).await?;
         let mut results = Vec::new();
         for point in points {
             let Point {
@@ -54,7 +60,10 @@ pub fn run(job: JobArgs, address: super::bench::AddressArgs) -> Result<()> {
                 eprintln!("sweep: bs {bs} threads {threads} iodepth {iodepth}");
             }
             match run_spec(&drives, spec, job.quiet || job.json).await {
-                Ok(report) => results.push((point, report)),
+                Ok(mut report) => {
+                    report.placement = source.placed().map(PlacementReport::of);
+                    results.push((point, report))
+                }
                 Err(e) => {
                     close_drives(drives).await;
                     return Err(e.context(format!(
@@ -67,7 +76,7 @@ pub fn run(job: JobArgs, address: super::bench::AddressArgs) -> Result<()> {
         let title = format!(
             "fabrik bench {} over {} ({secs} s per point)",
             job.rw.name(),
-            address.traddr
+            source.describe()
         );
         std::fs::write(&job.svg, sweep::svg(&title, &results))?;
         if job.json {

@@ -15,6 +15,7 @@ mod admin;
 mod args;
 mod bench;
 mod bench_checkpoint;
+mod bench_place;
 mod bench_sweep;
 mod connect;
 mod connect_all;

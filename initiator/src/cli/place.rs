@@ -17,46 +17,114 @@ use fabrik_initiator::{discover, HostIdentity};
 
 use super::args::{host_identity, resolve_host, DISCOVERY_PORT};
 
-#[derive(Args)]
-pub struct PlaceArgs {
+/// What a placement plan is made from: this machine's PCI topology, the box's ports and drives,
+/// and how the drives are dealt out. `fabrik place` and `fabrik bench --gpu` share them, so
+/// both make the same plan from the same options.
+#[derive(Args, Clone)]
+pub struct PlanArgs {
     /// Read this sysfs tree instead of /sys.
     #[arg(long, default_value = "/sys")]
-    sysfs_root: PathBuf,
+    pub sysfs_root: PathBuf,
     /// The box's ports and drives as JSON:
     /// {"ports":[{"trtype":"rdma","traddr":"10.0.0.1","trsvcid":4420}],"drives":[{"nqn":"...","gbytes_per_sec":6.8}]}.
     #[arg(long = "box", value_name = "FILE", conflicts_with = "discover")]
-    box_file: Option<PathBuf>,
-    /// The box's management API (fabrikd's REST API, e.g. http://box:8080): where `--apply`
-    /// composes the drives, and the box's ports and drives when neither --box nor --discover
-    /// is given.
+    pub box_file: Option<PathBuf>,
+    /// The box's management API (fabrikd's REST API, e.g. http://box:8080): the box's ports and
+    /// drives when neither --box nor --discover is given, and where `place --apply` composes
+    /// the drives.
     #[arg(long, env = "FABRIK_API", value_name = "URL")]
-    api: Option<String>,
+    pub api: Option<String>,
+    /// Or: ask the box's discovery controller at this address for its ports and drives.
+    #[arg(long, value_name = "ADDR")]
+    pub discover: Option<String>,
+    /// Port of the discovery controller.
+    #[arg(long, default_value_t = DISCOVERY_PORT)]
+    pub discover_port: u16,
+    /// Drives per GPU (default: all drives, dealt out in turn).
+    #[arg(long)]
+    pub drives_per_gpu: Option<usize>,
+    /// GB/s wanted per GPU: a GPU below it may borrow further ports, with a warning.
+    #[arg(long, value_name = "GB/s")]
+    pub goal: Option<f64>,
+    /// Prefix length that makes a NIC port and a box port one network (default 24 for IPv4,
+    /// 64 for IPv6): NIC ports with no box port on their network are not used.
+    #[arg(long, value_name = "BITS", value_parser = clap::value_parser!(u32).range(0..=128))]
+    pub subnet_bits: Option<u32>,
+    /// Read rate of each drive in GB/s, for drives the box does not give one.
+    #[arg(long, value_name = "GB/s")]
+    pub drive_gbps: Option<f64>,
+}
+
+impl PlanArgs {
+    /// The plan for `gpus` (None: every GPU of `topo`) over the box's inventory; `hostnqn` is
+    /// the host NQN discovery asks as (None: a random one).
+    pub async fn plan(
+        &self,
+        topo: &Topology,
+        gpus: Option<Vec<PciAddr>>,
+        hostnqn: Option<&str>,
+    ) -> Result<Plan> {
+        let mut inventory = self.inventory(hostnqn).await?;
+        if let Some(rate) = self.drive_gbps {
+            for d in inventory
+                .drives
+                .iter_mut()
+                .filter(|d| d.gbytes_per_sec.is_none())
+            {
+                d.gbytes_per_sec = Some(rate);
+            }
+        }
+        let opts = PlaceOptions {
+            gpus,
+            drives_per_gpu: self.drives_per_gpu,
+            bandwidth_goal: self.goal,
+            subnet_bits: self.subnet_bits,
+        };
+        Ok(plan(topo, &inventory, &opts)?)
+    }
+
+    async fn inventory(&self, hostnqn: Option<&str>) -> Result<BoxInventory> {
+        if let Some(path) = &self.box_file {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            return serde_json::from_str(&text)
+                .with_context(|| format!("{} is not a box description", path.display()));
+        }
+        if let Some(traddr) = &self.discover {
+            let addr = resolve_host(traddr, self.discover_port).await?;
+            let host = host_identity(hostnqn.map(str::to_string));
+            let log = discover(addr, &host.nqn)
+                .await
+                .with_context(|| format!("discovery at {addr}"))?;
+            return Ok(BoxInventory::from_discovery(&log.entries));
+        }
+        if let Some(url) = &self.api {
+            let client = Client::new(url, None);
+            let ports = client
+                .ports()
+                .await
+                .context("the box's ports from its API")?;
+            let drives = client
+                .drives()
+                .await
+                .context("the box's drives from its API")?;
+            return Ok(BoxInventory::from_api(&ports, &drives, api_host(url)));
+        }
+        Ok(BoxInventory::default())
+    }
+}
+
+#[derive(Args)]
+pub struct PlaceArgs {
+    #[command(flatten)]
+    plan: PlanArgs,
     /// API token for composing [default: the api-token file in $FABRIK_DATA_DIR,
     /// /var/lib/fabrik or ~/.local/share/fabrik].
     #[arg(long, env = "FABRIK_API_TOKEN", hide_env_values = true)]
     token: Option<String>,
-    /// Or: ask the box's discovery controller at this address for its ports and drives.
-    #[arg(long, value_name = "ADDR")]
-    discover: Option<String>,
-    /// Port of the discovery controller.
-    #[arg(long, default_value_t = DISCOVERY_PORT)]
-    discover_port: u16,
     /// GPUs to place for: indices (nvidia-smi order) or PCI addresses, comma separated.
     #[arg(long, value_delimiter = ',')]
     gpus: Vec<String>,
-    /// Drives per GPU (default: all drives, dealt out in turn).
-    #[arg(long)]
-    drives_per_gpu: Option<usize>,
-    /// GB/s wanted per GPU: a GPU below it may borrow further ports, with a warning.
-    #[arg(long, value_name = "GB/s")]
-    goal: Option<f64>,
-    /// Prefix length that makes a NIC port and a box port one network (default 24 for IPv4,
-    /// 64 for IPv6): NIC ports with no box port on their network are not used.
-    #[arg(long, value_name = "BITS", value_parser = clap::value_parser!(u32).range(0..=128))]
-    subnet_bits: Option<u32>,
-    /// Read rate of each drive in GB/s, for drives the box does not give one.
-    #[arg(long, value_name = "GB/s")]
-    drive_gbps: Option<f64>,
     /// Print the plan as JSON.
     #[arg(long)]
     json: bool,
@@ -82,24 +150,9 @@ pub struct PlaceArgs {
 }
 
 pub async fn run(args: PlaceArgs) -> Result<()> {
-    let topo = super::topo::read(&args.sysfs_root)?;
-    let mut inventory = load_inventory(&args).await?;
-    if let Some(rate) = args.drive_gbps {
-        for d in inventory
-            .drives
-            .iter_mut()
-            .filter(|d| d.gbytes_per_sec.is_none())
-        {
-            d.gbytes_per_sec = Some(rate);
-        }
-    }
-    let opts = PlaceOptions {
-        gpus: select_gpus(&topo, &args.gpus)?,
-        drives_per_gpu: args.drives_per_gpu,
-        bandwidth_goal: args.goal,
-        subnet_bits: args.subnet_bits,
-    };
-    let plan = plan(&topo, &inventory, &opts)?;
+    let topo = super::topo::read(&args.plan.sysfs_root)?;
+    let gpus = select_gpus(&topo, &args.gpus)?;
+    let plan = args.plan.plan(&topo, gpus, args.hostnqn.as_deref()).await?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&plan)?);
     } else {
@@ -124,36 +177,6 @@ fn api_host(url: &str) -> Option<&str> {
         None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
     };
     (!host.is_empty()).then_some(host)
-}
-
-async fn load_inventory(args: &PlaceArgs) -> Result<BoxInventory> {
-    if let Some(path) = &args.box_file {
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        return serde_json::from_str(&text)
-            .with_context(|| format!("{} is not a box description", path.display()));
-    }
-    if let Some(traddr) = &args.discover {
-        let addr = resolve_host(traddr, args.discover_port).await?;
-        let host = host_identity(args.hostnqn.clone());
-        let log = discover(addr, &host.nqn)
-            .await
-            .with_context(|| format!("discovery at {addr}"))?;
-        return Ok(BoxInventory::from_discovery(&log.entries));
-    }
-    if let Some(url) = &args.api {
-        let client = Client::new(url, None);
-        let ports = client
-            .ports()
-            .await
-            .context("the box's ports from its API")?;
-        let drives = client
-            .drives()
-            .await
-            .context("the box's drives from its API")?;
-        return Ok(BoxInventory::from_api(&ports, &drives, api_host(url)));
-    }
-    Ok(BoxInventory::default())
 }
 
 fn select_gpus(topo: &Topology, wanted: &[String]) -> Result<Option<Vec<PciAddr>>> {
@@ -247,17 +270,7 @@ fn render(plan: &Plan) -> String {
             );
         }
         for c in &g.connections {
-            let _ = writeln!(
-                s,
-                "  drive {} via {}/{} {} -> {} {}:{}",
-                c.nqn,
-                c.rdma,
-                c.port,
-                c.host_traddr.map_or("-".into(), |a| a.to_string()),
-                c.target.trtype.as_str(),
-                c.target.traddr,
-                c.target.trsvcid
-            );
+            let _ = writeln!(s, "  drive {c}");
         }
         for w in &g.warnings {
             warn(&mut s, w);
@@ -302,7 +315,7 @@ async fn apply(args: &PlaceArgs, plan: &Plan) -> Result<()> {
     };
     let mut composition = None;
     if !args.no_compose {
-        let Some(url) = &args.api else {
+        let Some(url) = &args.plan.api else {
             bail!(
                 "--apply composes the drives at the box's REST API: give --api URL (or FABRIK_API), \
                  or --no-compose when they are already exported to this host"

@@ -174,13 +174,13 @@ pub enum SessionError {
     ShortRead { nsid: u32, got: usize, want: u32 },
 }
 
-/// Connects one planned connection as `host` with the userspace host (the source address is
-/// not bound: the userspace host leaves the route to the kernel), reads the first block of the
-/// first namespace, checks its length and disconnects.
-pub async fn check_session(
+/// The userspace host's options for one planned connection as `host`: the target port's
+/// transport and address, the subsystem, and the source address and (NVMe/TCP only, as
+/// `nvme connect` takes it) the interface the plan gives.
+pub async fn connect_options(
     c: &Connection,
     host: &HostIdentity,
-) -> Result<SessionCheck, SessionError> {
+) -> Result<ConnectOptions, SessionError> {
     let addr = tokio::net::lookup_host((c.target.traddr.as_str(), c.target.trsvcid))
         .await
         .ok()
@@ -193,6 +193,26 @@ pub async fn check_session(
         Transport::Tcp => HostTransport::Tcp,
         Transport::Rdma => HostTransport::Rdma,
     };
+    opts.host_traddr = c.host_traddr;
+    if c.target.trtype == Transport::Tcp {
+        opts.host_iface = c.host_iface.clone();
+    }
+    Ok(opts)
+}
+
+/// Connects one planned connection as `host` with the userspace host (the source address is
+/// not bound: the userspace host leaves the route to the kernel), reads the first block of the
+/// first namespace, checks its length and disconnects.
+pub async fn check_session(
+    c: &Connection,
+    host: &HostIdentity,
+) -> Result<SessionCheck, SessionError> {
+    let mut opts = connect_options(c, host).await?;
+    // `place --apply --userspace` proves that the drive answers, from wherever the kernel
+    // routes (as documented); `bench --gpu` is what runs bound to the plan's ports.
+    opts.host_traddr = None;
+    opts.host_iface = None;
+    let addr = opts.addr;
     let ctrl = Controller::connect(opts).await?;
     let result = read_first_block(&ctrl).await;
     let _ = ctrl.shutdown().await;

@@ -20,6 +20,24 @@ pub struct Connection {
     pub host_traddr: Option<IpAddr>,
 }
 
+/// "NQN via mlx5_0/1 10.0.0.1 -> rdma 10.0.0.100:4420" ("-" for no source address).
+impl std::fmt::Display for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} via {}/{} ", self.nqn, self.rdma, self.port)?;
+        match self.host_traddr {
+            Some(a) => write!(f, "{a}")?,
+            None => write!(f, "-")?,
+        }
+        write!(
+            f,
+            " -> {} {}:{}",
+            self.target.trtype.as_str(),
+            self.target.traddr,
+            self.target.trsvcid
+        )
+    }
+}
+
 /// Per GPU, its drives in turn over its ports (closest first); on each port the source
 /// addresses in turn; to the target port whose address shares the longest prefix with the
 /// source address (the same subnet, on a network with one subnet per rail), least used first.
