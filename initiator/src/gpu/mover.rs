@@ -75,8 +75,6 @@ pub struct GpuMover {
     ring: Option<StagingRing>,
     memory: Arc<GpuBuffer>,
     staging: Staging,
-    /// Staged whatever the queue could do, and why.
-    forced: Option<String>,
     /// The path of each (session, queue) used so far.
     paths: HashMap<(usize, usize), (String, DataPath)>,
     lba_sizes: HashMap<(usize, u32), u32>,
@@ -96,17 +94,8 @@ impl GpuMover {
             ring: None,
             memory,
             staging,
-            forced: None,
             paths: HashMap::new(),
             lba_sizes: HashMap::new(),
-        }
-    }
-
-    /// A mover that stages every transfer (`reason` says why, e.g. the user asked).
-    pub fn staged_only(memory: Arc<GpuBuffer>, staging: Staging, reason: String) -> GpuMover {
-        GpuMover {
-            forced: Some(reason),
-            ..GpuMover::new(memory, staging)
         }
     }
 
@@ -136,20 +125,13 @@ impl GpuMover {
         if let Some((_, path)) = self.paths.get(&key) {
             return Ok(path.clone());
         }
-        let path = match &self.forced {
-            Some(reason) => DataPath::Staged {
-                reason: reason.clone(),
+        let peer: Arc<dyn PeerMemory> = self.memory.clone();
+        let path = match session.register_peer(queue, &peer).await {
+            Ok((registration, nic)) => DataPath::PeerToPeer { nic, registration },
+            Err(e @ HostError::PeerMemory { .. }) => DataPath::Staged {
+                reason: e.to_string(),
             },
-            None => {
-                let peer: Arc<dyn PeerMemory> = self.memory.clone();
-                match session.register_peer(queue, &peer).await {
-                    Ok((registration, nic)) => DataPath::PeerToPeer { nic, registration },
-                    Err(e @ HostError::PeerMemory { .. }) => DataPath::Staged {
-                        reason: e.to_string(),
-                    },
-                    Err(e) => return Err(e),
-                }
-            }
+            Err(e) => return Err(e),
         };
         let name = format!("{} queue {queue}", session.subnqn());
         self.paths.insert(key, (name, path.clone()));
