@@ -267,6 +267,24 @@ async fn refusals_are_clear() {
         assert!(out.stderr.contains(says), "{extra:?}: {}", out.stderr);
         assert!(!out.stderr.contains("panicked"), "{}", out.stderr);
     }
+    // NVMe/RDMA where there is no RDMA device (CI, the GPU machine): said plainly.
+    let no_rdma_device =
+        std::fs::read_dir("/sys/class/infiniband").map_or(true, |mut d| d.next().is_none());
+    if no_rdma_device {
+        let mut v = args(&["bench", "--quiet", "-t", "rdma", "--time", "1"]);
+        v.extend(a.clone());
+        let out = fabrik(v).await;
+        // With the feature: no device, or no libibverbs/librdmacm to begin with.
+        let plain = if cfg!(feature = "rdma") {
+            out.stderr
+                .contains("RDMA unavailable: no RDMA device on this machine")
+                || out.stderr.contains(".so.1 not found")
+        } else {
+            out.stderr
+                .contains("RDMA unavailable: this build has no `rdma` feature")
+        };
+        assert!(!out.ok && plain, "{}", out.stderr);
+    }
     // --all: the discovery connection is bound too.
     let port = target.listen_addrs()[0].port().to_string();
     let out = fabrik(args(&[

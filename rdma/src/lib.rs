@@ -22,4 +22,4 @@ pub use mr::ForeignRegion;
 #[cfg(feature = "verbs")]
 pub use qp::*;
 #[cfg(feature = "verbs")]
-pub use util::{check_libraries, Raw};
+pub use util::{check_devices, check_libraries, Raw};

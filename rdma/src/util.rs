@@ -18,6 +18,21 @@ pub fn check_libraries() -> Result<(), String> {
     Ok(())
 }
 
+/// This machine has an RDMA device (an RDMA NIC, or Soft-RoCE over an Ethernet one): without
+/// one, rdma_cm fails with a bare ENODEV.
+pub fn check_devices() -> Result<(), String> {
+    let class = std::path::Path::new("/sys/class/infiniband");
+    let any = std::fs::read_dir(class).is_ok_and(|mut d| d.next().is_some());
+    if any {
+        return Ok(());
+    }
+    Err(
+        "no RDMA device on this machine (/sys/class/infiniband is empty): NVMe/RDMA needs an \
+         RDMA NIC, or Soft-RoCE (rdma link add rxe0 type rxe netdev IFACE)"
+            .into(),
+    )
+}
+
 pub(crate) fn set_nonblocking(fd: RawFd) -> io::Result<()> {
     // SAFETY: fcntl on a descriptor we own, with integer arguments.
     unsafe {

@@ -135,6 +135,7 @@ impl RdmaQueue {
         private: [u8; 32],
     ) -> Result<Result<RdmaQueue, u16>, HostError> {
         verbs::check_libraries()
+            .and_then(|_| verbs::check_devices())
             .map_err(|e| HostError::Invalid(format!("RDMA unavailable: {e}")))?;
         let io = |what: &str| {
             let what = format!("queue {qid}: {what} {addr}");
