@@ -15,7 +15,7 @@ use super::{BenchError, Drive, Memory, PhaseState, Progress, Rw, Spec};
 use crate::error::HostError;
 use crate::gpu::mover::{GpuMover, Staging};
 use crate::gpu::pipeline::{self, ReadPipeline, WritePipeline};
-use crate::gpu::GpuBuffer;
+use crate::gpu::{DevicePtr, GpuBuffer, GpuDriver, GpuError};
 
 /// Bad blocks listed by name in the report; the rest are counted.
 const LISTED_ERRORS: usize = 10;
@@ -52,9 +52,9 @@ pub async fn run(
             // `bs` bytes for its writes and peer-to-peer reads.
             let bs = spec.bs as usize;
             let shape = pipeline::Shape::new(bs, spec.iodepth as usize, spec.gpu_copy_bytes);
-            let read_region = shape.region_len();
-            let write_base = spec.threads * read_region;
-            let loops_base = 2 * spec.threads * read_region;
+            let worker_region = shape.region_len();
+            let write_base = spec.threads * worker_region;
+            let loops_base = 2 * spec.threads * worker_region;
             let len = loops_base + spec.threads * spec.iodepth as usize * bs;
             let buffer = gpu.alloc(len).map_err(|e| {
                 BenchError::Invalid(format!(
@@ -66,7 +66,7 @@ pub async fn run(
             Some(GpuState {
                 buffer,
                 shape,
-                read_region,
+                worker_region,
                 write_base,
                 loops_base,
                 paths: Mutex::default(),
@@ -221,8 +221,8 @@ struct GpuState {
     buffer: Arc<GpuBuffer>,
     /// Staged transfers: the pipelines' shape, and each worker's region.
     shape: pipeline::Shape,
-    read_region: usize,
-    /// Where the workers' regions for staged writes start (each `read_region` bytes), and the
+    worker_region: usize,
+    /// Where the workers' regions for staged writes start (each `worker_region` bytes), and the
     /// I/O loops' own regions.
     write_base: usize,
     loops_base: usize,
@@ -231,6 +231,24 @@ struct GpuState {
 }
 
 impl GpuState {
+    /// A staged pipeline per worker, each over its own region of the allocation from `base`.
+    fn pipelines<P>(
+        &self,
+        workers: usize,
+        base: usize,
+        new: impl Fn(Arc<dyn GpuDriver>, DevicePtr, pipeline::Shape) -> Result<Arc<P>, GpuError>,
+    ) -> Result<Vec<Arc<P>>, BenchError> {
+        (0..workers)
+            .map(|worker| {
+                let device = self.buffer.ptr() + (base + worker * self.worker_region) as u64;
+                new(self.buffer.driver().clone(), device, self.shape).map_err(|e| BenchError::Io {
+                    path: self.buffer.identity().to_string(),
+                    error: HostError::Gpu(e.0),
+                })
+            })
+            .collect()
+    }
+
     fn report(&self) -> MemoryReport {
         let paths = self.paths.lock().unwrap();
         let names: std::collections::BTreeSet<&str> =
@@ -319,33 +337,14 @@ async fn phase(ctx: &Arc<Context>, phase: Phase) -> Result<Measured, BenchError>
     let first_error: Arc<Mutex<Option<BenchError>>> = Arc::new(Mutex::new(None));
     let started = Instant::now();
     let deadline = time.map(|t| started + t);
-    // Staged reads into GPU memory: one pipeline per worker.
-    let mut pipelines = Vec::new();
-    if let (Some(g), true) = (&ctx.gpu, rw.reads()) {
-        for worker in 0..spec.threads {
-            let device = g.buffer.ptr() + (worker * g.read_region) as u64;
-            let pipeline =
-                ReadPipeline::new(g.buffer.driver().clone(), device, g.shape).map_err(|e| {
-                    BenchError::Io {
-                        path: g.buffer.identity().to_string(),
-                        error: HostError::Gpu(e.0),
-                    }
-                })?;
-            pipelines.push(pipeline);
+    // GPU memory, staged: one pipeline per worker and direction.
+    let (mut read_pipelines, mut write_pipelines) = (Vec::new(), Vec::new());
+    if let Some(g) = &ctx.gpu {
+        if rw.reads() {
+            read_pipelines = g.pipelines(spec.threads, 0, ReadPipeline::new)?;
         }
-    }
-    let mut write_pipelines = Vec::new();
-    if let (Some(g), true) = (&ctx.gpu, rw.writes()) {
-        for worker in 0..spec.threads {
-            let device = g.buffer.ptr() + (g.write_base + worker * g.read_region) as u64;
-            let pipeline =
-                WritePipeline::new(g.buffer.driver().clone(), device, g.shape).map_err(|e| {
-                    BenchError::Io {
-                        path: g.buffer.identity().to_string(),
-                        error: HostError::Gpu(e.0),
-                    }
-                })?;
-            write_pipelines.push(pipeline);
+        if rw.writes() {
+            write_pipelines = g.pipelines(spec.threads, g.write_base, WritePipeline::new)?;
         }
     }
     let mut loops = Vec::new();
@@ -373,7 +372,7 @@ async fn phase(ctx: &Arc<Context>, phase: Phase) -> Result<Measured, BenchError>
                 phase,
                 worker,
                 slot,
-                pipeline: pipelines.get(worker).cloned(),
+                reads: read_pipelines.get(worker).cloned(),
                 writes: write_pipelines.get(worker).cloned(),
                 slice: slice.clone(),
                 remaining: remaining.clone(),
@@ -419,7 +418,7 @@ async fn phase(ctx: &Arc<Context>, phase: Phase) -> Result<Measured, BenchError>
             }
         }
     }
-    for p in &pipelines {
+    for p in &read_pipelines {
         // The phase ends when its data is in the GPU.
         if let Err(e) = p.finish().await {
             let mut first = first_error.lock().unwrap();
@@ -444,7 +443,7 @@ struct IoLoop {
     worker: usize,
     slot: u32,
     /// The worker's staged-read and staged-write pipelines (GPU memory).
-    pipeline: Option<Arc<ReadPipeline>>,
+    reads: Option<Arc<ReadPipeline>>,
     writes: Option<Arc<WritePipeline>>,
     slice: std::ops::Range<u64>,
     remaining: Arc<AtomicI64>,
@@ -509,12 +508,11 @@ impl IoLoop {
                 let t0 = Instant::now();
                 if let Some(m) = mover.as_mut() {
                     let io = |e| io_error(drive, e);
-                    let staged =
-                        match (&self.pipeline, m.is_peer(&drive.session, self.worker).await) {
-                            (_, Err(e)) => return Err(io(e)),
-                            (Some(p), Ok(false)) => Some(p.clone()),
-                            _ => None,
-                        };
+                    let staged = match (&self.reads, m.is_peer(&drive.session, self.worker).await) {
+                        (_, Err(e)) => return Err(io(e)),
+                        (Some(p), Ok(false)) => Some(p.clone()),
+                        _ => None,
+                    };
                     let landed = match staged {
                         // Received into a slot of the worker's pipeline, copied with others.
                         Some(pipeline) => {
@@ -531,7 +529,7 @@ impl IoLoop {
                             if check.is_some() {
                                 slot.landed().await.map_err(gpu_error)?;
                             }
-                            let region = ctx.gpu.as_ref().map_or(0, |g| g.read_region);
+                            let region = ctx.gpu.as_ref().map_or(0, |g| g.worker_region);
                             (self.worker * region + slot.device_offset(), Some(slot))
                         }
                         None => {
@@ -595,7 +593,7 @@ impl IoLoop {
                                 // The pattern goes to the GPU first: writes send what it holds.
                                 let region = ctx.gpu.as_ref().map_or(0, |g| g.write_base);
                                 let at = region
-                                    + self.worker * ctx.gpu.as_ref().map_or(0, |g| g.read_region)
+                                    + self.worker * ctx.gpu.as_ref().map_or(0, |g| g.worker_region)
                                     + slot.device_offset();
                                 m.upload(at, &data).await.map_err(io)?;
                                 slot.refresh().await.map_err(gpu_error)?;

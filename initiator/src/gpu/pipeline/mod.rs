@@ -16,7 +16,7 @@ use std::sync::Arc;
 use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
 
-use crate::gpu::driver::{GpuDriver, GpuError};
+use crate::gpu::driver::{DevicePtr, Event, GpuDriver, GpuError, Stream};
 use crate::transport::target::RawMemory;
 
 pub use read::ReadPipeline;
@@ -124,6 +124,55 @@ impl Shape {
     }
 }
 
+/// What both pipelines are built on: the pinned arena, the stream their copies run on, an
+/// event per segment, and the device region the arena mirrors.
+pub(crate) struct Mirror {
+    pub(crate) driver: Arc<dyn GpuDriver>,
+    pub(crate) arena: Arc<PinnedArena>,
+    pub(crate) stream: Stream,
+    pub(crate) events: Vec<Event>,
+    pub(crate) device: DevicePtr,
+    pub(crate) shape: Shape,
+}
+
+impl Mirror {
+    fn new(
+        driver: Arc<dyn GpuDriver>,
+        device: DevicePtr,
+        shape: Shape,
+    ) -> Result<Mirror, GpuError> {
+        let arena = Arc::new(PinnedArena::new(driver.clone(), shape.region_len())?);
+        let stream = driver.new_stream()?;
+        let mut mirror = Mirror {
+            driver,
+            arena,
+            stream,
+            events: Vec::new(),
+            device,
+            shape,
+        };
+        for _ in 0..shape.segments {
+            let event = mirror.driver.new_event()?;
+            mirror.events.push(event);
+        }
+        Ok(mirror)
+    }
+}
+
+impl Drop for Mirror {
+    fn drop(&mut self) {
+        // Copies from and to the arena must be done before it can go.
+        let _ = self.driver.sync(self.stream);
+        // SAFETY: synchronized; nobody waits on these any more (slots hold their pipeline).
+        unsafe {
+            for &e in &self.events {
+                self.driver.destroy_event(e);
+            }
+            self.driver.destroy_stream(self.stream);
+        }
+    }
+}
+
 /// Tells tasks waiting for a pipeline's state to change. Waiting is rare (a slot is usually
 /// free), so telling costs nothing while nobody waits.
 #[derive(Default)]
@@ -162,7 +211,7 @@ impl Changes {
 /// What a task waits for before it looks at a pipeline's state again.
 pub(crate) enum Wait<'a> {
     /// A copy (its event).
-    Copy(crate::gpu::driver::Event),
+    Copy(Event),
     Change(Listening<'a>),
 }
 

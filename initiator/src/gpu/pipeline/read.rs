@@ -6,8 +6,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use super::{Changes, PinnedArena, Shape, Wait};
-use crate::gpu::driver::{DevicePtr, Event, GpuDriver, GpuError, Stream};
+use super::{Changes, Mirror, Shape, Wait};
+use crate::gpu::driver::{DevicePtr, GpuDriver, GpuError};
 use crate::gpu::staged::wait_for;
 use crate::transport::target::{RawMemory, RecvTarget};
 
@@ -41,13 +41,7 @@ struct State {
 
 /// A worker's staged reads into a device region of `region_len()` bytes at `device`.
 pub struct ReadPipeline {
-    driver: Arc<dyn GpuDriver>,
-    arena: Arc<PinnedArena>,
-    stream: Stream,
-    events: Vec<Event>,
-    device: DevicePtr,
-    unit: usize,
-    per_segment: usize,
+    mirror: Mirror,
     state: Mutex<State>,
     changes: Changes,
 }
@@ -70,7 +64,8 @@ impl Slot {
 
     /// Where the data lands in the device region, from its start.
     pub fn device_offset(&self) -> usize {
-        (self.segment * self.pipeline.per_segment + self.index) * self.pipeline.unit
+        (self.segment * self.pipeline.mirror.shape.per_segment + self.index)
+            * self.pipeline.mirror.shape.unit
     }
 
     /// The read is in the slot: the segment may go to the GPU.
@@ -103,19 +98,8 @@ impl ReadPipeline {
         device: DevicePtr,
         shape: Shape,
     ) -> Result<Arc<ReadPipeline>, GpuError> {
-        let arena = Arc::new(PinnedArena::new(driver.clone(), shape.region_len())?);
-        let stream = driver.new_stream()?;
-        let events = (0..shape.segments)
-            .map(|_| driver.new_event())
-            .collect::<Result<Vec<_>, _>>()?;
         Ok(Arc::new(ReadPipeline {
-            driver,
-            arena,
-            stream,
-            events,
-            device,
-            unit: shape.unit,
-            per_segment: shape.per_segment,
+            mirror: Mirror::new(driver, device, shape)?,
             state: Mutex::new(State {
                 segments: (0..shape.segments).map(|_| Segment::default()).collect(),
                 active: 0,
@@ -135,17 +119,17 @@ impl ReadPipeline {
                 }
                 let h = state.active;
                 let segment = &mut state.segments[h];
-                if !segment.sealed && segment.assigned < self.per_segment {
+                if !segment.sealed && segment.assigned < self.mirror.shape.per_segment {
                     let index = segment.assigned;
                     segment.assigned += 1;
                     return Ok(self.make_slot(h, index));
                 }
                 // The active segment is full or sealed: switch to the other once it is free.
-                let other = (h + 1) % self.events.len();
+                let other = (h + 1) % self.mirror.events.len();
                 let o = &state.segments[other];
                 if o.assigned == 0 || (o.copying && o.released == o.assigned) {
-                    if o.copying && !self.driver.is_done(self.events[other])? {
-                        Wait::Copy(self.events[other])
+                    if o.copying && !self.mirror.driver.is_done(self.mirror.events[other])? {
+                        Wait::Copy(self.mirror.events[other])
                     } else {
                         state.segments[other] = Segment::default();
                         state.active = other;
@@ -157,18 +141,18 @@ impl ReadPipeline {
                 }
             };
             match wait {
-                Wait::Copy(event) => wait_for(&self.driver, event).await?,
+                Wait::Copy(event) => wait_for(&self.mirror.driver, event).await?,
                 Wait::Change(listening) => listening.changed().await,
             }
         }
     }
 
     fn make_slot(self: &Arc<Self>, segment: usize, index: usize) -> Slot {
-        let offset = (segment * self.per_segment + index) * self.unit;
-        let memory: Arc<dyn RawMemory> = self.arena.clone();
+        let offset = (segment * self.mirror.shape.per_segment + index) * self.mirror.shape.unit;
+        let memory: Arc<dyn RawMemory> = self.mirror.arena.clone();
         // SAFETY: the slot's range belongs to this Slot alone until it is released, and the
         // segment is not copied before every slot of it is received.
-        let target = unsafe { RecvTarget::new(memory, offset, self.unit) };
+        let target = unsafe { RecvTarget::new(memory, offset, self.mirror.shape.unit) };
         Slot {
             pipeline: self.clone(),
             segment,
@@ -198,23 +182,27 @@ impl ReadPipeline {
 
     /// Queues the segment's copy to the device once all its slots are received.
     fn copy_if_ready(&self, state: &mut State, h: usize) -> Result<(), GpuError> {
-        if !state.segments[h].ready_to_copy(self.per_segment) {
+        if !state.segments[h].ready_to_copy(self.mirror.shape.per_segment) {
             return Ok(());
         }
-        let start = h * self.per_segment * self.unit;
-        let len = state.segments[h].assigned * self.unit;
+        let start = h * self.mirror.shape.per_segment * self.mirror.shape.unit;
+        let len = state.segments[h].assigned * self.mirror.shape.unit;
         // SAFETY: every slot of the range is received (its read is done) and is not handed out
         // again before the event below says the copy is done; the device region is the
         // caller's live allocation of region_len bytes.
         let queued = unsafe {
-            self.driver.copy_to_device(
-                self.stream,
-                self.device + start as u64,
-                self.arena.ptr().add(start),
+            self.mirror.driver.copy_to_device(
+                self.mirror.stream,
+                self.mirror.device + start as u64,
+                self.mirror.arena.ptr().add(start),
                 len,
             )
         }
-        .and_then(|_| self.driver.record(self.events[h], self.stream));
+        .and_then(|_| {
+            self.mirror
+                .driver
+                .record(self.mirror.events[h], self.mirror.stream)
+        });
         if let Err(e) = queued {
             state.failed = Some(e.clone());
             self.changes.tell();
@@ -238,13 +226,13 @@ impl ReadPipeline {
                     self.copy_if_ready(&mut state, h)?;
                 }
                 match state.segments[h].copying {
-                    true => Wait::Copy(self.events[h]),
+                    true => Wait::Copy(self.mirror.events[h]),
                     // Reads of the segment are still out.
                     false => Wait::Change(self.changes.listen()),
                 }
             };
             match wait {
-                Wait::Copy(event) => return wait_for(&self.driver, event).await,
+                Wait::Copy(event) => return wait_for(&self.mirror.driver, event).await,
                 Wait::Change(listening) => listening.changed().await,
             }
         }
@@ -253,7 +241,7 @@ impl ReadPipeline {
     /// Copies what is received and not yet copied, and waits for every copy: the data of all
     /// reads so far is in the GPU. Slots still handed out must be received or dropped first.
     pub async fn finish(&self) -> Result<(), GpuError> {
-        for h in 0..self.events.len() {
+        for h in 0..self.mirror.events.len() {
             let pending = {
                 let state = self.state.lock().unwrap();
                 let segment = &state.segments[h];
@@ -264,19 +252,5 @@ impl ReadPipeline {
             }
         }
         Ok(())
-    }
-}
-
-impl Drop for ReadPipeline {
-    fn drop(&mut self) {
-        // Copies out of the arena must be done before it can go.
-        let _ = self.driver.sync(self.stream);
-        // SAFETY: synchronized; nobody waits on these any more (slots hold the pipeline).
-        unsafe {
-            for &e in &self.events {
-                self.driver.destroy_event(e);
-            }
-            self.driver.destroy_stream(self.stream);
-        }
     }
 }

@@ -5,8 +5,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use super::{Changes, PinnedArena, Shape, Wait};
-use crate::gpu::driver::{DevicePtr, Event, GpuDriver, GpuError, Stream};
+use super::{Changes, Mirror, PinnedArena, Shape, Wait};
+use crate::gpu::driver::{DevicePtr, GpuDriver, GpuError};
 use crate::gpu::staged::wait_for;
 use crate::transport::target::RawMemory;
 use bytes::Bytes;
@@ -39,13 +39,7 @@ struct State {
 
 /// A worker's staged writes from a device region of `region_len` bytes at `device`.
 pub struct WritePipeline {
-    driver: Arc<dyn GpuDriver>,
-    arena: Arc<PinnedArena>,
-    stream: Stream,
-    events: Vec<Event>,
-    device: DevicePtr,
-    unit: usize,
-    per_segment: usize,
+    mirror: Mirror,
     state: Mutex<State>,
     changes: Changes,
 }
@@ -90,7 +84,8 @@ impl AsRef<[u8]> for SlotBytes {
 impl WriteSlot {
     /// Where the slot's data comes from in the device region, from its start.
     pub fn device_offset(&self) -> usize {
-        (self.segment * self.pipeline.per_segment + self.index) * self.pipeline.unit
+        (self.segment * self.pipeline.mirror.shape.per_segment + self.index)
+            * self.pipeline.mirror.shape.unit
     }
 
     /// Copies the slot's part of the device region again (the caller changed it since the
@@ -98,32 +93,32 @@ impl WriteSlot {
     pub async fn refresh(&mut self) -> Result<(), GpuError> {
         let p = &self.pipeline;
         let offset = self.device_offset();
-        let event = p.driver.new_event()?;
+        let event = p.mirror.driver.new_event()?;
         // SAFETY: the slot is ours (not sent yet); the copy is waited for below.
         let queued = unsafe {
-            p.driver.copy_to_host(
-                p.stream,
-                p.arena.ptr().add(offset),
-                p.device + offset as u64,
-                p.unit,
+            p.mirror.driver.copy_to_host(
+                p.mirror.stream,
+                p.mirror.arena.ptr().add(offset),
+                p.mirror.device + offset as u64,
+                p.mirror.shape.unit,
             )
         }
-        .and_then(|_| p.driver.record(event, p.stream));
+        .and_then(|_| p.mirror.driver.record(event, p.mirror.stream));
         let done = match queued {
-            Ok(()) => wait_for(&p.driver, event).await,
+            Ok(()) => wait_for(&p.mirror.driver, event).await,
             Err(e) => Err(e),
         };
         // SAFETY: waited for (or nothing recorded).
-        unsafe { p.driver.destroy_event(event) };
+        unsafe { p.mirror.driver.destroy_event(event) };
         done
     }
 
     /// The slot's data, as a write sends it.
     pub fn into_bytes(mut self) -> Bytes {
         let owner = SlotBytes {
-            arena: self.pipeline.arena.clone(),
+            arena: self.pipeline.mirror.arena.clone(),
             offset: self.device_offset(),
-            len: self.pipeline.unit,
+            len: self.pipeline.mirror.shape.unit,
             _release: self.release.take().expect("released once"),
         };
         Bytes::from_owner(owner)
@@ -138,19 +133,8 @@ impl WritePipeline {
         device: DevicePtr,
         shape: Shape,
     ) -> Result<Arc<WritePipeline>, GpuError> {
-        let arena = Arc::new(PinnedArena::new(driver.clone(), shape.region_len())?);
-        let stream = driver.new_stream()?;
-        let events = (0..shape.segments)
-            .map(|_| driver.new_event())
-            .collect::<Result<Vec<_>, _>>()?;
         Ok(Arc::new(WritePipeline {
-            driver,
-            arena,
-            stream,
-            events,
-            device,
-            unit: shape.unit,
-            per_segment: shape.per_segment,
+            mirror: Mirror::new(driver, device, shape)?,
             state: Mutex::new(State {
                 segments: (0..shape.segments).map(|_| Segment::default()).collect(),
                 active: 0,
@@ -169,13 +153,13 @@ impl WritePipeline {
                     return Err(e.clone());
                 }
                 let h = state.active;
-                if state.segments[h].assigned < self.per_segment {
+                if state.segments[h].assigned < self.mirror.shape.per_segment {
                     match state.segments[h].fetch {
                         Fetch::Ready => {
                             let segment = &mut state.segments[h];
                             let index = segment.assigned;
                             segment.assigned += 1;
-                            segment.consumed = segment.assigned == self.per_segment;
+                            segment.consumed = segment.assigned == self.mirror.shape.per_segment;
                             return Ok(WriteSlot {
                                 pipeline: self.clone(),
                                 segment: h,
@@ -186,16 +170,16 @@ impl WritePipeline {
                                 }),
                             });
                         }
-                        Fetch::Fetching => Wait::Copy(self.events[h]),
+                        Fetch::Fetching => Wait::Copy(self.mirror.events[h]),
                         Fetch::Stale => {
                             self.fetch(&mut state, h)?;
-                            Wait::Copy(self.events[h])
+                            Wait::Copy(self.mirror.events[h])
                         }
                     }
                 } else {
                     // The active segment is used up: go on with the other once its slots are all
                     // sent (usually it is being fetched again by then, see `on_released`).
-                    let other = (h + 1) % self.events.len();
+                    let other = (h + 1) % self.mirror.events.len();
                     let o = &state.segments[other];
                     if o.released == o.assigned {
                         state.active = other;
@@ -212,9 +196,9 @@ impl WritePipeline {
             };
             match wait {
                 Wait::Copy(event) => {
-                    wait_for(&self.driver, event).await?;
+                    wait_for(&self.mirror.driver, event).await?;
                     let mut state = self.state.lock().unwrap();
-                    let h = self.events.iter().position(|&e| e == event);
+                    let h = self.mirror.events.iter().position(|&e| e == event);
                     if let Some(segment) = h.map(|h| &mut state.segments[h]) {
                         if segment.fetch == Fetch::Fetching {
                             segment.fetch = Fetch::Ready;
@@ -228,19 +212,23 @@ impl WritePipeline {
 
     /// Queues the copy of segment `h` of the device region into the arena.
     fn fetch(&self, state: &mut State, h: usize) -> Result<(), GpuError> {
-        let start = h * self.per_segment * self.unit;
-        let len = self.per_segment * self.unit;
+        let start = h * self.mirror.shape.per_segment * self.mirror.shape.unit;
+        let len = self.mirror.shape.per_segment * self.mirror.shape.unit;
         // SAFETY: no slot of the segment is handed out or referenced (all sent and released), and
         // nobody reads it before the event says the copy is done.
         let queued = unsafe {
-            self.driver.copy_to_host(
-                self.stream,
-                self.arena.ptr().add(start),
-                self.device + start as u64,
+            self.mirror.driver.copy_to_host(
+                self.mirror.stream,
+                self.mirror.arena.ptr().add(start),
+                self.mirror.device + start as u64,
                 len,
             )
         }
-        .and_then(|_| self.driver.record(self.events[h], self.stream));
+        .and_then(|_| {
+            self.mirror
+                .driver
+                .record(self.mirror.events[h], self.mirror.stream)
+        });
         match queued {
             Ok(()) => {
                 state.segments[h].fetch = Fetch::Fetching;
@@ -284,19 +272,5 @@ impl Drop for WriteSlot {
     fn drop(&mut self) {
         // Not sent: `release` (still here) gives the slot back as it drops.
         self.release.take();
-    }
-}
-
-impl Drop for WritePipeline {
-    fn drop(&mut self) {
-        // Copies into the arena must be done before it can go.
-        let _ = self.driver.sync(self.stream);
-        // SAFETY: synchronized; no slot is left (each holds the pipeline).
-        unsafe {
-            for &e in &self.events {
-                self.driver.destroy_event(e);
-            }
-            self.driver.destroy_stream(self.stream);
-        }
     }
 }
