@@ -313,6 +313,31 @@ async fn refusals_are_clear() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fabrik_gpu_says_plainly_when_there_is_no_nvidia_driver() {
+    let has_driver = ["libcuda.so.1", "libcuda.so"].iter().any(|lib| {
+        [
+            "/usr/lib/x86_64-linux-gnu",
+            "/usr/lib64",
+            "/usr/local/nvidia/lib64",
+        ]
+        .iter()
+        .any(|dir| std::path::Path::new(dir).join(lib).exists())
+    });
+    if has_driver {
+        return; // a GPU machine: `fabrik gpu` lists its GPUs instead
+    }
+    let out = fabrik(args(&["gpu"])).await;
+    assert!(!out.ok, "{}", out.stdout);
+    assert!(
+        out.stderr
+            .contains("no NVIDIA driver found: GPU memory unavailable"),
+        "{}",
+        out.stderr
+    );
+    assert!(!out.stderr.contains("panicked"), "{}", out.stderr);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subsystem_on_two_ports_is_one_drive_with_two_paths() {
     let dir = tempfile::tempdir().unwrap();
     let target = target_on(dir.path(), 2, 2).await;

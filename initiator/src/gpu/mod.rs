@@ -5,11 +5,14 @@
 //!   domain of the NVMe/RDMA queue's NIC (exported as a dma-buf, or by address where
 //!   nvidia-peermem is loaded), and each command's keyed SGL names GPU memory: the target's
 //!   RDMA WRITE lands in the GPU, its RDMA READ takes from it. No copy.
-//! - **staged**: NVMe/TCP, or a NIC that cannot register GPU memory. Data goes through a ring
-//!   of pinned host buffers per queue with asynchronous copies (`staged`).
+//! - **staged**: NVMe/TCP, or a NIC that cannot register GPU memory. Data goes through pinned
+//!   host memory with asynchronous copies: `GpuMover` per transfer (a ring of pinned buffers,
+//!   `staged`), or for many concurrent I/Os of one worker the `pipeline`s, which cross between
+//!   host and GPU a multi-megabyte segment at a time.
 //!
 //! The GPU itself is behind `GpuDriver`: CUDA (`cuda`, loaded at run time) or an emulated GPU
-//! over host memory (`emulated`, for tests and machines without a GPU).
+//! over host memory (`emulated`, for tests and machines without a GPU). `extent` reads a file
+//! striped over several drives into one buffer.
 
 pub mod cuda;
 pub mod driver;

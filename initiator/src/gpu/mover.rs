@@ -317,3 +317,29 @@ impl GpuMover {
         ring.drain().await.map_err(gpu_error)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_say_which_way_and_why() {
+        let p2p = DataPath::PeerToPeer {
+            nic: "mlx5_2".into(),
+            registration: Registration::DmaBuf,
+        };
+        assert_eq!(p2p.name(), "p2p");
+        assert_eq!(
+            p2p.to_string(),
+            "p2p: GPU memory registered on NIC mlx5_2 as a dma-buf"
+        );
+        let staged = DataPath::Staged {
+            reason: "NIC rxe0 cannot register GPU memory: dma-buf: not supported".into(),
+        };
+        assert_eq!(staged.name(), "staged");
+        assert_eq!(
+            staged.to_string(),
+            "staged: NIC rxe0 cannot register GPU memory: dma-buf: not supported"
+        );
+    }
+}

@@ -226,3 +226,26 @@ impl Drop for Listening<'_> {
         self.changes.waiting.fetch_sub(1, Ordering::SeqCst);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segments_hold_about_a_copy_and_cover_the_ios_in_flight() {
+        // 128 KiB I/Os, 8 in flight, 4 MiB copies: one segment of 32 holds them all; two
+        // more are being copied or wait.
+        let s = Shape::new(128 << 10, 8, 4 << 20);
+        assert_eq!((s.per_segment, s.segments), (32, 3));
+        assert_eq!(s.region_len(), 3 * (4 << 20));
+        // 1 MiB I/Os, 32 in flight: 8 segments of 4 in use, 2 more.
+        let s = Shape::new(1 << 20, 32, 4 << 20);
+        assert_eq!((s.per_segment, s.segments), (4, 10));
+        // I/Os larger than a copy: one per segment.
+        let s = Shape::new(8 << 20, 2, 4 << 20);
+        assert_eq!((s.per_segment, s.segments), (1, 4));
+        // Nothing zero, whatever is asked.
+        let s = Shape::new(0, 0, 0);
+        assert!(s.unit > 0 && s.per_segment > 0 && s.segments > 0);
+    }
+}
