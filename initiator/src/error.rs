@@ -72,6 +72,12 @@ pub enum HostError {
     Invalid(String),
 }
 
+impl From<crate::gpu::GpuError> for HostError {
+    fn from(e: crate::gpu::GpuError) -> HostError {
+        HostError::Gpu(e.0)
+    }
+}
+
 impl HostError {
     pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> HostError {
         HostError::Io {

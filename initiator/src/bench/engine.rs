@@ -12,7 +12,6 @@ use super::layout::Layout;
 use super::pattern::{self, drive_tag};
 use super::report::{self, new_histogram, MemoryReport, Report, VerifyReport};
 use super::{BenchError, Drive, Memory, PhaseState, Progress, Rw, Spec};
-use crate::error::HostError;
 use crate::gpu::mover::{GpuMover, Staging};
 use crate::gpu::pipeline::{self, ReadPipeline, WritePipeline};
 use crate::gpu::{DevicePtr, GpuBuffer, GpuDriver, GpuError};
@@ -231,6 +230,11 @@ struct GpuState {
 }
 
 impl GpuState {
+    /// Where `worker`'s pipeline region starts among those from `base`.
+    fn region(&self, base: usize, worker: usize) -> usize {
+        base + worker * self.worker_region
+    }
+
     /// A staged pipeline per worker, each over its own region of the allocation from `base`.
     fn pipelines<P>(
         &self,
@@ -240,10 +244,10 @@ impl GpuState {
     ) -> Result<Vec<Arc<P>>, BenchError> {
         (0..workers)
             .map(|worker| {
-                let device = self.buffer.ptr() + (base + worker * self.worker_region) as u64;
+                let device = self.buffer.ptr() + self.region(base, worker) as u64;
                 new(self.buffer.driver().clone(), device, self.shape).map_err(|e| BenchError::Io {
                     path: self.buffer.identity().to_string(),
-                    error: HostError::Gpu(e.0),
+                    error: e.into(),
                 })
             })
             .collect()
@@ -424,7 +428,7 @@ async fn phase(ctx: &Arc<Context>, phase: Phase) -> Result<Measured, BenchError>
             let mut first = first_error.lock().unwrap();
             first.get_or_insert(BenchError::Io {
                 path: "GPU".into(),
-                error: HostError::Gpu(e.0),
+                error: e.into(),
             });
         }
     }
@@ -516,8 +520,7 @@ impl IoLoop {
                     let landed = match staged {
                         // Received into a slot of the worker's pipeline, copied with others.
                         Some(pipeline) => {
-                            let gpu_error = |e: crate::gpu::GpuError| io(HostError::Gpu(e.0));
-                            let mut slot = pipeline.slot().await.map_err(gpu_error)?;
+                            let mut slot = pipeline.slot().await.map_err(|e| io(e.into()))?;
                             let t0 = Instant::now();
                             drive
                                 .session
@@ -525,12 +528,12 @@ impl IoLoop {
                                 .await
                                 .map_err(io)?;
                             record(&mut result.reads, t0);
-                            slot.received().map_err(gpu_error)?;
+                            slot.received().map_err(|e| io(e.into()))?;
                             if check.is_some() {
-                                slot.landed().await.map_err(gpu_error)?;
+                                slot.landed().await.map_err(|e| io(e.into()))?;
                             }
-                            let region = ctx.gpu.as_ref().map_or(0, |g| g.worker_region);
-                            (self.worker * region + slot.device_offset(), Some(slot))
+                            let region = ctx.gpu.as_ref().map_or(0, |g| g.region(0, self.worker));
+                            (region + slot.device_offset(), Some(slot))
                         }
                         None => {
                             m.read(
@@ -578,7 +581,6 @@ impl IoLoop {
                 let t0 = Instant::now();
                 if let Some(m) = mover.as_mut() {
                     let io = |e| io_error(drive, e);
-                    let gpu_error = |e: crate::gpu::GpuError| io(HostError::Gpu(e.0));
                     let staged = match (&self.writes, m.is_peer(&drive.session, self.worker).await)
                     {
                         (_, Err(e)) => return Err(io(e)),
@@ -588,15 +590,16 @@ impl IoLoop {
                     match staged {
                         // Sent from a slot of the worker's pipeline, fetched with others.
                         Some(pipeline) => {
-                            let mut slot = pipeline.slot().await.map_err(gpu_error)?;
+                            let mut slot = pipeline.slot().await.map_err(|e| io(e.into()))?;
                             if ctx.verify.is_some() {
                                 // The pattern goes to the GPU first: writes send what it holds.
-                                let region = ctx.gpu.as_ref().map_or(0, |g| g.write_base);
-                                let at = region
-                                    + self.worker * ctx.gpu.as_ref().map_or(0, |g| g.worker_region)
+                                let at = ctx
+                                    .gpu
+                                    .as_ref()
+                                    .map_or(0, |g| g.region(g.write_base, self.worker))
                                     + slot.device_offset();
                                 m.upload(at, &data).await.map_err(io)?;
-                                slot.refresh().await.map_err(gpu_error)?;
+                                slot.refresh().await.map_err(|e| io(e.into()))?;
                             }
                             let t0 = Instant::now();
                             drive

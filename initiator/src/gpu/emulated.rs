@@ -85,6 +85,18 @@ impl EmulatedGpu {
             .ok_or_else(|| GpuError(format!("no event {}", event.0)))
     }
 
+    /// Both directions are host memory here: one copy job.
+    fn queue_copy(
+        &self,
+        stream: Stream,
+        dst: usize,
+        src: usize,
+        len: usize,
+    ) -> Result<(), GpuError> {
+        self.copies.fetch_add(1, Ordering::Relaxed);
+        self.queue(stream, Job::Copy { dst, src, len })
+    }
+
     fn queue(&self, stream: Stream, job: Job) -> Result<(), GpuError> {
         let streams = self.streams.lock().unwrap();
         let tx = streams
@@ -177,13 +189,7 @@ impl GpuDriver for EmulatedGpu {
         src: *const u8,
         len: usize,
     ) -> Result<(), GpuError> {
-        self.copies.fetch_add(1, Ordering::Relaxed);
-        let job = Job::Copy {
-            dst: dst as usize,
-            src: src as usize,
-            len,
-        };
-        self.queue(stream, job)
+        self.queue_copy(stream, dst as usize, src as usize, len)
     }
 
     unsafe fn copy_to_host(
@@ -193,13 +199,7 @@ impl GpuDriver for EmulatedGpu {
         src: DevicePtr,
         len: usize,
     ) -> Result<(), GpuError> {
-        self.copies.fetch_add(1, Ordering::Relaxed);
-        let job = Job::Copy {
-            dst: dst as usize,
-            src: src as usize,
-            len,
-        };
-        self.queue(stream, job)
+        self.queue_copy(stream, dst as usize, src as usize, len)
     }
 
     fn new_event(&self) -> Result<Event, GpuError> {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use bytes::BytesMut;
 
 use super::staged::StagingRing;
-use super::{GpuBuffer, GpuError};
+use super::GpuBuffer;
 use crate::error::HostError;
 use crate::host::session::Session;
 use crate::transport::peer::{PeerMemory, Registration};
@@ -78,10 +78,6 @@ pub struct GpuMover {
     /// The path of each (session, queue) used so far.
     paths: HashMap<(usize, usize), (String, DataPath)>,
     lba_sizes: HashMap<(usize, u32), u32>,
-}
-
-fn gpu_error(e: GpuError) -> HostError {
-    HostError::Gpu(e.0)
 }
 
 fn session_key(session: &Arc<Session>) -> usize {
@@ -155,8 +151,7 @@ impl GpuMover {
     fn ring(&mut self) -> Result<&mut StagingRing, HostError> {
         if self.ring.is_none() {
             let driver = self.memory.driver.clone();
-            let ring = StagingRing::new(driver, self.staging.buffers, self.staging.chunk)
-                .map_err(gpu_error)?;
+            let ring = StagingRing::new(driver, self.staging.buffers, self.staging.chunk)?;
             self.ring = Some(ring);
         }
         Ok(self.ring.as_mut().expect("just made"))
@@ -187,7 +182,7 @@ impl GpuMover {
         }
         let lba_size = self.lba_size(session, nsid).await?;
         let len = nlb as usize * lba_size as usize;
-        self.memory.check_range(offset, len).map_err(gpu_error)?;
+        self.memory.check_range(offset, len)?;
         Ok(lba_size)
     }
 
@@ -215,12 +210,12 @@ impl GpuMover {
         let mut done = 0;
         while done < nlb {
             let count = per_piece.min(nlb - done);
-            let (index, buf) = ring.take().await.map_err(gpu_error)?;
+            let (index, buf) = ring.take().await?;
             let buf = session
                 .read_into(queue, nsid, slba + done as u64, count, buf)
                 .await?;
             let dst = base + done as u64 * lba_size as u64;
-            ring.to_device(index, buf, dst).map_err(gpu_error)?;
+            ring.to_device(index, buf, dst)?;
             done += count;
         }
         Ok(())
@@ -253,11 +248,8 @@ impl GpuMover {
             let count = per_piece.min(nlb - done);
             let len = count as usize * lba_size as usize;
             let src = base + done as u64 * lba_size as u64;
-            let (index, buf) = ring.take().await.map_err(gpu_error)?;
-            let data = ring
-                .from_device(index, buf, src, len)
-                .await
-                .map_err(gpu_error)?;
+            let (index, buf) = ring.take().await?;
+            let data = ring.from_device(index, buf, src, len).await?;
             let written = session
                 .write(queue, nsid, slba + done as u64, data.clone(), fua)
                 .await;
@@ -271,7 +263,7 @@ impl GpuMover {
     /// Waits until everything read has landed in the GPU.
     pub async fn finish(&mut self) -> Result<(), HostError> {
         match self.ring.as_mut() {
-            Some(ring) => ring.drain().await.map_err(gpu_error),
+            Some(ring) => ring.drain().await.map_err(HostError::from),
             None => Ok(()),
         }
     }
@@ -279,18 +271,17 @@ impl GpuMover {
     /// Copies `len` bytes of the GPU buffer at `offset` to the host, after every read so far
     /// has landed (checks of what a read put in the GPU).
     pub async fn download(&mut self, offset: usize, len: usize) -> Result<BytesMut, HostError> {
-        self.memory.check_range(offset, len).map_err(gpu_error)?;
+        self.memory.check_range(offset, len)?;
         let base = self.memory.ptr + offset as u64;
         let ring = self.ring()?;
         let mut out = BytesMut::with_capacity(len);
         while out.len() < len {
             let piece = ring.chunk().min(len - out.len());
-            let (index, buf) = ring.take().await.map_err(gpu_error)?;
+            let (index, buf) = ring.take().await?;
             // The ring's stream runs in order: this copy follows every copy of earlier reads.
             let data = ring
                 .from_device(index, buf, base + out.len() as u64, piece)
-                .await
-                .map_err(gpu_error)?;
+                .await?;
             out.extend_from_slice(&data);
             ring.sent(index, data);
         }
@@ -300,21 +291,18 @@ impl GpuMover {
     /// Copies `data` into the GPU buffer at `offset` (what a later write sends), and waits
     /// for it.
     pub async fn upload(&mut self, offset: usize, data: &[u8]) -> Result<(), HostError> {
-        self.memory
-            .check_range(offset, data.len())
-            .map_err(gpu_error)?;
+        self.memory.check_range(offset, data.len())?;
         let base = self.memory.ptr + offset as u64;
         let ring = self.ring()?;
         let chunk = ring.chunk();
         for (i, piece) in data.chunks(chunk).enumerate() {
-            let (index, mut buf) = ring.take().await.map_err(gpu_error)?;
+            let (index, mut buf) = ring.take().await?;
             buf.clear();
             buf.extend_from_slice(piece);
-            ring.to_device(index, buf, base + (i * chunk) as u64)
-                .map_err(gpu_error)?;
+            ring.to_device(index, buf, base + (i * chunk) as u64)?;
         }
         // A peer-to-peer write reads GPU memory without the stream: wait for the copies.
-        ring.drain().await.map_err(gpu_error)
+        ring.drain().await.map_err(HostError::from)
     }
 }
 

@@ -137,11 +137,7 @@ impl<'a> IoQueue<'a> {
             .checked_mul(block)
             .ok_or_else(|| HostError::Invalid(format!("{nlb} blocks are too many")))?;
         peer::check_range(mem.as_ref(), offset, len)?;
-        let step = self.peer_blocks_per_command(lba_size);
-        let mut done = 0;
-        while done < nlb {
-            let count = step.min(nlb - done);
-            let at = slba + done as u64;
+        for (done, at, count) in pieces(slba, nlb, self.peer_blocks_per_command(lba_size)) {
             let command = match write_fua {
                 None => IoCommand::Read {
                     nsid,
@@ -166,7 +162,6 @@ impl<'a> IoQueue<'a> {
                     write_fua.is_some(),
                 )
                 .await?;
-            done += count;
         }
         Ok(())
     }
@@ -189,12 +184,10 @@ impl<'a> IoQueue<'a> {
             return Ok(self.command(command, None, len).await?.data);
         }
         let mut data = BytesMut::with_capacity(nlb as usize * lba_size as usize);
-        let mut done = 0;
-        while done < nlb {
-            let count = step.min(nlb - done);
+        for (_, at, count) in pieces(slba, nlb, step) {
             let command = IoCommand::Read {
                 nsid,
-                slba: slba + done as u64,
+                slba: at,
                 nlb: count,
                 fua: false,
             };
@@ -202,7 +195,6 @@ impl<'a> IoQueue<'a> {
                 .command(command, None, count as usize * lba_size as usize)
                 .await?;
             data.extend_from_slice(&part.data);
-            done += count;
         }
         Ok(data.freeze())
     }
@@ -262,20 +254,18 @@ impl<'a> IoQueue<'a> {
                 target.len()
             )));
         }
-        let step = self.blocks_per_command(lba_size);
-        let mut done = 0;
-        while done < nlb {
-            let count = step.min(nlb - done);
+        for (done, at, count) in pieces(slba, nlb, self.blocks_per_command(lba_size)) {
             let command = IoCommand::Read {
                 nsid,
-                slba: slba + done as u64,
+                slba: at,
                 nlb: count,
                 fua: false,
             };
-            let at = done as usize * lba_size as usize;
-            let part = target.part(at, count as usize * lba_size as usize);
+            let part = target.part(
+                done as usize * lba_size as usize,
+                count as usize * lba_size as usize,
+            );
             self.queue.submit_to(command.to_sqe(0), part).await?;
-            done += count;
         }
         Ok(())
     }
@@ -357,6 +347,14 @@ impl<'a> IoQueue<'a> {
         }
         Ok(())
     }
+}
+
+/// The commands a transfer of `nlb` blocks from `slba` splits into, at most `step` blocks
+/// each: (blocks before the piece, its SLBA, its blocks).
+fn pieces(slba: u64, nlb: u32, step: u32) -> impl Iterator<Item = (u32, u64, u32)> {
+    (0..nlb)
+        .step_by(step.max(1) as usize)
+        .map(move |done| (done, slba + done as u64, step.max(1).min(nlb - done)))
 }
 
 /// Blocks of `lba_size` bytes one command may move when it may move `max` bytes.
