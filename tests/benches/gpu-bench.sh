@@ -12,7 +12,8 @@
 # SECS (3) seconds per point, THREADS (4), DRIVES (4), POINTS ("4k:1 4k:32 128k:8 128k:32
 # 1m:8 1m:32" as bs:iodepth), RWS ("read write"), GPU (gpu = GPU 0), GPU_COPY (bench
 # --gpu-copy, default its own), REPEAT (1: each host/gpu pair this many times, alternated; the
-# table gives the mean).
+# table gives the mean), OTHER (another build's `fabrik`: its host-memory runs are put beside,
+# in the same alternation, e.g. to compare with the previous release's reference).
 set -uo pipefail
 BIN=${1:-build/release}
 OUT=${2:-/tmp/gpu-bench}
@@ -49,14 +50,20 @@ A=(-a 127.0.0.1 -s 4420 "${NQNS[@]}" --threads "$THREADS" --quiet --json)
 
 run() { # label, args...
   local label=$1; shift
-  local out
-  if out=$("$FABRIK" bench "${A[@]}" "$@" 2> "$OUT/err.txt"); then
+  local out bin=$FABRIK
+  case $label in *" other") bin=$OTHER ;; esac
+  if out=$("$bin" bench "${A[@]}" "$@" 2> "$OUT/err.txt"); then
     printf '%s\n' "$out" | python3 -c 'import json,sys; r=json.load(sys.stdin); r["label"]=sys.argv[1]; print(json.dumps(r))' "$label" >> "$OUT/results.jsonl"
   else
     echo "FAILED: $label: $(tail -3 "$OUT/err.txt")"
     return 1
   fi
 }
+
+# The ram backend gets its memory at a block's first write: write every drive once, so that no
+# measured run pays for that (the first write run would, and only it).
+echo "== filling the drives"
+"$FABRIK" bench "${A[@]}" --rw write --bs 1m --iodepth 8 --size "$((DRIVES * 4))g" > /dev/null || exit 1
 
 echo "== GPU vs host memory, ${SECS}s per point, $THREADS threads, $DRIVES drives"
 rc=0
@@ -68,6 +75,9 @@ for rw in ${RWS:-read write}; do
       run "$rw bs=$bs qd=$qd host" --rw $rw --bs "$bs" --iodepth "$qd" --time "$SECS" --mem host || rc=1
       run "$rw bs=$bs qd=$qd gpu" --rw $rw --bs "$bs" --iodepth "$qd" --time "$SECS" --mem "$GPU" \
         ${GPU_COPY:+--gpu-copy "$GPU_COPY"} || rc=1
+      if [ -n "${OTHER:-}" ]; then
+        run "$rw bs=$bs qd=$qd other" --rw $rw --bs "$bs" --iodepth "$qd" --time "$SECS" --mem host || rc=1
+      fi
     done
   done
 done
@@ -85,7 +95,11 @@ for r in rows:
     by[r["label"]] = r
     rate.setdefault(r["label"], []).append(r["bytes_per_sec"] / 1e9)
 mean = lambda label: sum(rate[label]) / len(rate[label])
-print(f'{"point":<24}{"host GB/s":>11}{"gpu GB/s":>11}{"gpu/host":>10}  runs  path')
+other = any(l.endswith(" other") for l in rate)
+head = f'{"point":<24}{"host GB/s":>11}{"gpu GB/s":>11}{"gpu/host":>10}'
+if other:
+    head += f'{"other host":>12}{"gpu/other":>11}'
+print(head + '  runs  path')
 for label, r in by.items():
     if not label.endswith(" gpu") or label.startswith("verify"):
         continue
@@ -93,7 +107,11 @@ for label, r in by.items():
     if h not in rate:
         continue
     g, hh = mean(label), mean(h)
-    print(f'{label[:-4]:<24}{hh:>11.2f}{g:>11.2f}{g / hh * 100:>9.0f}%  {len(rate[label]):>4}  {r["memory"]["path"]}')
+    line = f'{label[:-4]:<24}{hh:>11.2f}{g:>11.2f}{g / hh * 100:>9.0f}%'
+    o = label[:-4] + " other"
+    if other and o in rate:
+        line += f'{mean(o):>12.2f}{g / mean(o) * 100:>10.0f}%'
+    print(f'{line}  {len(rate[label]):>4}  {r["memory"]["path"]}')
 for label, r in by.items():
     if label.startswith("verify"):
         v = r["verify"]

@@ -294,6 +294,46 @@ async fn the_write_pipeline_sends_each_slot_from_the_device_region() {
     assert_eq!(driver.pinned_bytes(), 0, "the arena is unpinned");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn io_waiting_for_one_copy_spend_one_thread_on_it() {
+    // Eight writes want slots of the same segment while its copy runs: one of them waits on
+    // the driver (a blocking thread), the others are told when it is done.
+    let (driver, gpu) = slow_gpu(Duration::from_millis(50));
+    let shape = pipeline::Shape {
+        unit: 4096,
+        per_segment: 8,
+        segments: 2,
+    };
+    let buffer = gpu.alloc(shape.region_len()).expect("alloc");
+    let device_data = random_data(shape.region_len(), 9);
+    buffer.copy_from_host(0, &device_data).expect("upload");
+    let waits_before = driver.waits();
+    let pipeline = WritePipeline::new(driver.clone(), buffer.ptr(), shape).expect("new");
+    let all_in = Arc::new(tokio::sync::Barrier::new(8));
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let (pipeline, all_in) = (pipeline.clone(), all_in.clone());
+            tokio::spawn(async move {
+                let slot = pipeline.slot().await.expect("slot");
+                let offset = slot.device_offset();
+                let bytes = slot.into_bytes();
+                all_in.wait().await;
+                (offset, bytes)
+            })
+        })
+        .collect();
+    let mut offsets = Vec::new();
+    for t in tasks {
+        let (offset, bytes) = t.await.unwrap();
+        assert_same_data(&bytes, &device_data[offset..offset + 4096], "slot data");
+        offsets.push(offset);
+    }
+    offsets.sort();
+    assert_eq!(offsets, (0..8).map(|i| i * 4096).collect::<Vec<_>>());
+    let waits = driver.waits() - waits_before;
+    assert_eq!(waits, 1, "blocking waits for the one copy");
+}
+
 async fn bench(drives: &[Drive], spec: Spec) -> bench::Report {
     bench::run(drives.to_vec(), spec, Arc::new(Progress::default()))
         .await

@@ -74,7 +74,6 @@ pub async fn run(
     };
     let ctx = Arc::new(Context {
         gpu,
-        write_data: Bytes::from(vec![0xa5u8; spec.bs as usize]),
         drives,
         layout,
         spec,
@@ -210,9 +209,6 @@ struct Context {
     spec: Spec,
     verify: Option<VerifyState>,
     progress: Arc<Progress>,
-    /// What non-verify writes send (its content does not matter, and a shared buffer costs no
-    /// copy per I/O).
-    write_data: Bytes,
 }
 
 /// The GPU memory of a run and the paths its queues took.
@@ -470,6 +466,13 @@ impl IoLoop {
         };
         // One buffer per loop, reused by every read: data lands in memory already mapped.
         let mut read_buf = BytesMut::with_capacity(spec.bs as usize);
+        // And one that every write of host memory sends (without --verify its content does not
+        // matter). Per loop, as fio has one per iodepth: a single buffer shared by all loops
+        // would never leave the CPU's cache, which no application's data does.
+        let write_buf = match ctx.gpu.is_none() && self.rw.writes() {
+            true => Bytes::from(vec![0xa5u8; spec.bs as usize]),
+            false => Bytes::new(),
+        };
         // GPU memory: the loop's own `bs` bytes of the run's allocation.
         let gpu_offset = ctx.gpu.as_ref().map_or(0, |g| g.loops_base)
             + (self.worker * spec.iodepth as usize + self.slot as usize) * bs as usize;
@@ -576,7 +579,7 @@ impl IoLoop {
                         pattern::fill(&mut buf, drive.lba_size as usize, slba, v.tags[d], v.seed);
                         buf.freeze()
                     }
-                    None => ctx.write_data.clone(),
+                    None => write_buf.clone(),
                 };
                 let t0 = Instant::now();
                 if let Some(m) = mover.as_mut() {

@@ -26,6 +26,8 @@ pub struct EmulatedGpu {
     /// Host bytes pinned now (tests check the staging ring pins once and unpins all).
     pinned: Mutex<HashMap<usize, usize>>,
     copies: AtomicU64,
+    /// Blocking waits for events (what a thread is spent on).
+    waits: AtomicU64,
 }
 
 enum Job {
@@ -63,6 +65,7 @@ impl EmulatedGpu {
             next_handle: AtomicU64::new(1),
             pinned: Mutex::default(),
             copies: AtomicU64::new(0),
+            waits: AtomicU64::new(0),
         }
     }
 
@@ -74,6 +77,11 @@ impl EmulatedGpu {
     /// Copies queued so far.
     pub fn copies(&self) -> u64 {
         self.copies.load(Ordering::Relaxed)
+    }
+
+    /// Blocking waits for events so far (`sync` waits too).
+    pub fn waits(&self) -> u64 {
+        self.waits.load(Ordering::Relaxed)
     }
 
     fn event(&self, event: Event) -> Result<Arc<EventState>, GpuError> {
@@ -229,6 +237,7 @@ impl GpuDriver for EmulatedGpu {
     }
 
     fn wait(&self, event: Event) -> Result<(), GpuError> {
+        self.waits.fetch_add(1, Ordering::Relaxed);
         let state = self.event(event)?;
         let mut progress = state.progress.lock().unwrap();
         let target = progress.0;

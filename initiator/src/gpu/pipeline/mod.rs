@@ -10,13 +10,14 @@ pub mod read;
 pub mod write;
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
 
 use crate::gpu::driver::{DevicePtr, Event, GpuDriver, GpuError, Stream};
+use crate::gpu::staged::wait_for;
 use crate::transport::target::RawMemory;
 
 pub use read::ReadPipeline;
@@ -133,6 +134,8 @@ pub(crate) struct Mirror {
     pub(crate) events: Vec<Event>,
     pub(crate) device: DevicePtr,
     pub(crate) shape: Shape,
+    /// Per segment: a task waits on the driver for its copy (the others are told by `Changes`).
+    watched: Vec<AtomicBool>,
 }
 
 impl Mirror {
@@ -150,12 +153,41 @@ impl Mirror {
             events: Vec::new(),
             device,
             shape,
+            watched: (0..shape.segments)
+                .map(|_| AtomicBool::new(false))
+                .collect(),
         };
         for _ in 0..shape.segments {
             let event = mirror.driver.new_event()?;
             mirror.events.push(event);
         }
         Ok(mirror)
+    }
+}
+
+impl Mirror {
+    /// Waits until segment `h`'s copy is done (true), or, when another task already waits for
+    /// it, until the pipeline next changes (false: look again). One waiter per copy: many I/Os
+    /// may want the same segment, and a waiter on the driver costs a thread.
+    pub(crate) async fn wait_copy(&self, h: usize, changes: &Changes) -> Result<bool, GpuError> {
+        // Listen before looking, so that the waiter's news after this cannot be missed.
+        let listening = changes.listen();
+        if self.watched[h].swap(true, Ordering::SeqCst) {
+            listening.changed().await;
+            return Ok(false);
+        }
+        drop(listening);
+        /// Hands the watch on (and wakes the others) however the wait ends, cancelled included.
+        struct Watch<'a>(&'a AtomicBool, &'a Changes);
+        impl Drop for Watch<'_> {
+            fn drop(&mut self) {
+                self.0.store(false, Ordering::SeqCst);
+                self.1.tell();
+            }
+        }
+        let _watch = Watch(&self.watched[h], changes);
+        wait_for(&self.driver, self.events[h]).await?;
+        Ok(true)
     }
 }
 
@@ -210,8 +242,8 @@ impl Changes {
 
 /// What a task waits for before it looks at a pipeline's state again.
 pub(crate) enum Wait<'a> {
-    /// A copy (its event).
-    Copy(Event),
+    /// The copy of a segment.
+    Copy(usize),
     Change(Listening<'a>),
 }
 

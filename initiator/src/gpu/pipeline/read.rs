@@ -8,7 +8,6 @@ use std::sync::{Arc, Mutex};
 
 use super::{Changes, Mirror, Shape, Wait};
 use crate::gpu::driver::{DevicePtr, GpuDriver, GpuError};
-use crate::gpu::staged::wait_for;
 use crate::transport::target::{RawMemory, RecvTarget};
 
 #[derive(Default)]
@@ -129,7 +128,7 @@ impl ReadPipeline {
                 let o = &state.segments[other];
                 if o.assigned == 0 || (o.copying && o.released == o.assigned) {
                     if o.copying && !self.mirror.driver.is_done(self.mirror.events[other])? {
-                        Wait::Copy(self.mirror.events[other])
+                        Wait::Copy(other)
                     } else {
                         state.segments[other] = Segment::default();
                         state.active = other;
@@ -141,7 +140,9 @@ impl ReadPipeline {
                 }
             };
             match wait {
-                Wait::Copy(event) => wait_for(&self.mirror.driver, event).await?,
+                Wait::Copy(h) => {
+                    self.mirror.wait_copy(h, &self.changes).await?;
+                }
                 Wait::Change(listening) => listening.changed().await,
             }
         }
@@ -226,13 +227,17 @@ impl ReadPipeline {
                     self.copy_if_ready(&mut state, h)?;
                 }
                 match state.segments[h].copying {
-                    true => Wait::Copy(self.mirror.events[h]),
+                    true => Wait::Copy(h),
                     // Reads of the segment are still out.
                     false => Wait::Change(self.changes.listen()),
                 }
             };
             match wait {
-                Wait::Copy(event) => return wait_for(&self.mirror.driver, event).await,
+                Wait::Copy(h) => {
+                    if self.mirror.wait_copy(h, &self.changes).await? {
+                        return Ok(());
+                    }
+                }
                 Wait::Change(listening) => listening.changed().await,
             }
         }

@@ -170,10 +170,16 @@ impl WritePipeline {
                                 }),
                             });
                         }
-                        Fetch::Fetching => Wait::Copy(self.mirror.events[h]),
+                        Fetch::Fetching => {
+                            if self.mirror.driver.is_done(self.mirror.events[h])? {
+                                state.segments[h].fetch = Fetch::Ready;
+                                continue;
+                            }
+                            Wait::Copy(h)
+                        }
                         Fetch::Stale => {
                             self.fetch(&mut state, h)?;
-                            Wait::Copy(self.mirror.events[h])
+                            Wait::Copy(h)
                         }
                     }
                 } else {
@@ -195,15 +201,9 @@ impl WritePipeline {
                 }
             };
             match wait {
-                Wait::Copy(event) => {
-                    wait_for(&self.mirror.driver, event).await?;
-                    let mut state = self.state.lock().unwrap();
-                    let h = self.mirror.events.iter().position(|&e| e == event);
-                    if let Some(segment) = h.map(|h| &mut state.segments[h]) {
-                        if segment.fetch == Fetch::Fetching {
-                            segment.fetch = Fetch::Ready;
-                        }
-                    }
+                // Looked at again: a done copy makes its segment ready (above).
+                Wait::Copy(h) => {
+                    self.mirror.wait_copy(h, &self.changes).await?;
                 }
                 Wait::Change(listening) => listening.changed().await,
             }
