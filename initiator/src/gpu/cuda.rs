@@ -92,12 +92,14 @@ impl CudaDriver {
         // SAFETY: out-parameters we own, sized as the calls are told.
         unsafe {
             check(sys::cuDeviceGet(&mut device, index as i32), "cuDeviceGet")?;
-            // Waits block the thread instead of spinning on a core (the default with fewer
-            // contexts than cores): the network, not the copy engine, needs those cores. A
-            // context someone already made keeps its flags; that is only slower.
+            // A thread waiting for a copy gives its core away between looks instead of spinning
+            // on it (the default with fewer contexts than cores): the network needs the cores.
+            // Not blocking-sync, which wakes the waiter by interrupt: copies are seldom waited
+            // for (the pipelines look first, and one task per copy waits), and then briefly.
+            // A context someone already made keeps its flags; that is only slower.
             let _ = sys::cuDevicePrimaryCtxSetFlags_v2(
                 device,
-                sys::CUctx_flags::CU_CTX_SCHED_BLOCKING_SYNC as u32,
+                sys::CUctx_flags::CU_CTX_SCHED_YIELD as u32,
             );
             check(
                 sys::cuDevicePrimaryCtxRetain(&mut context, device),
@@ -281,9 +283,8 @@ impl GpuDriver for CudaDriver {
             unsafe {
                 sys::cuEventCreate(
                     &mut event,
-                    // Waiting for it sleeps rather than spins (see `open`).
-                    sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32
-                        | sys::CUevent_flags::CU_EVENT_BLOCKING_SYNC as u32,
+                    // Not blocking-sync (see `open`).
+                    sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32,
                 )
             },
             "cuEventCreate",
