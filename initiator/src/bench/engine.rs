@@ -468,7 +468,7 @@ impl IoLoop {
         let mut read_buf = BytesMut::with_capacity(spec.bs as usize);
         // And one that every write of host memory sends (without --verify its content does not
         // matter). Per loop, as fio has one per iodepth: a single buffer shared by all loops
-        // would never leave the CPU's cache, which no application's data does.
+        // stays in the CPU's cache however deep the queue, which flatters host memory.
         let write_buf = match ctx.gpu.is_none() && self.rw.writes() {
             true => Bytes::from(vec![0xa5u8; spec.bs as usize]),
             false => Bytes::new(),
@@ -483,6 +483,9 @@ impl IoLoop {
             };
             GpuMover::new(g.buffer.clone(), staging)
         });
+        // Per drive: whether GPU data goes peer-to-peer on this loop's queue (the mover's choice,
+        // kept for the run; asked of it once).
+        let mut peer: Vec<Option<bool>> = vec![None; ctx.drives.len()];
         loop {
             if self.stop.load(Ordering::Relaxed) {
                 break;
@@ -515,10 +518,10 @@ impl IoLoop {
                 let t0 = Instant::now();
                 if let Some(m) = mover.as_mut() {
                     let io = |e| io_error(drive, e);
-                    let staged = match (&self.reads, m.is_peer(&drive.session, self.worker).await) {
-                        (_, Err(e)) => return Err(io(e)),
-                        (Some(p), Ok(false)) => Some(p.clone()),
-                        _ => None,
+                    let staged = match goes_peer(m, &mut peer[d], drive, self.worker).await {
+                        Err(e) => return Err(io(e)),
+                        Ok(false) => self.reads.clone(),
+                        Ok(true) => None,
                     };
                     let landed = match staged {
                         // Received into a slot of the worker's pipeline, copied with others.
@@ -531,7 +534,8 @@ impl IoLoop {
                                 .await
                                 .map_err(io)?;
                             record(&mut result.reads, t0);
-                            slot.received().map_err(|e| io(e.into()))?;
+                            // Given back received as the slot drops (one lock for both), unless
+                            // the data is checked: then it must be in the GPU first.
                             if check.is_some() {
                                 slot.landed().await.map_err(|e| io(e.into()))?;
                             }
@@ -584,11 +588,10 @@ impl IoLoop {
                 let t0 = Instant::now();
                 if let Some(m) = mover.as_mut() {
                     let io = |e| io_error(drive, e);
-                    let staged = match (&self.writes, m.is_peer(&drive.session, self.worker).await)
-                    {
-                        (_, Err(e)) => return Err(io(e)),
-                        (Some(p), Ok(false)) => Some(p.clone()),
-                        _ => None,
+                    let staged = match goes_peer(m, &mut peer[d], drive, self.worker).await {
+                        Err(e) => return Err(io(e)),
+                        Ok(false) => self.writes.clone(),
+                        Ok(true) => None,
                     };
                     match staged {
                         // Sent from a slot of the worker's pipeline, fetched with others.
@@ -694,6 +697,22 @@ impl VerifyState {
 fn record(histogram: &mut Histogram<u64>, started: Instant) {
     let ns = started.elapsed().as_nanos().max(1) as u64;
     histogram.saturating_record(ns);
+}
+
+/// Whether GPU data of `drive` goes peer-to-peer on queue `worker`: `known`, or asked of the
+/// mover (which chooses at the queue's first transfer) and kept in `known`.
+async fn goes_peer(
+    mover: &mut GpuMover,
+    known: &mut Option<bool>,
+    drive: &Drive,
+    worker: usize,
+) -> Result<bool, crate::HostError> {
+    if let Some(peer) = *known {
+        return Ok(peer);
+    }
+    let peer = mover.is_peer(&drive.session, worker).await?;
+    *known = Some(peer);
+    Ok(peer)
 }
 
 fn io_error(drive: &Drive, error: crate::HostError) -> BenchError {
