@@ -163,9 +163,7 @@ impl Mirror {
         }
         Ok(mirror)
     }
-}
 
-impl Mirror {
     /// Waits until segment `h`'s copy is done (true), or, when another task already waits for
     /// it, until the pipeline next changes (false: look again). One waiter per copy: many I/Os
     /// may want the same segment, and a waiter on the driver costs a thread.
