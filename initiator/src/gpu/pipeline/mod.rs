@@ -164,6 +164,38 @@ impl Mirror {
         Ok(mirror)
     }
 
+    /// Queues a copy of `len` bytes at `offset` (from the start of both) between the arena and
+    /// the device region.
+    /// # Safety
+    /// Nobody touches either side's range until an event recorded after this says it is done.
+    pub(crate) unsafe fn copy(
+        &self,
+        offset: usize,
+        len: usize,
+        toward: Toward,
+    ) -> Result<(), GpuError> {
+        let host = self.arena.ptr().add(offset);
+        let device = self.device + offset as u64;
+        match toward {
+            Toward::Device => self.driver.copy_to_device(self.stream, device, host, len),
+            Toward::Host => self.driver.copy_to_host(self.stream, host, device, len),
+        }
+    }
+
+    /// Queues the copy of segment `h`'s first `len` bytes, and its event after it.
+    /// # Safety
+    /// As `copy`, until the segment's event says the copy is done.
+    pub(crate) unsafe fn copy_segment(
+        &self,
+        h: usize,
+        len: usize,
+        toward: Toward,
+    ) -> Result<(), GpuError> {
+        let start = h * self.shape.per_segment * self.shape.unit;
+        self.copy(start, len, toward)?;
+        self.driver.record(self.events[h], self.stream)
+    }
+
     /// Waits until segment `h`'s copy is done (true), or, when another task already waits for
     /// it, until the pipeline next changes (false: look again). One waiter per copy: many I/Os
     /// may want the same segment, and a waiter on the driver costs a thread.
@@ -200,6 +232,46 @@ impl Drop for Mirror {
             }
             self.driver.destroy_stream(self.stream);
         }
+    }
+}
+
+/// Which way a copy goes.
+#[derive(Clone, Copy)]
+pub(crate) enum Toward {
+    Device,
+    Host,
+}
+
+/// A pipeline's bookkeeping behind its lock: what it knows of each segment (`S`), the segment
+/// slots come from, and the failure of a copy, which every later call gets.
+pub(crate) struct State<S> {
+    pub(crate) segments: Vec<S>,
+    pub(crate) active: usize,
+    failed: Option<GpuError>,
+}
+
+impl<S: Default> State<S> {
+    fn new(segments: usize) -> State<S> {
+        State {
+            segments: (0..segments).map(|_| S::default()).collect(),
+            active: 0,
+            failed: None,
+        }
+    }
+}
+
+impl<S> State<S> {
+    /// Fails if a copy did.
+    pub(crate) fn check(&self) -> Result<(), GpuError> {
+        self.failed.as_ref().map_or(Ok(()), |e| Err(e.clone()))
+    }
+
+    /// A copy could not be queued: it and every later call fail with `e` (those waiting now
+    /// are told, and see it).
+    pub(crate) fn fail(&mut self, e: GpuError, changes: &Changes) -> GpuError {
+        self.failed = Some(e.clone());
+        changes.tell();
+        e
     }
 }
 
@@ -243,6 +315,19 @@ pub(crate) enum Wait<'a> {
     /// The copy of a segment.
     Copy(usize),
     Change(Listening<'a>),
+}
+
+impl Wait<'_> {
+    /// Waits as said; true when it was for a copy, and the copy is done.
+    pub(crate) async fn until(self, mirror: &Mirror, changes: &Changes) -> Result<bool, GpuError> {
+        match self {
+            Wait::Copy(h) => mirror.wait_copy(h, changes).await,
+            Wait::Change(listening) => {
+                listening.changed().await;
+                Ok(false)
+            }
+        }
+    }
 }
 
 impl Listening<'_> {

@@ -6,7 +6,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use super::{Changes, Mirror, Shape, Wait};
+use super::{Changes, Mirror, Shape, State, Toward, Wait};
 use crate::gpu::driver::{DevicePtr, GpuDriver, GpuError};
 use crate::transport::target::{RawMemory, RecvTarget};
 
@@ -31,17 +31,10 @@ impl Segment {
     }
 }
 
-struct State {
-    segments: Vec<Segment>,
-    active: usize,
-    /// A copy failed: every later call fails with this.
-    failed: Option<GpuError>,
-}
-
 /// A worker's staged reads into a device region of `region_len()` bytes at `device`.
 pub struct ReadPipeline {
     mirror: Mirror,
-    state: Mutex<State>,
+    state: Mutex<State<Segment>>,
     changes: Changes,
 }
 
@@ -99,11 +92,7 @@ impl ReadPipeline {
     ) -> Result<Arc<ReadPipeline>, GpuError> {
         Ok(Arc::new(ReadPipeline {
             mirror: Mirror::new(driver, device, shape)?,
-            state: Mutex::new(State {
-                segments: (0..shape.segments).map(|_| Segment::default()).collect(),
-                active: 0,
-                failed: None,
-            }),
+            state: Mutex::new(State::new(shape.segments)),
             changes: Changes::default(),
         }))
     }
@@ -113,9 +102,7 @@ impl ReadPipeline {
         loop {
             let wait = {
                 let mut state = self.state.lock().unwrap();
-                if let Some(e) = &state.failed {
-                    return Err(e.clone());
-                }
+                state.check()?;
                 let h = state.active;
                 let segment = &mut state.segments[h];
                 if !segment.sealed && segment.assigned < self.mirror.shape.per_segment {
@@ -139,12 +126,7 @@ impl ReadPipeline {
                     Wait::Change(self.changes.listen())
                 }
             };
-            match wait {
-                Wait::Copy(h) => {
-                    self.mirror.wait_copy(h, &self.changes).await?;
-                }
-                Wait::Change(listening) => listening.changed().await,
-            }
+            wait.until(&self.mirror, &self.changes).await?;
         }
     }
 
@@ -182,33 +164,15 @@ impl ReadPipeline {
     }
 
     /// Queues the segment's copy to the device once all its slots are received.
-    fn copy_if_ready(&self, state: &mut State, h: usize) -> Result<(), GpuError> {
+    fn copy_if_ready(&self, state: &mut State<Segment>, h: usize) -> Result<(), GpuError> {
         if !state.segments[h].ready_to_copy(self.mirror.shape.per_segment) {
             return Ok(());
         }
-        let start = h * self.mirror.shape.per_segment * self.mirror.shape.unit;
         let len = state.segments[h].assigned * self.mirror.shape.unit;
         // SAFETY: every slot of the range is received (its read is done) and is not handed out
-        // again before the event below says the copy is done; the device region is the
-        // caller's live allocation of region_len bytes.
-        let queued = unsafe {
-            self.mirror.driver.copy_to_device(
-                self.mirror.stream,
-                self.mirror.device + start as u64,
-                self.mirror.arena.ptr().add(start),
-                len,
-            )
-        }
-        .and_then(|_| {
-            self.mirror
-                .driver
-                .record(self.mirror.events[h], self.mirror.stream)
-        });
-        if let Err(e) = queued {
-            state.failed = Some(e.clone());
-            self.changes.tell();
-            return Err(e);
-        }
+        // again before the segment's event says the copy is done.
+        unsafe { self.mirror.copy_segment(h, len, Toward::Device) }
+            .map_err(|e| state.fail(e, &self.changes))?;
         state.segments[h].copying = true;
         self.changes.tell();
         Ok(())
@@ -219,9 +183,7 @@ impl ReadPipeline {
         loop {
             let wait = {
                 let mut state = self.state.lock().unwrap();
-                if let Some(e) = &state.failed {
-                    return Err(e.clone());
-                }
+                state.check()?;
                 state.segments[h].sealed = true;
                 if !state.segments[h].copying {
                     self.copy_if_ready(&mut state, h)?;
@@ -232,13 +194,8 @@ impl ReadPipeline {
                     false => Wait::Change(self.changes.listen()),
                 }
             };
-            match wait {
-                Wait::Copy(h) => {
-                    if self.mirror.wait_copy(h, &self.changes).await? {
-                        return Ok(());
-                    }
-                }
-                Wait::Change(listening) => listening.changed().await,
+            if wait.until(&self.mirror, &self.changes).await? {
+                return Ok(());
             }
         }
     }

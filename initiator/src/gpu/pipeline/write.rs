@@ -5,7 +5,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use super::{Changes, Mirror, PinnedArena, Shape, Wait};
+use super::{Changes, Mirror, PinnedArena, Shape, State, Toward, Wait};
 use crate::gpu::driver::{DevicePtr, GpuDriver, GpuError};
 use crate::gpu::staged::wait_for;
 use crate::transport::target::RawMemory;
@@ -31,16 +31,10 @@ struct Segment {
     consumed: bool,
 }
 
-struct State {
-    segments: Vec<Segment>,
-    active: usize,
-    failed: Option<GpuError>,
-}
-
 /// A worker's staged writes from a device region of `region_len` bytes at `device`.
 pub struct WritePipeline {
     mirror: Mirror,
-    state: Mutex<State>,
+    state: Mutex<State<Segment>>,
     changes: Changes,
 }
 
@@ -95,15 +89,8 @@ impl WriteSlot {
         let offset = self.device_offset();
         let event = p.mirror.driver.new_event()?;
         // SAFETY: the slot is ours (not sent yet); the copy is waited for below.
-        let queued = unsafe {
-            p.mirror.driver.copy_to_host(
-                p.mirror.stream,
-                p.mirror.arena.ptr().add(offset),
-                p.mirror.device + offset as u64,
-                p.mirror.shape.unit,
-            )
-        }
-        .and_then(|_| p.mirror.driver.record(event, p.mirror.stream));
+        let queued = unsafe { p.mirror.copy(offset, p.mirror.shape.unit, Toward::Host) }
+            .and_then(|_| p.mirror.driver.record(event, p.mirror.stream));
         let done = match queued {
             Ok(()) => wait_for(&p.mirror.driver, event).await,
             Err(e) => Err(e),
@@ -135,11 +122,7 @@ impl WritePipeline {
     ) -> Result<Arc<WritePipeline>, GpuError> {
         Ok(Arc::new(WritePipeline {
             mirror: Mirror::new(driver, device, shape)?,
-            state: Mutex::new(State {
-                segments: (0..shape.segments).map(|_| Segment::default()).collect(),
-                active: 0,
-                failed: None,
-            }),
+            state: Mutex::new(State::new(shape.segments)),
             changes: Changes::default(),
         }))
     }
@@ -149,9 +132,7 @@ impl WritePipeline {
         loop {
             let wait = {
                 let mut state = self.state.lock().unwrap();
-                if let Some(e) = &state.failed {
-                    return Err(e.clone());
-                }
+                state.check()?;
                 let h = state.active;
                 if state.segments[h].assigned < self.mirror.shape.per_segment {
                     match state.segments[h].fetch {
@@ -200,52 +181,26 @@ impl WritePipeline {
                     Wait::Change(self.changes.listen())
                 }
             };
-            match wait {
-                // Looked at again: a done copy makes its segment ready (above).
-                Wait::Copy(h) => {
-                    self.mirror.wait_copy(h, &self.changes).await?;
-                }
-                Wait::Change(listening) => listening.changed().await,
-            }
+            // Then looked at again: a done copy makes its segment ready (above).
+            wait.until(&self.mirror, &self.changes).await?;
         }
     }
 
     /// Queues the copy of segment `h` of the device region into the arena.
-    fn fetch(&self, state: &mut State, h: usize) -> Result<(), GpuError> {
-        let start = h * self.mirror.shape.per_segment * self.mirror.shape.unit;
+    fn fetch(&self, state: &mut State<Segment>, h: usize) -> Result<(), GpuError> {
         let len = self.mirror.shape.per_segment * self.mirror.shape.unit;
         // SAFETY: no slot of the segment is handed out or referenced (all sent and released), and
-        // nobody reads it before the event says the copy is done.
-        let queued = unsafe {
-            self.mirror.driver.copy_to_host(
-                self.mirror.stream,
-                self.mirror.arena.ptr().add(start),
-                self.mirror.device + start as u64,
-                len,
-            )
-        }
-        .and_then(|_| {
-            self.mirror
-                .driver
-                .record(self.mirror.events[h], self.mirror.stream)
-        });
-        match queued {
-            Ok(()) => {
-                state.segments[h].fetch = Fetch::Fetching;
-                state.segments[h].consumed = false;
-                Ok(())
-            }
-            Err(e) => {
-                state.failed = Some(e.clone());
-                self.changes.tell();
-                Err(e)
-            }
-        }
+        // nobody reads it before the segment's event says the copy is done.
+        unsafe { self.mirror.copy_segment(h, len, Toward::Host) }
+            .map_err(|e| state.fail(e, &self.changes))?;
+        state.segments[h].fetch = Fetch::Fetching;
+        state.segments[h].consumed = false;
+        Ok(())
     }
 
     /// Fetches segment `h` again if its data was all handed out and sent. The active segment is
     /// only fetched again once writes come back to it.
-    fn refetch_if_done(&self, state: &mut State, h: usize) -> Result<(), GpuError> {
+    fn refetch_if_done(&self, state: &mut State<Segment>, h: usize) -> Result<(), GpuError> {
         let segment = &state.segments[h];
         if segment.consumed
             && segment.released == segment.assigned
