@@ -473,19 +473,20 @@ impl IoLoop {
             true => Bytes::from(vec![0xa5u8; spec.bs as usize]),
             false => Bytes::new(),
         };
-        // GPU memory: the loop's own `bs` bytes of the run's allocation.
-        let gpu_offset = ctx.gpu.as_ref().map_or(0, |g| g.loops_base)
-            + (self.worker * spec.iodepth as usize + self.slot as usize) * bs as usize;
-        let mut mover = ctx.gpu.as_ref().map(|g| {
-            let staging = Staging {
-                buffers: 2,
-                chunk: (bs as usize).min(4 << 20),
-            };
-            GpuMover::new(g.buffer.clone(), staging)
+        let mut gpu = ctx.gpu.as_ref().map(|g| LoopGpu {
+            mover: GpuMover::new(
+                g.buffer.clone(),
+                Staging {
+                    buffers: 2,
+                    chunk: (bs as usize).min(4 << 20),
+                },
+            ),
+            peer: vec![None; ctx.drives.len()],
+            own: g.loops_base
+                + (self.worker * spec.iodepth as usize + self.slot as usize) * bs as usize,
+            reads_at: g.region(0, self.worker),
+            writes_at: g.region(g.write_base, self.worker),
         });
-        // Per drive: whether GPU data goes peer-to-peer on this loop's queue (the mover's choice,
-        // kept for the run; asked of it once).
-        let mut peer: Vec<Option<bool>> = vec![None; ctx.drives.len()];
         loop {
             if self.stop.load(Ordering::Relaxed) {
                 break;
@@ -515,133 +516,45 @@ impl IoLoop {
                 let check = ctx.verify.as_ref().filter(|v| {
                     self.phase != Phase::Prefill && (v.trust_all || v.written[d].get(drive_unit))
                 });
-                let t0 = Instant::now();
-                if let Some(m) = mover.as_mut() {
-                    let io = |e| io_error(drive, e);
-                    let staged = match goes_peer(m, &mut peer[d], drive, self.worker).await {
-                        Err(e) => return Err(io(e)),
-                        Ok(false) => self.reads.clone(),
-                        Ok(true) => None,
-                    };
-                    let landed = match staged {
-                        // Received into a slot of the worker's pipeline, copied with others.
-                        Some(pipeline) => {
-                            let mut slot = pipeline.slot().await.map_err(|e| io(e.into()))?;
-                            let t0 = Instant::now();
-                            drive
-                                .session
-                                .read_to(self.worker, drive.nsid, slba, nlb, slot.target())
-                                .await
-                                .map_err(io)?;
-                            record(&mut result.reads, t0);
-                            // Given back received as the slot drops (one lock for both), unless
-                            // the data is checked: then it must be in the GPU first.
-                            if check.is_some() {
-                                slot.landed().await.map_err(|e| io(e.into()))?;
-                            }
-                            let region = ctx.gpu.as_ref().map_or(0, |g| g.region(0, self.worker));
-                            (region + slot.device_offset(), Some(slot))
-                        }
-                        None => {
-                            m.read(
-                                &drive.session,
-                                self.worker,
-                                drive.nsid,
-                                slba,
-                                nlb,
-                                gpu_offset,
-                            )
+                let took = match gpu.as_mut() {
+                    Some(g) => self.read_gpu(g, d, slba, nlb, check).await?,
+                    None => {
+                        let t0 = Instant::now();
+                        let data = drive
+                            .session
+                            .read_into(self.worker, drive.nsid, slba, nlb, read_buf)
                             .await
-                            .map_err(io)?;
-                            record(&mut result.reads, t0);
-                            (gpu_offset, None)
+                            .map_err(|e| io_error(drive, e))?;
+                        let took = t0.elapsed();
+                        if let Some(v) = check {
+                            v.check(drive, d, slba, &data);
                         }
-                    };
-                    result.read_bytes += bs;
-                    if let Some(v) = check {
-                        // What landed in the GPU, copied back (the slot is held meanwhile).
-                        let data = m.download(landed.0, bs as usize).await.map_err(io)?;
-                        v.check(drive, d, slba, &data);
+                        read_buf = data;
+                        took
                     }
-                } else {
-                    let data = drive
-                        .session
-                        .read_into(self.worker, drive.nsid, slba, nlb, read_buf)
-                        .await
-                        .map_err(|e| io_error(drive, e))?;
-                    record(&mut result.reads, t0);
-                    result.read_bytes += bs;
-                    if let Some(v) = check {
-                        v.check(drive, d, slba, &data);
-                    }
-                    read_buf = data;
-                }
-            } else {
-                let data = match &ctx.verify {
-                    Some(v) => {
-                        let mut buf = BytesMut::zeroed(spec.bs as usize);
-                        pattern::fill(&mut buf, drive.lba_size as usize, slba, v.tags[d], v.seed);
-                        buf.freeze()
-                    }
-                    None => write_buf.clone(),
                 };
-                let t0 = Instant::now();
-                if let Some(m) = mover.as_mut() {
-                    let io = |e| io_error(drive, e);
-                    let staged = match goes_peer(m, &mut peer[d], drive, self.worker).await {
-                        Err(e) => return Err(io(e)),
-                        Ok(false) => self.writes.clone(),
-                        Ok(true) => None,
-                    };
-                    match staged {
-                        // Sent from a slot of the worker's pipeline, fetched with others.
-                        Some(pipeline) => {
-                            let mut slot = pipeline.slot().await.map_err(|e| io(e.into()))?;
-                            if ctx.verify.is_some() {
-                                // The pattern goes to the GPU first: writes send what it holds.
-                                let at = ctx
-                                    .gpu
-                                    .as_ref()
-                                    .map_or(0, |g| g.region(g.write_base, self.worker))
-                                    + slot.device_offset();
-                                m.upload(at, &data).await.map_err(io)?;
-                                slot.refresh().await.map_err(|e| io(e.into()))?;
-                            }
-                            let t0 = Instant::now();
-                            drive
-                                .session
-                                .write(self.worker, drive.nsid, slba, slot.into_bytes(), false)
-                                .await
-                                .map_err(io)?;
-                            record(&mut result.writes, t0);
-                        }
-                        None => {
-                            if ctx.verify.is_some() {
-                                m.upload(gpu_offset, &data).await.map_err(io)?;
-                            }
-                            let t0 = Instant::now();
-                            m.write(
-                                &drive.session,
-                                self.worker,
-                                drive.nsid,
-                                slba,
-                                nlb,
-                                gpu_offset,
-                                false,
-                            )
+                record(&mut result.reads, took);
+                result.read_bytes += bs;
+            } else {
+                let pattern = ctx.verify.as_ref().map(|v| {
+                    let mut buf = BytesMut::zeroed(spec.bs as usize);
+                    pattern::fill(&mut buf, drive.lba_size as usize, slba, v.tags[d], v.seed);
+                    buf.freeze()
+                });
+                let took = match gpu.as_mut() {
+                    Some(g) => self.write_gpu(g, d, slba, nlb, pattern).await?,
+                    None => {
+                        let data = pattern.unwrap_or_else(|| write_buf.clone());
+                        let t0 = Instant::now();
+                        drive
+                            .session
+                            .write(self.worker, drive.nsid, slba, data, false)
                             .await
-                            .map_err(io)?;
-                            record(&mut result.writes, t0);
-                        }
+                            .map_err(|e| io_error(drive, e))?;
+                        t0.elapsed()
                     }
-                } else {
-                    drive
-                        .session
-                        .write(self.worker, drive.nsid, slba, data, false)
-                        .await
-                        .map_err(|e| io_error(drive, e))?;
-                    record(&mut result.writes, t0);
-                }
+                };
+                record(&mut result.writes, took);
                 result.write_bytes += bs;
                 if let Some(v) = &ctx.verify {
                     v.written[d].set(drive_unit);
@@ -649,18 +562,115 @@ impl IoLoop {
             }
             ctx.progress.bytes.fetch_add(bs, Ordering::Relaxed);
         }
-        if let (Some(m), Some(g)) = (mover.as_mut(), &ctx.gpu) {
+        if let (Some(lg), Some(g)) = (gpu.as_mut(), &ctx.gpu) {
             // The phase ends when the data is in the GPU, not when it reached the host.
-            m.finish().await.map_err(|error| BenchError::Io {
+            lg.mover.finish().await.map_err(|error| BenchError::Io {
                 path: g.buffer.identity().to_string(),
                 error,
             })?;
             let mut paths = g.paths.lock().unwrap();
-            for (_, path) in m.paths() {
+            for (_, path) in lg.mover.paths() {
                 paths.insert((path.name().to_string(), path.to_string()));
             }
         }
         Ok(result)
+    }
+
+    /// Reads `nlb` blocks at `slba` of drive `d` into GPU memory: staged, into a slot of the
+    /// worker's pipeline; peer-to-peer, into the loop's own bytes. With `check`, what landed in
+    /// the GPU is copied back and checked. Gives the read's time (not waiting for a slot).
+    async fn read_gpu(
+        &self,
+        g: &mut LoopGpu,
+        d: usize,
+        slba: u64,
+        nlb: u32,
+        check: Option<&VerifyState>,
+    ) -> Result<Duration, BenchError> {
+        let drive = &self.ctx.drives[d];
+        let io = |e| io_error(drive, e);
+        let (took, landed, _slot) = match g.staged(d, drive, self.worker, &self.reads).await? {
+            Some(pipeline) => {
+                let mut slot = pipeline.slot().await.map_err(|e| io(e.into()))?;
+                let t0 = Instant::now();
+                drive
+                    .session
+                    .read_to(self.worker, drive.nsid, slba, nlb, slot.target())
+                    .await
+                    .map_err(io)?;
+                let took = t0.elapsed();
+                // Given back received as the slot drops (one lock for both), unless the data is
+                // checked: then it must be in the GPU first (and the slot is held meanwhile).
+                if check.is_some() {
+                    slot.landed().await.map_err(|e| io(e.into()))?;
+                }
+                (took, g.reads_at + slot.device_offset(), Some(slot))
+            }
+            None => {
+                let t0 = Instant::now();
+                g.mover
+                    .read(&drive.session, self.worker, drive.nsid, slba, nlb, g.own)
+                    .await
+                    .map_err(io)?;
+                (t0.elapsed(), g.own, None)
+            }
+        };
+        if let Some(v) = check {
+            let data = g.mover.download(landed, self.ctx.spec.bs as usize).await;
+            v.check(drive, d, slba, &data.map_err(io)?);
+        }
+        Ok(took)
+    }
+
+    /// Writes `nlb` blocks at `slba` of drive `d` from GPU memory: staged, from a slot of the
+    /// worker's pipeline; peer-to-peer, from the loop's own bytes. A `pattern` (verify) goes to
+    /// the GPU first, so that the write sends what the GPU holds. Gives the write's time.
+    async fn write_gpu(
+        &self,
+        g: &mut LoopGpu,
+        d: usize,
+        slba: u64,
+        nlb: u32,
+        pattern: Option<Bytes>,
+    ) -> Result<Duration, BenchError> {
+        let drive = &self.ctx.drives[d];
+        let io = |e| io_error(drive, e);
+        match g.staged(d, drive, self.worker, &self.writes).await? {
+            Some(pipeline) => {
+                let mut slot = pipeline.slot().await.map_err(|e| io(e.into()))?;
+                if let Some(data) = pattern {
+                    let at = g.writes_at + slot.device_offset();
+                    g.mover.upload(at, &data).await.map_err(io)?;
+                    slot.refresh().await.map_err(|e| io(e.into()))?;
+                }
+                let t0 = Instant::now();
+                drive
+                    .session
+                    .write(self.worker, drive.nsid, slba, slot.into_bytes(), false)
+                    .await
+                    .map_err(io)?;
+                Ok(t0.elapsed())
+            }
+            None => {
+                if let Some(data) = pattern {
+                    g.mover.upload(g.own, &data).await.map_err(io)?;
+                }
+                let t0 = Instant::now();
+                g.mover
+                    .write(
+                        &drive.session,
+                        self.worker,
+                        drive.nsid,
+                        slba,
+                        nlb,
+                        g.own,
+                        false,
+                    )
+                    .await
+                    .map_err(io)?;
+                Ok(t0.elapsed())
+            }
+        }
     }
 
     /// xorshift64*.
@@ -694,25 +704,46 @@ impl VerifyState {
     }
 }
 
-fn record(histogram: &mut Histogram<u64>, started: Instant) {
-    let ns = started.elapsed().as_nanos().max(1) as u64;
+fn record(histogram: &mut Histogram<u64>, took: Duration) {
+    let ns = took.as_nanos().max(1) as u64;
     histogram.saturating_record(ns);
 }
 
-/// Whether GPU data of `drive` goes peer-to-peer on queue `worker`: `known`, or asked of the
-/// mover (which chooses at the queue's first transfer) and kept in `known`.
-async fn goes_peer(
-    mover: &mut GpuMover,
-    known: &mut Option<bool>,
-    drive: &Drive,
-    worker: usize,
-) -> Result<bool, crate::HostError> {
-    if let Some(peer) = *known {
-        return Ok(peer);
+/// An I/O loop's way into GPU memory.
+struct LoopGpu {
+    /// Peer-to-peer transfers, and staged ones of its own where a queue has no pipeline.
+    mover: GpuMover,
+    /// Per drive: whether transfers go peer-to-peer on the loop's queue (the mover chooses at
+    /// the queue's first transfer and keeps it; asked once).
+    peer: Vec<Option<bool>>,
+    /// The loop's own `bs` bytes of the run's allocation, and the starts of its worker's
+    /// staged-read and staged-write regions.
+    own: usize,
+    reads_at: usize,
+    writes_at: usize,
+}
+
+impl LoopGpu {
+    /// The worker's `pipeline` where drive `d` (`drive`) is staged on queue `worker`; None
+    /// where it goes peer-to-peer.
+    async fn staged<P>(
+        &mut self,
+        d: usize,
+        drive: &Drive,
+        worker: usize,
+        pipeline: &Option<Arc<P>>,
+    ) -> Result<Option<Arc<P>>, BenchError> {
+        let peer = match self.peer[d] {
+            Some(peer) => peer,
+            None => {
+                let peer = (self.mover.is_peer(&drive.session, worker).await)
+                    .map_err(|e| io_error(drive, e))?;
+                self.peer[d] = Some(peer);
+                peer
+            }
+        };
+        Ok(if peer { None } else { pipeline.clone() })
     }
-    let peer = mover.is_peer(&drive.session, worker).await?;
-    *known = Some(peer);
-    Ok(peer)
 }
 
 fn io_error(drive: &Drive, error: crate::HostError) -> BenchError {
