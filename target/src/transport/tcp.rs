@@ -70,13 +70,17 @@ impl Listener for TcpListenerPort {
         stop: CancellationToken,
     ) -> tokio::task::JoinHandle<()> {
         tokio::spawn(async move {
+            let TcpListenerPort { listener, port } = *self;
+            // Connections are told to stop only once nothing listens any more: whoever sees
+            // them close (a removed port) finds the address refusing connections.
+            let close_connections = CancellationToken::new();
             let mut connections = tokio::task::JoinSet::new();
             loop {
                 tokio::select! {
                     _ = stop.cancelled() => break,
-                    accepted = self.listener.accept() => match accepted {
+                    accepted = listener.accept() => match accepted {
                         Ok((stream, peer)) => {
-                            let (target, port, stop) = (target.clone(), self.port.clone(), stop.clone());
+                            let (target, port, stop) = (target.clone(), port.clone(), close_connections.clone());
                             connections.spawn(async move {
                                 if let Err(e) = serve_connection(stream, peer, target, port, stop).await {
                                     tracing::debug!(%peer, "connection ended: {e}");
@@ -91,6 +95,8 @@ impl Listener for TcpListenerPort {
                     Some(done) = connections.join_next(), if !connections.is_empty() => report_panic(done),
                 }
             }
+            drop(listener);
+            close_connections.cancel();
             // Let every connection finish its in-flight commands.
             while let Some(done) = connections.join_next().await {
                 report_panic(done);
