@@ -11,7 +11,7 @@
 # results.jsonl (every report), table.txt and the logs (default /tmp/gpu-bench).
 # SECS (3) seconds per point, THREADS (4), DRIVES (4), POINTS ("4k:1 4k:32 128k:8 128k:32
 # 1m:8 1m:32" as bs:iodepth), RWS ("read write"), GPU (gpu = GPU 0), GPU_COPY (bench
-# --gpu-copy, default its own), REPEAT (1: each host/gpu pair this many times, alternated; the
+# --gpu-copy, default its own; several, e.g. "4m 1m", run each as "gpu@SIZE"), REPEAT (1: each host/gpu pair this many times, alternated; the
 # table gives the mean), OTHER (another build's `fabrik`: its host-memory runs are put beside,
 # in the same alternation, e.g. to compare with the previous release's reference).
 set -uo pipefail
@@ -30,6 +30,7 @@ echo "== machine"
 nvidia-smi -L 2>&1 | head -8
 echo "RDMA devices: $(ls /sys/class/infiniband 2>/dev/null | tr '\n' ' ')"
 echo "nvidia-peermem: $([ -d /sys/module/nvidia_peermem ] && echo loaded || echo 'not loaded')"
+lscpu 2>/dev/null | grep -E "^Model name|^CPU\(s\)|^L[23]|^NUMA node" | sed "s/  */ /g"
 
 echo "== fabrik gpu"
 "$FABRIK" gpu 2>&1 | tee "$OUT/fabrik-gpu.txt"
@@ -73,8 +74,15 @@ for rw in ${RWS:-read write}; do
     for _ in $(seq "${REPEAT:-1}"); do
       # Alternate, so a drift of the machine skews both alike.
       run "$rw bs=$bs qd=$qd host" --rw $rw --bs "$bs" --iodepth "$qd" --time "$SECS" --mem host || rc=1
-      run "$rw bs=$bs qd=$qd gpu" --rw $rw --bs "$bs" --iodepth "$qd" --time "$SECS" --mem "$GPU" \
-        ${GPU_COPY:+--gpu-copy "$GPU_COPY"} || rc=1
+      if [ "$(wc -w <<< "${GPU_COPY:-}")" -gt 1 ]; then
+        for c in $GPU_COPY; do
+          run "$rw bs=$bs qd=$qd gpu@$c" --rw $rw --bs "$bs" --iodepth "$qd" --time "$SECS" \
+            --mem "$GPU" --gpu-copy "$c" || rc=1
+        done
+      else
+        run "$rw bs=$bs qd=$qd gpu" --rw $rw --bs "$bs" --iodepth "$qd" --time "$SECS" --mem "$GPU" \
+          ${GPU_COPY:+--gpu-copy "$GPU_COPY"} || rc=1
+      fi
       if [ -n "${OTHER:-}" ]; then
         run "$rw bs=$bs qd=$qd other" --rw $rw --bs "$bs" --iodepth "$qd" --time "$SECS" --mem host || rc=1
       fi
@@ -90,28 +98,38 @@ run "verify randread 128k gpu" --rw randread --bs 128k --iodepth 16 --size 2g --
 python3 - "$OUT/results.jsonl" <<'EOF' | tee "$OUT/table.txt"
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-by, rate = {}, {}
+by, runs = {}, {}
 for r in rows:
     by[r["label"]] = r
-    rate.setdefault(r["label"], []).append(r["bytes_per_sec"] / 1e9)
-mean = lambda label: sum(rate[label]) / len(rate[label])
-other = any(l.endswith(" other") for l in rate)
-head = f'{"point":<24}{"host GB/s":>11}{"gpu GB/s":>11}{"gpu/host":>10}'
+    runs.setdefault(r["label"], []).append(r)
+mean = lambda label, f: sum(map(f, runs[label])) / len(runs[label])
+gbs = lambda label: mean(label, lambda r: r["bytes_per_sec"] / 1e9)
+# CPU seconds (user, system) the initiator spent per GB moved: where a CPU-bound run's time goes.
+cpu = lambda label: (mean(label, lambda r: r["cpu"]["user_s"] / (r["bytes"] / 1e9)),
+                     mean(label, lambda r: r["cpu"]["sys_s"] / (r["bytes"] / 1e9)))
+other = any(l.endswith(" other") for l in runs)
+head = f'{"point":<30}{"host GB/s":>10}{"GB/s":>8}{"vs host":>9}'
 if other:
-    head += f'{"other host":>12}{"gpu/other":>11}'
-print(head + '  runs  path')
+    head += f'{"other host":>11}{"vs other":>9}'
+print(head + '  usr/sys s/GB (host | this)  runs  path  (staging per run: copies, waits, blocked)')
 for label, r in by.items():
-    if not label.endswith(" gpu") or label.startswith("verify"):
+    point, _, memory = label.rpartition(" ")
+    if not memory.startswith("gpu") or label.startswith("verify"):
         continue
-    h = label[:-4] + " host"
-    if h not in rate:
+    h = point + " host"
+    if h not in runs:
         continue
-    g, hh = mean(label), mean(h)
-    line = f'{label[:-4]:<24}{hh:>11.2f}{g:>11.2f}{g / hh * 100:>9.0f}%'
-    o = label[:-4] + " other"
-    if other and o in rate:
-        line += f'{mean(o):>12.2f}{g / mean(o) * 100:>10.0f}%'
-    print(f'{line}  {len(rate[label]):>4}  {r["memory"]["path"]}')
+    g, hh = gbs(label), gbs(h)
+    line = f'{point + " " + memory:<30}{hh:>10.2f}{g:>8.2f}{g / hh * 100:>8.0f}%'
+    o = point + " other"
+    if other and o in runs:
+        line += f'{gbs(o):>11.2f}{g / gbs(o) * 100:>8.0f}%'
+    (hu, hs), (gu, gs) = cpu(h), cpu(label)
+    line += f'  {hu:.3f}/{hs:.3f} | {gu:.3f}/{gs:.3f}'
+    line += f'  {len(runs[label]):>4}  {r["memory"]["path"]}'
+    if r["memory"].get("staging"):
+        line += '  ' + ', '.join(f'{mean(label, lambda r: r["memory"]["staging"][k]):.0f}' for k in ("copies", "waits", "blocked"))
+    print(line)
 for label, r in by.items():
     if label.startswith("verify"):
         v = r["verify"]

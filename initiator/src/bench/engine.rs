@@ -69,6 +69,7 @@ pub async fn run(
                 write_base,
                 loops_base,
                 paths: Mutex::default(),
+                staging: Mutex::default(),
             })
         }
     };
@@ -86,9 +87,7 @@ pub async fn run(
             phase(&ctx, Phase::Prefill).await?;
         }
     }
-    let cpu_start = report::cpu_times();
     let measured = phase(&ctx, Phase::Measured).await?;
-    let cpu = report::cpu_use(cpu_start, report::cpu_times(), measured.wall);
     if ctx.verify.is_some() && ctx.spec.rw.writes() {
         phase(&ctx, Phase::ReadBack).await?;
     }
@@ -120,7 +119,7 @@ pub async fn run(
             .rw
             .writes()
             .then(|| report::direction(&measured.writes, measured.write_bytes, wall)),
-        cpu,
+        cpu: measured.cpu,
         verify: ctx.verify.as_ref().map(|v| {
             let mut r = v.report.lock().unwrap().clone();
             r.blocks_checked = v.checked.load(Ordering::Relaxed);
@@ -223,6 +222,8 @@ struct GpuState {
     loops_base: usize,
     /// (path name, description) of every queue.
     paths: Mutex<std::collections::BTreeSet<(String, String)>>,
+    /// The staging of the measured phase, when it took the staged path.
+    staging: Mutex<Option<pipeline::StagingStats>>,
 }
 
 impl GpuState {
@@ -260,6 +261,7 @@ impl GpuState {
                 _ => "mixed".into(),
             },
             paths: paths.iter().map(|(_, d)| d.clone()).collect(),
+            staging: *self.staging.lock().unwrap(),
         }
     }
 }
@@ -305,6 +307,7 @@ struct Measured {
     read_bytes: u64,
     write_bytes: u64,
     wall: Duration,
+    cpu: report::CpuUse,
 }
 
 /// What one I/O loop measured.
@@ -333,11 +336,8 @@ async fn phase(ctx: &Arc<Context>, phase: Phase) -> Result<Measured, BenchError>
         total_bytes: time.is_none().then_some(units * ctx.layout.bs),
         duration: time,
     });
-    let stop = Arc::new(AtomicBool::new(false));
-    let first_error: Arc<Mutex<Option<BenchError>>> = Arc::new(Mutex::new(None));
-    let started = Instant::now();
-    let deadline = time.map(|t| started + t);
-    // GPU memory, staged: one pipeline per worker and direction.
+    // GPU memory, staged: one pipeline per worker and direction. Set up (staging memory
+    // allocated and pinned) before the clock starts, as host buffers are allocated before.
     let (mut read_pipelines, mut write_pipelines) = (Vec::new(), Vec::new());
     if let Some(g) = &ctx.gpu {
         if rw.reads() {
@@ -347,6 +347,11 @@ async fn phase(ctx: &Arc<Context>, phase: Phase) -> Result<Measured, BenchError>
             write_pipelines = g.pipelines(spec.threads, g.write_base, WritePipeline::new)?;
         }
     }
+    let stop = Arc::new(AtomicBool::new(false));
+    let first_error: Arc<Mutex<Option<BenchError>>> = Arc::new(Mutex::new(None));
+    let cpu_start = report::cpu_times();
+    let started = Instant::now();
+    let deadline = time.map(|t| started + t);
     let mut loops = Vec::new();
     for worker in 0..spec.threads {
         // Sequential: each worker walks its own slice. Random: anywhere, a worker's share of
@@ -401,6 +406,7 @@ async fn phase(ctx: &Arc<Context>, phase: Phase) -> Result<Measured, BenchError>
         read_bytes: 0,
         write_bytes: 0,
         wall: Duration::ZERO,
+        cpu: report::CpuUse::default(),
     };
     for handle in loops {
         match handle.await {
@@ -429,6 +435,15 @@ async fn phase(ctx: &Arc<Context>, phase: Phase) -> Result<Measured, BenchError>
         }
     }
     measured.wall = started.elapsed();
+    measured.cpu = report::cpu_use(cpu_start, report::cpu_times(), measured.wall);
+    if let (Some(g), Phase::Measured) = (&ctx.gpu, phase) {
+        let mut staging = pipeline::StagingStats::default();
+        read_pipelines.iter().for_each(|p| staging += p.stats());
+        write_pipelines.iter().for_each(|p| staging += p.stats());
+        if staging.copies > 0 || staging.waits > 0 {
+            *g.staging.lock().unwrap() = Some(staging);
+        }
+    }
     if let Some(err) = first_error.lock().unwrap().take() {
         return Err(err);
     }

@@ -131,7 +131,7 @@ impl Memory {
 /// Staged copies between host and GPU: large enough that the copy engine's cost per copy
 /// hides, small enough that the staging memory stays in the CPU's caches (measured on an H200:
 /// see the README's GPU figures).
-pub const DEFAULT_GPU_COPY_BYTES: usize = 4 << 20;
+pub const DEFAULT_GPU_COPY_BYTES: usize = 2 << 20;
 
 /// What to run.
 #[derive(Debug, Clone)]

@@ -88,6 +88,8 @@ pub struct MemoryReport {
     pub path: String,
     /// Each distinct path taken, with why ("staged: NIC rxe0 cannot register GPU memory: ...").
     pub paths: Vec<String>,
+    /// The measured phase's staged copies and the I/Os that waited for them (staged path only).
+    pub staging: Option<crate::gpu::pipeline::StagingStats>,
 }
 
 /// The drives and NIC ports a run used as `fabrik place` planned them for one GPU
@@ -280,6 +282,15 @@ impl Report {
             line(&mut out, format!("  memory: {}, path {}", m.gpu, m.path));
             for p in &m.paths {
                 line(&mut out, format!("    {p}"));
+            }
+            if let Some(s) = &m.staging {
+                line(
+                    &mut out,
+                    format!(
+                        "    staging: {} copies; {} I/Os waited for a slot, {} waits took a blocking thread",
+                        s.copies, s.waits, s.blocked
+                    ),
+                );
             }
         }
         if let Some(v) = &self.verify {

@@ -199,7 +199,7 @@ pub struct JobArgs {
     /// With GPU memory on the staged path: move data between host and GPU in copies of about
     /// this size (bigger hides the copy engine's cost per copy; smaller keeps the staging
     /// memory in the CPU caches).
-    #[arg(long, value_parser = parse_size, default_value = "4m")]
+    #[arg(long, value_parser = parse_size, default_value = "2m")]
     pub gpu_copy: u64,
     /// Every block carries its address and a seed; reads check them. Read workloads write the
     /// region first (see --no-prefill).

@@ -56,18 +56,20 @@ fn page_aligned(len: usize) -> BytesMut {
 }
 
 /// Waits for `event` without blocking the runtime: a copy is usually done by the time its
-/// buffer comes round again, so look a few times, then wait on a blocking thread.
-pub(crate) async fn wait_for(driver: &Arc<dyn GpuDriver>, event: Event) -> Result<(), GpuError> {
+/// buffer comes round again, so look a few times, then wait on a blocking thread (true: it
+/// took one).
+pub(crate) async fn wait_for(driver: &Arc<dyn GpuDriver>, event: Event) -> Result<bool, GpuError> {
     for _ in 0..16 {
         if driver.is_done(event)? {
-            return Ok(());
+            return Ok(false);
         }
         tokio::task::yield_now().await;
     }
     let d = driver.clone();
     tokio::task::spawn_blocking(move || d.wait(event))
         .await
-        .map_err(|e| GpuError(format!("waiting for a copy: {e}")))?
+        .map_err(|e| GpuError(format!("waiting for a copy: {e}")))??;
+    Ok(true)
 }
 
 impl StagingRing {

@@ -10,9 +10,10 @@ pub mod read;
 pub mod write;
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use serde::Serialize;
 use tokio::sync::futures::Notified;
 use tokio::sync::Notify;
 
@@ -136,6 +137,29 @@ pub(crate) struct Mirror {
     pub(crate) shape: Shape,
     /// Per segment: a task waits on the driver for its copy (the others are told by `Changes`).
     watched: Vec<AtomicBool>,
+    copies: AtomicU64,
+    waits: AtomicU64,
+    blocked: AtomicU64,
+}
+
+/// What a pipeline's staging cost: how often data crossed, and how often I/Os waited for it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct StagingStats {
+    /// Segment copies between host and GPU.
+    pub copies: u64,
+    /// I/Os that waited for a slot (a copy not done, or the slots of the next segment still out).
+    pub waits: u64,
+    /// Of those waits for a copy, the ones that took a blocking thread (the copy was not done
+    /// after a few looks).
+    pub blocked: u64,
+}
+
+impl std::ops::AddAssign for StagingStats {
+    fn add_assign(&mut self, other: StagingStats) {
+        self.copies += other.copies;
+        self.waits += other.waits;
+        self.blocked += other.blocked;
+    }
 }
 
 impl Mirror {
@@ -156,6 +180,9 @@ impl Mirror {
             watched: (0..shape.segments)
                 .map(|_| AtomicBool::new(false))
                 .collect(),
+            copies: AtomicU64::new(0),
+            waits: AtomicU64::new(0),
+            blocked: AtomicU64::new(0),
         };
         for _ in 0..shape.segments {
             let event = mirror.driver.new_event()?;
@@ -193,7 +220,22 @@ impl Mirror {
     ) -> Result<(), GpuError> {
         let start = h * self.shape.per_segment * self.shape.unit;
         self.copy(start, len, toward)?;
-        self.driver.record(self.events[h], self.stream)
+        self.driver.record(self.events[h], self.stream)?;
+        self.copies.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// An I/O has to wait for its slot (counted once per slot asked for).
+    pub(crate) fn count_wait(&self) {
+        self.waits.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn stats(&self) -> StagingStats {
+        StagingStats {
+            copies: self.copies.load(Ordering::Relaxed),
+            waits: self.waits.load(Ordering::Relaxed),
+            blocked: self.blocked.load(Ordering::Relaxed),
+        }
     }
 
     /// Waits until segment `h`'s copy is done (true), or, when another task already waits for
@@ -216,7 +258,9 @@ impl Mirror {
             }
         }
         let _watch = Watch(&self.watched[h], changes);
-        wait_for(&self.driver, self.events[h]).await?;
+        if wait_for(&self.driver, self.events[h]).await? {
+            self.blocked.fetch_add(1, Ordering::Relaxed);
+        }
         Ok(true)
     }
 }

@@ -6,7 +6,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use super::{Changes, Mirror, Shape, State, Toward, Wait};
+use super::{Changes, Mirror, Shape, StagingStats, State, Toward, Wait};
 use crate::gpu::driver::{DevicePtr, GpuDriver, GpuError};
 use crate::transport::target::{RawMemory, RecvTarget};
 
@@ -99,6 +99,7 @@ impl ReadPipeline {
 
     /// The next slot, once one is free.
     pub async fn slot(self: &Arc<Self>) -> Result<Slot, GpuError> {
+        let mut waited = false;
         loop {
             let wait = {
                 let mut state = self.state.lock().unwrap();
@@ -110,24 +111,48 @@ impl ReadPipeline {
                     segment.assigned += 1;
                     return Ok(self.make_slot(h, index));
                 }
-                // The active segment is full or sealed: switch to the other once it is free.
-                let other = (h + 1) % self.mirror.events.len();
-                let o = &state.segments[other];
-                if o.assigned == 0 || (o.copying && o.released == o.assigned) {
-                    if o.copying && !self.mirror.driver.is_done(self.mirror.events[other])? {
-                        Wait::Copy(other)
-                    } else {
+                // The active segment is full or sealed: switch to the next free one, in ring
+                // order. Not only the next: one slow read would hold up every other.
+                let n = self.mirror.events.len();
+                let mut copying = None;
+                let mut free = None;
+                for other in (1..n).map(|i| (h + i) % n) {
+                    let o = &state.segments[other];
+                    if o.assigned == 0 {
+                        free = Some(other);
+                    } else if o.copying && o.released == o.assigned {
+                        if self.mirror.driver.is_done(self.mirror.events[other])? {
+                            free = Some(other);
+                        } else {
+                            copying = copying.or(Some(other));
+                        }
+                    }
+                    if free.is_some() {
+                        break;
+                    }
+                }
+                match (free, copying) {
+                    (Some(other), _) => {
                         state.segments[other] = Segment::default();
                         state.active = other;
                         continue;
                     }
-                } else {
-                    // Reads of the next segment are still out: wait for one to come back.
-                    Wait::Change(self.changes.listen())
+                    (None, Some(other)) => Wait::Copy(other),
+                    // Reads of every other segment are still out: wait for one to come back.
+                    (None, None) => Wait::Change(self.changes.listen()),
                 }
             };
+            if !waited {
+                waited = true;
+                self.mirror.count_wait();
+            }
             wait.until(&self.mirror, &self.changes).await?;
         }
+    }
+
+    /// What staging cost so far.
+    pub fn stats(&self) -> StagingStats {
+        self.mirror.stats()
     }
 
     fn make_slot(self: &Arc<Self>, segment: usize, index: usize) -> Slot {

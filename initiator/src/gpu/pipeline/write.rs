@@ -1,11 +1,12 @@
 //! Staged writes: a segment of the device region comes to the arena in one device-to-host copy;
-//! each write then sends its slot straight from the arena, with no copy of its own. A segment that
-//! has been used up is fetched again as soon as its last slot is sent (the transport lets go of
-//! the data), while writes use the other segment, so writers seldom wait for a copy.
+//! each write then sends its slot straight from the arena, with no copy of its own. The segment
+//! after the active one is fetched ahead while writes use the active one (once its last slot is
+//! sent: the transport lets go of the data), so writers seldom wait for a copy, and data is sent
+//! soon after it arrived.
 
 use std::sync::{Arc, Mutex};
 
-use super::{Changes, Mirror, PinnedArena, Shape, State, Toward, Wait};
+use super::{Changes, Mirror, PinnedArena, Shape, StagingStats, State, Toward, Wait};
 use crate::gpu::driver::{DevicePtr, GpuDriver, GpuError};
 use crate::gpu::staged::wait_for;
 use crate::transport::target::RawMemory;
@@ -92,7 +93,7 @@ impl WriteSlot {
         let queued = unsafe { p.mirror.copy(offset, p.mirror.shape.unit, Toward::Host) }
             .and_then(|_| p.mirror.driver.record(event, p.mirror.stream));
         let done = match queued {
-            Ok(()) => wait_for(&p.mirror.driver, event).await,
+            Ok(()) => wait_for(&p.mirror.driver, event).await.map(|_| ()),
             Err(e) => Err(e),
         };
         // SAFETY: waited for (or nothing recorded).
@@ -129,6 +130,7 @@ impl WritePipeline {
 
     /// The next slot, once one is free and holds the device's data.
     pub async fn slot(self: &Arc<Self>) -> Result<WriteSlot, GpuError> {
+        let mut waited = false;
         loop {
             let wait = {
                 let mut state = self.state.lock().unwrap();
@@ -166,7 +168,7 @@ impl WritePipeline {
                 } else {
                     // The active segment is used up: go on with the other once its slots are all
                     // sent (usually it is being fetched again by then, see `on_released`).
-                    let other = (h + 1) % self.mirror.events.len();
+                    let other = self.next(h);
                     let o = &state.segments[other];
                     if o.released == o.assigned {
                         state.active = other;
@@ -174,7 +176,7 @@ impl WritePipeline {
                         let o = &mut state.segments[other];
                         o.assigned = 0;
                         o.released = 0;
-                        self.refetch_if_done(&mut state, h)?;
+                        self.refetch_if_done(&mut state, self.next(other))?;
                         continue;
                     }
                     // Writes of the next segment are still out: wait for one to be sent.
@@ -182,8 +184,17 @@ impl WritePipeline {
                 }
             };
             // Then looked at again: a done copy makes its segment ready (above).
+            if !waited {
+                waited = true;
+                self.mirror.count_wait();
+            }
             wait.until(&self.mirror, &self.changes).await?;
         }
+    }
+
+    /// What staging cost so far.
+    pub fn stats(&self) -> StagingStats {
+        self.mirror.stats()
     }
 
     /// Queues the copy of segment `h` of the device region into the arena.
@@ -198,8 +209,15 @@ impl WritePipeline {
         Ok(())
     }
 
-    /// Fetches segment `h` again if its data was all handed out and sent. The active segment is
-    /// only fetched again once writes come back to it.
+    /// The segment writes go on with after `h`.
+    fn next(&self, h: usize) -> usize {
+        (h + 1) % self.mirror.events.len()
+    }
+
+    /// Fetches segment `h` again if its data was all handed out and sent. Only the segment
+    /// after the active one is fetched ahead (when writes move to a segment, or as its last
+    /// slot is sent): fetched earlier, its data would wait in the arena while the CPU caches
+    /// fill with other traffic, and sending it would read it from memory rather than cache.
     fn refetch_if_done(&self, state: &mut State<Segment>, h: usize) -> Result<(), GpuError> {
         let segment = &state.segments[h];
         if segment.consumed
@@ -214,8 +232,8 @@ impl WritePipeline {
     fn on_released(&self, h: usize) {
         let mut state = self.state.lock().unwrap();
         state.segments[h].released += 1;
-        // Used up and all sent: fetch it again now, so it is ready when writes come back to it.
-        if h != state.active {
+        // Used up and all sent, and writes go on with it next: fetch it again now.
+        if h == self.next(state.active) {
             let _ = self.refetch_if_done(&mut state, h);
         }
         drop(state);
