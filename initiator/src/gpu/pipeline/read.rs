@@ -114,21 +114,18 @@ impl ReadPipeline {
                 // The active segment is full or sealed: switch to the next free one, in ring
                 // order. Not only the next: one slow read would hold up every other.
                 let n = self.mirror.events.len();
-                let mut copying = None;
-                let mut free = None;
+                let (mut free, mut copying) = (None, None);
                 for other in (1..n).map(|i| (h + i) % n) {
                     let o = &state.segments[other];
-                    if o.assigned == 0 {
+                    let all_back = o.copying && o.released == o.assigned;
+                    if o.assigned == 0
+                        || (all_back && self.mirror.driver.is_done(self.mirror.events[other])?)
+                    {
                         free = Some(other);
-                    } else if o.copying && o.released == o.assigned {
-                        if self.mirror.driver.is_done(self.mirror.events[other])? {
-                            free = Some(other);
-                        } else {
-                            copying = copying.or(Some(other));
-                        }
-                    }
-                    if free.is_some() {
                         break;
+                    }
+                    if all_back {
+                        copying = copying.or(Some(other));
                     }
                 }
                 match (free, copying) {
