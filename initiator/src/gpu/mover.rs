@@ -1,6 +1,8 @@
 //! Moving data between namespaces and one GPU buffer, by the path each I/O queue allows:
 //! peer-to-peer where the queue's NIC registers the GPU memory, else staged. The choice is made
-//! at a queue's first transfer and kept; `paths` says what ran and why.
+//! at a queue's first transfer and kept, unless the session later runs the queue where peer
+//! memory is refused (a multipath session that fails over from NVMe/RDMA to NVMe/TCP): that
+//! transfer and the queue's later ones go staged. `paths` says what ran and why.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -148,6 +150,17 @@ impl GpuMover {
         }
     }
 
+    /// A peer transfer on `queue` was refused where the session runs it now (before anything
+    /// was sent: the refusal comes before the first command). It and the queue's later
+    /// transfers go staged, and the path says why.
+    fn peer_refused(&mut self, session: &Arc<Session>, queue: usize, e: &HostError) {
+        let name = format!("{} queue {queue}", session.subnqn());
+        let reason = format!("peer-to-peer refused after the session changed paths: {e}");
+        let path = DataPath::Staged { reason };
+        self.paths
+            .insert((session_key(session), queue), (name, path));
+    }
+
     fn ring(&mut self) -> Result<&mut StagingRing, HostError> {
         if self.ring.is_none() {
             let driver = self.memory.driver.clone();
@@ -200,9 +213,13 @@ impl GpuMover {
         let lba_size = self.extent(session, nsid, nlb, offset).await?;
         if self.is_peer(session, queue).await? {
             let peer: Arc<dyn PeerMemory> = self.memory.clone();
-            return session
+            match session
                 .read_peer(queue, nsid, slba, nlb, &peer, offset)
-                .await;
+                .await
+            {
+                Err(e @ HostError::PeerMemory { .. }) => self.peer_refused(session, queue, &e),
+                done => return done,
+            }
         }
         let base = self.memory.ptr + offset as u64;
         let ring = self.ring()?;
@@ -236,9 +253,13 @@ impl GpuMover {
         let lba_size = self.extent(session, nsid, nlb, offset).await?;
         if self.is_peer(session, queue).await? {
             let peer: Arc<dyn PeerMemory> = self.memory.clone();
-            return session
+            match session
                 .write_peer(queue, nsid, slba, nlb, &peer, offset, fua)
-                .await;
+                .await
+            {
+                Err(e @ HostError::PeerMemory { .. }) => self.peer_refused(session, queue, &e),
+                done => return done,
+            }
         }
         let base = self.memory.ptr + offset as u64;
         let ring = self.ring()?;
@@ -309,6 +330,67 @@ impl GpuMover {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gpu::emulated::EmulatedGpu;
+    use crate::gpu::Gpu;
+    use crate::host::session::RecoveryPolicy;
+    use crate::{ConnectOptions, Controller};
+    use std::time::Duration;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_queue_refused_peer_memory_after_a_path_change_goes_staged() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = fabrik_target::config::Config::default_jbof(dir.path().to_path_buf());
+        cfg.listen = vec!["127.0.0.1:0".parse().unwrap()];
+        cfg.box_name = "moverbox".into();
+        cfg.drives = 1;
+        cfg.drive_size = 16 << 20;
+        cfg.backend = fabrik_target::backend::BackendKind::Ram;
+        let target = fabrik_target::Target::start(cfg).await.unwrap();
+        let opts = ConnectOptions::new(target.listen_addrs()[0], &target.subsystem_nqns()[0]);
+        let ctrl = Controller::connect(opts.clone()).await.unwrap();
+        let session =
+            Session::from_controllers(vec![(opts, Some(ctrl))], RecoveryPolicy::default())
+                .await
+                .unwrap();
+        let gpu = Gpu::with_driver(Arc::new(EmulatedGpu::new(Duration::ZERO)));
+        let buffer = gpu.alloc(256 << 10).unwrap();
+        let data: Vec<u8> = (0..128 << 10).map(|i| (i * 7 % 251) as u8).collect();
+        buffer.copy_from_host(0, &data).unwrap();
+        let mut mover = GpuMover::new(buffer.clone(), Staging::default());
+        // The queue chose p2p at its first transfer, on an NVMe/RDMA path; the session now runs
+        // it on NVMe/TCP (its only path here), which refuses peer memory.
+        let p2p = DataPath::PeerToPeer {
+            nic: "rxe0".into(),
+            registration: Registration::DmaBuf,
+        };
+        mover
+            .paths
+            .insert((session_key(&session), 0), ("queue 0".into(), p2p));
+        let nlb = (data.len() / mover.lba_size(&session, 1).await.unwrap() as usize) as u32;
+        mover
+            .write(&session, 0, 1, 0, nlb, 0, false)
+            .await
+            .expect("the write goes staged");
+        mover
+            .read(&session, 0, 1, 0, nlb, 128 << 10)
+            .await
+            .expect("the read goes staged");
+        mover.finish().await.unwrap();
+        let mut back = vec![0u8; data.len()];
+        buffer.copy_to_host(128 << 10, &mut back).unwrap();
+        assert!(
+            back == data,
+            "what was read back differs from what was written"
+        );
+        let (_, path) = mover.paths().next().expect("a path");
+        match path {
+            DataPath::Staged { reason } => {
+                assert!(reason.contains("changed paths"), "{reason}");
+                assert!(reason.contains("NVMe/TCP"), "{reason}");
+            }
+            other => panic!("expected staged after the refusal, got {other}"),
+        }
+    }
 
     #[test]
     fn paths_say_which_way_and_why() {
