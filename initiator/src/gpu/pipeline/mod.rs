@@ -225,11 +225,6 @@ impl Mirror {
         Ok(())
     }
 
-    /// An I/O has to wait for its slot (counted once per slot asked for).
-    pub(crate) fn count_wait(&self) {
-        self.waits.fetch_add(1, Ordering::Relaxed);
-    }
-
     pub(crate) fn stats(&self) -> StagingStats {
         StagingStats {
             copies: self.copies.load(Ordering::Relaxed),
@@ -362,6 +357,20 @@ pub(crate) enum Wait<'a> {
 }
 
 impl Wait<'_> {
+    /// As `until`, for an I/O waiting for a slot: counted in the stats once per slot asked for
+    /// (`waited` says whether this one was already).
+    pub(crate) async fn for_slot(
+        self,
+        mirror: &Mirror,
+        changes: &Changes,
+        waited: &mut bool,
+    ) -> Result<bool, GpuError> {
+        if !std::mem::replace(waited, true) {
+            mirror.waits.fetch_add(1, Ordering::Relaxed);
+        }
+        self.until(mirror, changes).await
+    }
+
     /// Waits as said; true when it was for a copy, and the copy is done.
     pub(crate) async fn until(self, mirror: &Mirror, changes: &Changes) -> Result<bool, GpuError> {
         match self {

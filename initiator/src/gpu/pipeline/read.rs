@@ -139,11 +139,8 @@ impl ReadPipeline {
                     (None, None) => Wait::Change(self.changes.listen()),
                 }
             };
-            if !waited {
-                waited = true;
-                self.mirror.count_wait();
-            }
-            wait.until(&self.mirror, &self.changes).await?;
+            wait.for_slot(&self.mirror, &self.changes, &mut waited)
+                .await?;
         }
     }
 

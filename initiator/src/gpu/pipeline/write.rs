@@ -184,11 +184,8 @@ impl WritePipeline {
                 }
             };
             // Then looked at again: a done copy makes its segment ready (above).
-            if !waited {
-                waited = true;
-                self.mirror.count_wait();
-            }
-            wait.until(&self.mirror, &self.changes).await?;
+            wait.for_slot(&self.mirror, &self.changes, &mut waited)
+                .await?;
         }
     }
 
