@@ -15,7 +15,7 @@ use fabrik_initiator::bench::{self, Drive, Memory, Progress, Rw, Spec, VerifySpe
 use fabrik_initiator::gpu::emulated::EmulatedGpu;
 use fabrik_initiator::gpu::mover::{DataPath, GpuMover, Staging};
 use fabrik_initiator::gpu::pipeline::{self, ReadPipeline, WritePipeline};
-use fabrik_initiator::gpu::{cuda, Gpu};
+use fabrik_initiator::gpu::{cuda, DevicePtr, Gpu, GpuBuffer, GpuDriver, GpuError};
 use fabrik_initiator::host::session::{RecoveryPolicy, Session};
 use fabrik_initiator::{Controller, HostError};
 use fabrik_target::backend::BackendKind;
@@ -43,6 +43,26 @@ async fn session(target: &Target, index: usize) -> Arc<Session> {
 fn slow_gpu(delay: Duration) -> (Arc<EmulatedGpu>, Gpu) {
     let driver = Arc::new(EmulatedGpu::new(delay));
     (driver.clone(), Gpu::with_driver(driver))
+}
+
+/// A pipeline (`ReadPipeline::new` or `WritePipeline::new`) of `segments` segments of
+/// `per_segment` slots of `unit` bytes, over a `slow_gpu(delay)`, with its device region.
+fn staged_pipeline<P>(
+    delay: Duration,
+    unit: usize,
+    per_segment: usize,
+    segments: usize,
+    new: impl Fn(Arc<dyn GpuDriver>, DevicePtr, pipeline::Shape) -> Result<Arc<P>, GpuError>,
+) -> (Arc<EmulatedGpu>, Arc<GpuBuffer>, Arc<P>) {
+    let (driver, gpu) = slow_gpu(delay);
+    let shape = pipeline::Shape {
+        unit,
+        per_segment,
+        segments,
+    };
+    let buffer = gpu.alloc(shape.region_len()).expect("alloc");
+    let pipeline = new(driver.clone(), buffer.ptr(), shape).expect("new");
+    (driver, buffer, pipeline)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -180,14 +200,8 @@ async fn the_read_pipeline_copies_whole_segments_and_reuses_them() {
     let data = random_data(60 * unit, 21);
     s.write(0, 1, 0, data.clone(), false).await.expect("write");
 
-    let (driver, gpu) = slow_gpu(Duration::from_millis(1));
-    let shape = pipeline::Shape {
-        unit,
-        per_segment: 3,
-        segments: 3,
-    };
-    let buffer = gpu.alloc(shape.region_len()).expect("alloc");
-    let pipeline = ReadPipeline::new(driver.clone(), buffer.ptr(), shape).expect("new");
+    let (driver, buffer, pipeline) =
+        staged_pipeline(Duration::from_millis(1), unit, 3, 3, ReadPipeline::new);
     let copies_before = driver.copies();
     // Three readers, 20 units each: the 9 slots are reused 6 times over.
     let order = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -235,14 +249,8 @@ async fn the_read_pipeline_copies_whole_segments_and_reuses_them() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_slow_read_does_not_hold_up_the_others() {
-    let (driver, gpu) = slow_gpu(Duration::from_micros(100));
-    let shape = pipeline::Shape {
-        unit: 4096,
-        per_segment: 2,
-        segments: 3,
-    };
-    let buffer = gpu.alloc(shape.region_len()).expect("alloc");
-    let pipeline = ReadPipeline::new(driver.clone(), buffer.ptr(), shape).expect("new");
+    let (_driver, _buffer, pipeline) =
+        staged_pipeline(Duration::from_micros(100), 4096, 2, 3, ReadPipeline::new);
     // Segment 0: one read stays out, the other comes back.
     let slow = pipeline.slot().await.expect("slot");
     drop(pipeline.slot().await.expect("slot"));
@@ -268,17 +276,11 @@ async fn the_write_pipeline_sends_each_slot_from_the_device_region() {
     let s = session(&target, 0).await;
     let lba = lba_size(&s).await;
     let unit = 8 * lba;
-    let (driver, gpu) = slow_gpu(Duration::from_millis(1));
-    let shape = pipeline::Shape {
-        unit,
-        per_segment: 3,
-        segments: 3,
-    };
-    let len = shape.region_len();
-    let buffer = gpu.alloc(len).expect("alloc");
+    let (driver, buffer, pipeline) =
+        staged_pipeline(Duration::from_millis(1), unit, 3, 3, WritePipeline::new);
+    let len = buffer.len();
     let device_data = random_data(len, 5);
     buffer.copy_from_host(0, &device_data).expect("upload");
-    let pipeline = WritePipeline::new(driver.clone(), buffer.ptr(), shape).expect("new");
     let copies_before = driver.copies();
     // Three writers, 10 writes each, to units 0..30: the 9 slots are used 3-4 times over.
     let mut tasks = Vec::new();
@@ -326,14 +328,8 @@ async fn the_write_pipeline_sends_each_slot_from_the_device_region() {
 async fn a_used_segment_is_fetched_again_only_when_writes_come_to_it_next() {
     // Fetched too early, a segment's data would wait in the arena (and leave the CPU caches)
     // until writes come round to it: only the segment after the active one is fetched ahead.
-    let (driver, gpu) = slow_gpu(Duration::from_micros(100));
-    let shape = pipeline::Shape {
-        unit: 4096,
-        per_segment: 2,
-        segments: 3,
-    };
-    let buffer = gpu.alloc(shape.region_len()).expect("alloc");
-    let pipeline = WritePipeline::new(driver.clone(), buffer.ptr(), shape).expect("new");
+    let (driver, _buffer, pipeline) =
+        staged_pipeline(Duration::from_micros(100), 4096, 2, 3, WritePipeline::new);
     let before = driver.copies();
     let fetches = || driver.copies() - before;
     let two_slots = || async {
@@ -357,17 +353,11 @@ async fn a_used_segment_is_fetched_again_only_when_writes_come_to_it_next() {
 async fn io_waiting_for_one_copy_spend_one_thread_on_it() {
     // Eight writes want slots of the same segment while its copy runs: one of them waits on
     // the driver (a blocking thread), the others are told when it is done.
-    let (driver, gpu) = slow_gpu(Duration::from_millis(50));
-    let shape = pipeline::Shape {
-        unit: 4096,
-        per_segment: 8,
-        segments: 2,
-    };
-    let buffer = gpu.alloc(shape.region_len()).expect("alloc");
-    let device_data = random_data(shape.region_len(), 9);
+    let (driver, buffer, pipeline) =
+        staged_pipeline(Duration::from_millis(50), 4096, 8, 2, WritePipeline::new);
+    let device_data = random_data(buffer.len(), 9);
     buffer.copy_from_host(0, &device_data).expect("upload");
     let waits_before = driver.waits();
-    let pipeline = WritePipeline::new(driver.clone(), buffer.ptr(), shape).expect("new");
     let all_in = Arc::new(tokio::sync::Barrier::new(8));
     let tasks: Vec<_> = (0..8)
         .map(|_| {
