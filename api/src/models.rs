@@ -129,7 +129,9 @@ pub struct Controller {
     pub subsystem: String,
     /// True for a discovery controller.
     pub discovery: bool,
-    pub host_nqn: String,
+    /// Null for a host that sent no host NQN in its Connect (SPDK's host by default): such a
+    /// host is let in only where any host may connect.
+    pub host_nqn: Option<String>,
     /// The host's address.
     pub address: String,
     pub port_id: u16,

@@ -629,7 +629,7 @@ impl Management for Manager {
                 .iter()
                 .flat_map(|s| s.controllers())
             {
-                if ctrl.hostnqn == gone.host_nqn {
+                if ctrl.hostnqn.as_deref() == Some(gone.host_nqn.as_str()) {
                     ctrl.shut_down("its composition was removed");
                 }
             }

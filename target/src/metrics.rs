@@ -282,7 +282,7 @@ pub fn snapshot(manager: &Manager) -> Snapshot {
         .map(|c| {
             let mut m = ControllerMetrics {
                 subsystem: c.subnqn(),
-                host: c.hostnqn.clone(),
+                host: c.host_label().to_string(),
                 controller: c.cntlid,
                 port: c.port.port_id,
                 io_queues: c.io_queue_count() as u64,

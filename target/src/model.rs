@@ -129,10 +129,12 @@ impl Subsystem {
         }
     }
 
-    pub fn host_allowed(&self, hostnqn: &str) -> bool {
+    /// Whether `hostnqn` may connect. A host without a host NQN (None) may only where any host
+    /// may, as Linux nvmet compares the (empty) string with its allow list.
+    pub fn host_allowed(&self, hostnqn: Option<&str>) -> bool {
         match &*self.allowed_hosts.read().unwrap() {
             None => true,
-            Some(list) => list.iter().any(|h| h == hostnqn),
+            Some(list) => hostnqn.is_some_and(|nqn| list.iter().any(|h| h == nqn)),
         }
     }
 
@@ -145,7 +147,7 @@ impl Subsystem {
     pub fn set_allowed_hosts(&self, hosts: Option<Vec<String>>) {
         *self.allowed_hosts.write().unwrap() = hosts;
         for ctrl in self.controllers() {
-            if !self.host_allowed(&ctrl.hostnqn) {
+            if !self.host_allowed(ctrl.hostnqn.as_deref()) {
                 ctrl.shut_down("the host's access to the subsystem was removed");
             }
         }

@@ -89,7 +89,7 @@ async fn read_resources() {
     );
     let ctrls = c.controllers().await.unwrap();
     assert_eq!(ctrls.len(), 1);
-    assert_eq!(ctrls[0].host_nqn, host.nqn);
+    assert_eq!(ctrls[0].host_nqn.as_ref(), Some(&host.nqn));
     assert_eq!(ctrls[0].subsystem, nqn("02"));
     assert_eq!(ctrls[0].io_queues, ctrl.io_queue_count() as u32);
     assert!(ctrls[0].keep_alive_ms > 0);

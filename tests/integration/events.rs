@@ -153,8 +153,10 @@ async fn a_silent_host_loses_its_controller_after_kato() {
         host_id: [7; 16],
         cntlid: 0xffff,
         subnqn: Nqn::new(&nqn).unwrap(),
-        hostnqn: Nqn::new("nqn.2014-08.org.nvmexpress:uuid:6a1b2c3d-0000-4000-8000-00000000beef")
-            .unwrap(),
+        hostnqn: Some(
+            Nqn::new("nqn.2014-08.org.nvmexpress:uuid:6a1b2c3d-0000-4000-8000-00000000beef")
+                .unwrap(),
+        ),
     };
     let done = queue
         .submit(

@@ -49,7 +49,7 @@ async fn every_queue_connects_from_the_host_address() {
         .state()
         .controllers()
         .into_iter()
-        .filter(|c| c.hostnqn == opts.hostnqn)
+        .filter(|c| c.hostnqn.as_ref() == Some(&opts.hostnqn))
         .map(|c| c.port.peer_addr.ip())
         .collect();
     assert_eq!(seen, vec![HOST_ADDR]);

@@ -8,21 +8,19 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use common::raw::{capsule_bytes, RawConn};
 use common::*;
 use fabrik_initiator::proto::fabrics::nqn::Nqn;
 use fabrik_initiator::proto::fabrics::{ConnectData, FabricsCommand};
 use fabrik_initiator::proto::nvme::admin::{cns, AdminCommand};
 use fabrik_initiator::proto::nvme::io::IoCommand;
-use fabrik_initiator::proto::tcp::{
-    fes, pdu_type, CapsuleCmd, Decoder, Digests, H2CData, IcReq, Pdu, Role, TermReq,
-};
+use fabrik_initiator::proto::tcp::{fes, pdu_type, CapsuleCmd, Digests, H2CData, IcReq, Pdu};
 use fabrik_initiator::proto::{SglDescriptor, Sqe, Status};
 use fabrik_initiator::transport::{TcpQueue, TcpQueueConfig};
 use fabrik_initiator::{Controller, HostError, HostIdentity};
 use fabrik_target::backend::BackendKind;
 use fabrik_target::Target;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use tokio::io::AsyncWriteExt;
 
 /// A target with two drives: drive 0 is the victim of the test, drive 1 serves the background
 /// host whose I/O must go on undisturbed.
@@ -69,179 +67,6 @@ impl Setup {
         self.background.finish(self.rounds_before).await;
         self.target.shutdown().await;
     }
-}
-
-/// A host connection driven PDU by PDU.
-struct RawConn {
-    stream: TcpStream,
-    decoder: Decoder,
-    buf: BytesMut,
-    digests: Digests,
-}
-
-impl RawConn {
-    async fn open(addr: SocketAddr) -> RawConn {
-        let stream = TcpStream::connect(addr).await.unwrap();
-        stream.set_nodelay(true).unwrap();
-        RawConn {
-            stream,
-            decoder: Decoder::new(Role::Host, 1 << 24),
-            buf: BytesMut::new(),
-            digests: Digests::default(),
-        }
-    }
-
-    /// Opens a connection and does the ICReq / ICResp exchange.
-    async fn connect(addr: SocketAddr, digests: Digests) -> RawConn {
-        let mut conn = RawConn::open(addr).await;
-        conn.send(Pdu::IcReq(IcReq {
-            pfv: 0,
-            hpda: 0,
-            digests,
-            maxr2t: 0,
-        }))
-        .await;
-        let Some(Pdu::IcResp(icresp)) = conn.next().await else {
-            panic!("expected ICResp")
-        };
-        assert_eq!(icresp.digests, digests);
-        conn.decoder.set_digests(digests);
-        conn.digests = digests;
-        conn
-    }
-
-    async fn send(&mut self, pdu: Pdu) {
-        let mut out = BytesMut::new();
-        let digests = if matches!(pdu, Pdu::IcReq(_)) {
-            Digests::default()
-        } else {
-            self.digests
-        };
-        pdu.encode(digests, &mut out);
-        self.send_raw(&out).await;
-    }
-
-    async fn send_raw(&mut self, bytes: &[u8]) {
-        self.stream.write_all(bytes).await.unwrap();
-    }
-
-    /// The next PDU from the target, or None once it has closed the connection.
-    async fn next(&mut self) -> Option<Pdu> {
-        let deadline = Duration::from_secs(10);
-        loop {
-            if let Some(pdu) = self
-                .decoder
-                .decode(&mut self.buf)
-                .expect("target sent a bad PDU")
-            {
-                return Some(pdu);
-            }
-            match tokio::time::timeout(deadline, self.stream.read_buf(&mut self.buf)).await {
-                Err(_) => panic!("target neither answered nor closed within {deadline:?}"),
-                Ok(Ok(0)) | Ok(Err(_)) => return None,
-                Ok(Ok(_)) => {}
-            }
-        }
-    }
-
-    /// The target must send a C2HTermReq with `fes`, then close.
-    async fn expect_termination(&mut self, expected_fes: u16) -> TermReq {
-        let term = match self.next().await {
-            Some(Pdu::C2HTermReq(term)) => term,
-            other => panic!("expected C2HTermReq (FES {expected_fes}), got {other:?}"),
-        };
-        assert_eq!(term.fes, expected_fes, "FES of {term:?}");
-        assert!(
-            self.next().await.is_none(),
-            "connection closed after C2HTermReq"
-        );
-        self.expect_graceful_close().await;
-        term
-    }
-
-    /// After the target's FIN (seen as end of stream), what the host still sends is taken and
-    /// dropped, not answered with a reset: a reset makes the Linux host's next send fail with
-    /// EPIPE, and the process that submitted the I/O gets a SIGPIPE. Two sends, so that the
-    /// second would meet the reset the first provoked; then the host closes and reads the end.
-    async fn expect_graceful_close(&mut self) {
-        let capsule = capsule_bytes(self.digests);
-        for _ in 0..2 {
-            self.stream
-                .write_all(&capsule)
-                .await
-                .expect("the target reads on after its FIN: no reset");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        self.stream.shutdown().await.unwrap();
-        let mut rest = Vec::new();
-        let n = self
-            .stream
-            .read_to_end(&mut rest)
-            .await
-            .expect("a clean end of stream, not a reset");
-        assert_eq!(n, 0, "nothing after the FIN");
-    }
-
-    /// Admin Connect to `subnqn`; returns the CNTLID.
-    async fn admin_connect(&mut self, subnqn: &str) -> u16 {
-        let host = HostIdentity::random();
-        let data = ConnectData {
-            host_id: host.id,
-            cntlid: 0xFFFF,
-            subnqn: Nqn::new(subnqn).unwrap(),
-            hostnqn: Nqn::new(&host.nqn).unwrap(),
-        };
-        let mut sqe = FabricsCommand::Connect {
-            recfmt: 0,
-            qid: 0,
-            sqsize: 31,
-            cattr: 0,
-            kato: 0,
-        }
-        .to_sqe(1);
-        sqe.set_sgl(&SglDescriptor::DataBlockOffset {
-            offset: 0,
-            length: 1024,
-        });
-        let data = Bytes::copy_from_slice(&data.to_bytes()[..]);
-        self.send(Pdu::CapsuleCmd(CapsuleCmd { sqe, data })).await;
-        match self.next().await {
-            Some(Pdu::CapsuleResp(resp)) if resp.cqe.status.is_success() => resp.cqe.dw0() as u16,
-            other => panic!("admin Connect failed: {other:?}"),
-        }
-    }
-
-    /// Property Set CC.EN=1 (with the IOSQES/IOCQES the kernel host sets); asserts success.
-    async fn enable_controller(&mut self) {
-        let mut sqe = FabricsCommand::PropertySet {
-            size8: false,
-            offset: 0x14,
-            value: 0x0046_0001,
-        }
-        .to_sqe(2);
-        sqe.set_sgl(&SglDescriptor::NONE_TCP);
-        self.send(Pdu::CapsuleCmd(CapsuleCmd {
-            sqe,
-            data: Bytes::new(),
-        }))
-        .await;
-        assert!(
-            matches!(self.next().await, Some(Pdu::CapsuleResp(r)) if r.cqe.status.is_success())
-        );
-    }
-}
-
-/// A command capsule without data, as bytes (to be corrupted by the test).
-fn capsule_bytes(digests: Digests) -> BytesMut {
-    let mut sqe = AdminCommand::KeepAlive.to_sqe(3);
-    sqe.set_sgl(&SglDescriptor::NONE_TCP);
-    let mut out = BytesMut::new();
-    Pdu::CapsuleCmd(CapsuleCmd {
-        sqe,
-        data: Bytes::new(),
-    })
-    .encode(digests, &mut out);
-    out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -586,7 +411,7 @@ async fn io_queue_connect_with_a_wrong_cntlid() {
             host_id: host.id,
             cntlid,
             subnqn: Nqn::new(&s.nqn).unwrap(),
-            hostnqn: Nqn::new(hostnqn).unwrap(),
+            hostnqn: Some(Nqn::new(hostnqn).unwrap()),
         };
         (
             FabricsCommand::Connect {

@@ -353,7 +353,8 @@ pub async fn controllers(args: ControllersArgs) -> Result<()> {
                 vec![
                     c.id.to_string(),
                     c.cntlid.to_string(),
-                    c.host_nqn.clone(),
+                    // A host that sent no host NQN (SPDK's default).
+                    c.host_nqn.clone().unwrap_or_else(|| "(anonymous)".into()),
                     c.address.clone(),
                     c.subsystem.clone(),
                     c.io_queues.to_string(),

@@ -82,7 +82,7 @@ pub async fn run(args: RdmaProbeArgs) -> Result<()> {
         host_id: host.id,
         cntlid: 0xffff,
         subnqn: Nqn::new(&args.connect.nqn)?,
-        hostnqn: Nqn::new(&host.nqn)?,
+        hostnqn: Some(Nqn::new(&host.nqn)?),
     };
     let data = Bytes::copy_from_slice(&data.to_bytes()[..]);
     let connect = FabricsCommand::Connect {

@@ -65,7 +65,7 @@ impl Controller {
             host_id,
             cntlid,
             subnqn: subnqn.clone(),
-            hostnqn: hostnqn.clone(),
+            hostnqn: Some(hostnqn.clone()),
         };
 
         let admin = Queue::connect(

@@ -104,7 +104,7 @@ fn connect_bytes(cntlid: u16) -> Vec<u8> {
         host_id: HOST_ID,
         cntlid,
         subnqn: Nqn::new(SUBNQN).unwrap(),
-        hostnqn: Nqn::new(HOSTNQN).unwrap(),
+        hostnqn: Some(Nqn::new(HOSTNQN).unwrap()),
     };
     cd.to_bytes().to_vec()
 }
@@ -503,7 +503,7 @@ fn connect_data(dir: &Path) {
         host_id: HOST_ID,
         cntlid: 0xffff,
         subnqn: Nqn::discovery(),
-        hostnqn: Nqn::new(HOSTNQN).unwrap(),
+        hostnqn: Some(Nqn::new(HOSTNQN).unwrap()),
     };
     write(dir, "discovery", &discovery.to_bytes()[..]);
 }

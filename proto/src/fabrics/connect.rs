@@ -12,7 +12,9 @@ pub struct ConnectData {
     pub host_id: [u8; 16],
     pub cntlid: u16,
     pub subnqn: Nqn,
-    pub hostnqn: Nqn,
+    /// None when the host left the field empty: SPDK's host does by default, and Linux nvmet
+    /// lets such a host in wherever any host may connect.
+    pub hostnqn: Option<Nqn>,
 }
 
 /// Offsets in the connect data, for Connect Invalid Parameters (IATTR = 1, IPO).
@@ -32,8 +34,8 @@ pub const NQN_FIELD_LEN: usize = 256;
 /// The CNTLID of an admin queue Connect: the controller picks one (dynamic controller model).
 pub const CNTLID_DYNAMIC: u16 = 0xffff;
 
-/// A NUL-terminated NQN in a 256-byte field at `off`; every failure names `off`.
-fn nqn_at(buf: &[u8], off: usize) -> Result<Nqn, DecodeError> {
+/// A NUL-terminated NQN in a 256-byte field at `off` (None if empty); every failure names `off`.
+fn nqn_at(buf: &[u8], off: usize) -> Result<Option<Nqn>, DecodeError> {
     let field = &buf[off..off + NQN_FIELD_LEN];
     let end = field
         .iter()
@@ -41,12 +43,18 @@ fn nqn_at(buf: &[u8], off: usize) -> Result<Nqn, DecodeError> {
         .ok_or(DecodeError::field(WHAT, off, "NQN not NUL terminated"))?;
     let text = std::str::from_utf8(&field[..end])
         .map_err(|_| DecodeError::field(WHAT, off, "NQN is not UTF-8"))?;
-    Nqn::new(text).map_err(|_| DecodeError::field(WHAT, off, "invalid NQN"))
+    if text.is_empty() {
+        return Ok(None);
+    }
+    Nqn::new(text)
+        .map(Some)
+        .map_err(|_| DecodeError::field(WHAT, off, "invalid NQN"))
 }
 
 impl ConnectData {
     /// Decodes the 1024-byte data. A SUBNQN or HOSTNQN that is not NUL terminated within its
-    /// 256 bytes, not UTF-8, or not a valid NQN is an error naming that field's offset.
+    /// 256 bytes, not UTF-8, or not a valid NQN is an error naming that field's offset; so is
+    /// an empty SUBNQN. An empty HOSTNQN is None.
     ///
     /// The reserved areas (18..256, 768..1024) and the bytes after each NQN's terminating NUL
     /// are not checked: the Linux host leaves them zero, but nothing is gained by refusing a
@@ -56,7 +64,11 @@ impl ConnectData {
         Ok(ConnectData {
             host_id: buf[0..16].try_into().unwrap(),
             cntlid: u16_at(buf, OFFSET_CNTLID as usize),
-            subnqn: nqn_at(buf, OFFSET_SUBNQN as usize)?,
+            subnqn: nqn_at(buf, OFFSET_SUBNQN as usize)?.ok_or(DecodeError::field(
+                WHAT,
+                OFFSET_SUBNQN as usize,
+                "subsystem NQN is empty",
+            ))?,
             hostnqn: nqn_at(buf, OFFSET_HOSTNQN as usize)?,
         })
     }
@@ -77,7 +89,7 @@ impl ConnectData {
             buf,
             OFFSET_HOSTNQN as usize,
             NQN_FIELD_LEN,
-            self.hostnqn.as_str(),
+            self.hostnqn.as_ref().map_or("", Nqn::as_str),
             0,
         );
     }
@@ -110,14 +122,18 @@ mod tests {
     }
 
     fn any_data() -> impl Strategy<Value = ConnectData> {
-        (any::<[u8; 16]>(), any::<u16>(), any_nqn(), any_nqn()).prop_map(
-            |(host_id, cntlid, subnqn, hostnqn)| ConnectData {
+        (
+            any::<[u8; 16]>(),
+            any::<u16>(),
+            any_nqn(),
+            proptest::option::of(any_nqn()),
+        )
+            .prop_map(|(host_id, cntlid, subnqn, hostnqn)| ConnectData {
                 host_id,
                 cntlid,
                 subnqn,
                 hostnqn,
-            },
-        )
+            })
     }
 
     proptest! {
@@ -139,6 +155,7 @@ mod tests {
             let off = if hostnqn { 512 } else { 256 };
             b[off] = garbage;
             match ConnectData::decode(&b[..]) {
+                Ok(x) if hostnqn && garbage == 0 => prop_assert_eq!(x.hostnqn, None),
                 Ok(x) => prop_assert_eq!(x, d), // the same character
                 Err(e) => prop_assert_eq!(e.offset(), off),
             }
@@ -150,10 +167,10 @@ mod tests {
             host_id: *b"\x4c\x4c\x45\x44\x00\x35\x48\x10\x80\x51\xb4\xc0\x4f\x4a\x37\x32",
             cntlid: CNTLID_DYNAMIC,
             subnqn: Nqn::new("nqn.2024-01.io.fabrik:jbof:drive-07").unwrap(),
-            hostnqn: Nqn::new(
-                "nqn.2014-08.org.nvmexpress:uuid:4c4c4544-0035-4810-8051-b4c04f4a3732",
-            )
-            .unwrap(),
+            hostnqn: Some(
+                Nqn::new("nqn.2014-08.org.nvmexpress:uuid:4c4c4544-0035-4810-8051-b4c04f4a3732")
+                    .unwrap(),
+            ),
         }
     }
 
@@ -179,13 +196,15 @@ mod tests {
             Err(DecodeError::Short { .. })
         ));
         let good = *linux_admin_connect().to_bytes();
-        // Empty NQNs.
+        // An empty subsystem NQN is an error; an empty host NQN is none (SPDK's default).
         let mut b = good;
         b[256..512].fill(0);
         assert_eq!(ConnectData::decode(&b[..]).unwrap_err().offset(), 256);
         let mut b = good;
         b[512..768].fill(0);
-        assert_eq!(ConnectData::decode(&b[..]).unwrap_err().offset(), 512);
+        let anonymous = ConnectData::decode(&b[..]).unwrap();
+        assert_eq!(anonymous.hostnqn, None);
+        assert_eq!(anonymous.to_bytes()[..], b[..]);
         // Not NUL terminated within the field.
         let mut b = good;
         b[256..512].fill(b'a');

@@ -22,7 +22,7 @@ impl Controller {
                 port.addr
             };
             for sub in self.target.subsystems() {
-                if !sub.host_allowed(&self.hostnqn) {
+                if !sub.host_allowed(self.hostnqn.as_deref()) {
                     continue;
                 }
                 entries.push(DiscoveryLogEntry {

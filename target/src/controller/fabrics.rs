@@ -95,7 +95,7 @@ impl Queue {
             return invalid_param(false, connect::SQE_OFFSET_SQSIZE);
         }
         let sq_flow_disabled = cattr & CATTR_DISABLE_SQ_FLOW != 0;
-        let hostnqn = cd.hostnqn.to_string();
+        let hostnqn = cd.hostnqn.as_ref().map(|n| n.to_string());
 
         let ctrl = if qid == 0 {
             if cd.cntlid != 0xffff {
@@ -133,12 +133,12 @@ impl Queue {
             }
             return Response::status(Status::COMMAND_SEQUENCE_ERROR);
         }
-        tracing::debug!(cntlid, qid, entries, hostnqn = %hostnqn, subnqn = %cd.subnqn, "queue connected");
+        tracing::debug!(cntlid, qid, entries, hostnqn = %ctrl.host_label(), subnqn = %cd.subnqn, "queue connected");
         Response::result(cntlid as u64)
     }
 
     fn create_controller(&self, cd: &ConnectData, kato: u32) -> Result<Arc<Controller>, Response> {
-        let hostnqn = cd.hostnqn.to_string();
+        let hostnqn = cd.hostnqn.as_ref().map(|n| n.to_string());
         let port = self.port_info();
         let target = self.target.clone();
         let ctrl = if cd.subnqn.is_discovery() {
@@ -159,8 +159,9 @@ impl Queue {
             let Some(sub) = self.target.subsystem(cd.subnqn.as_str()) else {
                 return Err(invalid_param(true, connect::OFFSET_SUBNQN));
             };
-            if !sub.host_allowed(&hostnqn) {
-                tracing::info!(hostnqn = %hostnqn, subnqn = %sub.nqn, "connect refused: host not allowed");
+            if !sub.host_allowed(hostnqn.as_deref()) {
+                let host = hostnqn.as_deref().unwrap_or(super::ANONYMOUS_HOST);
+                tracing::info!(hostnqn = %host, subnqn = %sub.nqn, "connect refused: host not allowed");
                 return Err(Response {
                     result: invalid_parameter_result(true, connect::OFFSET_HOSTNQN) as u64,
                     status: Status::CONNECT_INVALID_HOST,
@@ -185,7 +186,9 @@ impl Queue {
             // this Connect was checked: it sweeps registered controllers after the change, so
             // looking again after registering closes the gap.
             let current = self.target.subsystem(cd.subnqn.as_str());
-            if !sub.host_allowed(&hostnqn) || !current.is_some_and(|c| Arc::ptr_eq(&c, &sub)) {
+            if !sub.host_allowed(hostnqn.as_deref())
+                || !current.is_some_and(|c| Arc::ptr_eq(&c, &sub))
+            {
                 ctrl.shut_down("access changed during Connect");
                 return Err(Response {
                     result: invalid_parameter_result(true, connect::OFFSET_HOSTNQN) as u64,
@@ -195,7 +198,7 @@ impl Queue {
             }
             ctrl
         };
-        tracing::info!(cntlid = ctrl.cntlid, subnqn = %cd.subnqn, hostnqn = %ctrl.hostnqn, peer = %self.peer_addr, kato, "controller created");
+        tracing::info!(cntlid = ctrl.cntlid, subnqn = %cd.subnqn, hostnqn = %ctrl.host_label(), peer = %self.peer_addr, kato, "controller created");
         keepalive::start(&ctrl);
         Ok(ctrl)
     }

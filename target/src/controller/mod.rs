@@ -68,12 +68,17 @@ pub struct PortInfo {
     pub peer_addr: SocketAddr,
 }
 
+/// How a host that sent no host NQN is shown in logs and metrics.
+pub const ANONYMOUS_HOST: &str = "(anonymous)";
+
 pub struct Controller {
     /// Unique among every controller of this fabrikd run (the management API's handle).
     pub id: u64,
     pub cntlid: u16,
     pub kind: ControllerKind,
-    pub hostnqn: String,
+    /// None for a host that sent no host NQN (SPDK's default): let in only where any host may
+    /// connect.
+    pub hostnqn: Option<String>,
     pub host_id: [u8; 16],
     pub port: PortInfo,
     pub target: Arc<TargetState>,
@@ -108,10 +113,15 @@ struct ControllerState {
 }
 
 impl Controller {
+    /// The host as people read it: its NQN, or ANONYMOUS_HOST.
+    pub fn host_label(&self) -> &str {
+        self.hostnqn.as_deref().unwrap_or(ANONYMOUS_HOST)
+    }
+
     pub fn new(
         cntlid: u16,
         kind: ControllerKind,
-        hostnqn: String,
+        hostnqn: Option<String>,
         host_id: [u8; 16],
         port: PortInfo,
         target: Arc<TargetState>,
@@ -254,7 +264,7 @@ impl Controller {
         if self.teardown.is_cancelled() {
             return;
         }
-        tracing::info!(cntlid = self.cntlid, subnqn = %self.subnqn(), hostnqn = %self.hostnqn, "controller torn down: {why}");
+        tracing::info!(cntlid = self.cntlid, subnqn = %self.subnqn(), hostnqn = %self.host_label(), "controller torn down: {why}");
         self.teardown.cancel();
         match &self.kind {
             ControllerKind::Io(s) => s.unregister_controller(self.cntlid),

@@ -255,7 +255,7 @@ impl Manager {
                 .target
                 .controllers()
                 .iter()
-                .filter(|c| c.hostnqn == nqn)
+                .filter(|c| c.hostnqn.as_deref() == Some(nqn))
                 .count() as u32,
         }
     }

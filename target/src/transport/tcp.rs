@@ -26,6 +26,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
+use super::parked::ParkedEvents;
 use super::Listener;
 use crate::controller::{limits, Admitted, Queue, Response, Route};
 use crate::metrics::ConnectionGuard;
@@ -156,7 +157,7 @@ async fn serve_connection(
         r2t_outstanding: 0,
         active: HashSet::new(),
         sq_head: 0,
-        parked: HashSet::new(),
+        parked: ParkedEvents::default(),
         close_after_flush: false,
     };
     let result = conn.run(&queue, &stop).await;
@@ -170,7 +171,9 @@ async fn serve_connection(
     result
 }
 
-type Inflight<'q> = FuturesUnordered<Pin<Box<dyn Future<Output = (u16, Response)> + Send + 'q>>>;
+/// Commands executing, each yielding its CID and answer (None: a retired AER, not answered).
+type Inflight<'q> =
+    FuturesUnordered<Pin<Box<dyn Future<Output = (u16, Option<Response>)> + Send + 'q>>>;
 
 /// A write command waiting for its data (H2CData answering our R2T).
 struct PendingWrite {
@@ -205,7 +208,7 @@ struct Connection {
     /// Submission queue head as reported in completions (SQ flow control).
     sq_head: u32,
     /// Asynchronous Event Requests parked until an event: they do not hold up a shutdown.
-    parked: HashSet<u16>,
+    parked: ParkedEvents,
     close_after_flush: bool,
 }
 
@@ -251,7 +254,7 @@ impl Connection {
                 }
             }
             while let Some(Some((cid, resp))) = inflight.next().now_or_never() {
-                self.respond(queue, cid, resp);
+                self.executed(queue, cid, resp);
             }
             self.flush().await?;
             if self.close_after_flush {
@@ -272,7 +275,7 @@ impl Connection {
                     stopping = true;
                     queue.target.shutting_down.store(true, Ordering::Release);
                 }
-                Some((cid, resp)) = inflight.next(), if !inflight.is_empty() => self.respond(queue, cid, resp),
+                Some((cid, resp)) = inflight.next(), if !inflight.is_empty() => self.executed(queue, cid, resp),
                 read = self.reader.read_buf(&mut self.rbuf), if !stopping => {
                     let n = read?;
                     if n == 0 {
@@ -422,7 +425,7 @@ impl Connection {
                 "more commands outstanding than the queue holds",
             ));
         }
-        if !self.active.insert(cid) {
+        if !self.active.insert(cid) && !self.parked.retire(cid) {
             // The CID is in use: answering would complete the other command in the host's eyes,
             // but the status says exactly what went wrong. The other command stays in flight.
             tracing::warn!(cid, "command identifier conflict");
@@ -450,11 +453,13 @@ impl Connection {
         match queue.route(&sqe, len, in_capsule) {
             Route::Execute(cmd, data) => {
                 if cmd.waits_for_an_event() {
-                    self.parked.insert(cid);
+                    let aer = self.parked.park(cid, queue.execute(cmd, data));
+                    inflight.push(Box::pin(async move { (cid, aer.await) }));
+                } else {
+                    inflight.push(Box::pin(async move {
+                        (cid, Some(queue.execute(cmd, data).await))
+                    }));
                 }
-                inflight.push(Box::pin(
-                    async move { (cid, queue.execute(cmd, data).await) },
-                ));
             }
             Route::FetchData(cmd) => {
                 self.pending_writes.insert(
@@ -544,7 +549,7 @@ impl Connection {
             self.send_r2ts();
             let payload = done.whole.unwrap_or_else(|| done.buf.freeze());
             inflight.push(Box::pin(async move {
-                (cid, queue.execute(done.cmd, payload).await)
+                (cid, Some(queue.execute(done.cmd, payload).await))
             }));
         }
         Ok(())
@@ -608,10 +613,18 @@ impl Connection {
         self.fail(queue, cid, Status::TRANSIENT_TRANSPORT_ERROR)
     }
 
+    /// A command finished executing. A retired AER has no answer, and its CID is already
+    /// another command's.
+    fn executed(&mut self, queue: &Queue, cid: u16, resp: Option<Response>) {
+        if let Some(resp) = resp {
+            self.respond(queue, cid, resp);
+        }
+    }
+
     /// A command is done: it leaves the in-flight books and its answer is queued.
     fn respond(&mut self, queue: &Queue, cid: u16, resp: Response) {
         self.active.remove(&cid);
-        self.parked.remove(&cid);
+        self.parked.answered(cid);
         self.send_completion(queue, cid, resp);
     }
 

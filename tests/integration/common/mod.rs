@@ -3,6 +3,7 @@
 #![allow(dead_code)] // each test binary uses its own subset
 
 pub mod api;
+pub mod raw;
 
 use std::net::SocketAddr;
 use std::path::Path;

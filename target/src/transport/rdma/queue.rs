@@ -24,6 +24,7 @@ use futures_util::FutureExt;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
 
+use super::super::parked::ParkedEvents;
 use crate::controller::{limits, Admitted, Queue, Response, Route};
 use fabrik_rdma::{self as verbs, Completion, QpSizes, QueuePair, SendOp, SendWr, SharedRecv};
 
@@ -101,7 +102,9 @@ struct Slot {
     response: Option<Response>,
 }
 
-type Inflight<'q> = FuturesUnordered<Pin<Box<dyn Future<Output = (usize, Response)> + Send + 'q>>>;
+/// Commands executing, each yielding its slot and answer (None: a retired AER, not answered).
+type Inflight<'q> =
+    FuturesUnordered<Pin<Box<dyn Future<Output = (usize, Option<Response>)> + Send + 'q>>>;
 
 pub struct Connection {
     pub qp: QueuePair,
@@ -113,7 +116,8 @@ pub struct Connection {
     /// Slots waiting for pool chunks, oldest first: (slot, for an RDMA READ).
     waiting: VecDeque<(usize, bool)>,
     active: HashSet<u16>,
-    parked: HashSet<u16>,
+    /// Asynchronous Event Requests parked until an event: they do not hold up a shutdown.
+    parked: ParkedEvents,
     sq_head: u32,
     sends_outstanding: usize,
     close_after_send: bool,
@@ -140,7 +144,7 @@ impl Connection {
             free_chunks: (0..chunks).rev().collect(),
             waiting: VecDeque::new(),
             active: HashSet::new(),
-            parked: HashSet::new(),
+            parked: ParkedEvents::default(),
             sq_head: 0,
             sends_outstanding: 0,
             close_after_send: false,
@@ -179,7 +183,7 @@ impl Connection {
                 }
             }
             while let Some(Some((slot, resp))) = inflight.next().now_or_never() {
-                self.respond(queue, slot, resp)?;
+                self.executed(queue, slot, resp)?;
             }
             if self.close_after_send && self.sends_outstanding == 0 {
                 return Ok(());
@@ -197,7 +201,7 @@ impl Connection {
                     r?;
                     self.qp.arm()?;
                 }
-                Some((slot, resp)) = inflight.next(), if !inflight.is_empty() => self.respond(queue, slot, resp)?,
+                Some((slot, resp)) = inflight.next(), if !inflight.is_empty() => self.executed(queue, slot, resp)?,
                 ev = events.recv() => match ev {
                     Some(verbs::EV_ESTABLISHED) => {}
                     Some(kind) => {
@@ -328,9 +332,22 @@ impl Connection {
         let cid = sqe.cid;
         self.slots[slot].cid = cid;
         if !self.active.insert(cid) {
-            // The other command with this CID stays in flight; this one is answered as such.
-            tracing::warn!(cid, "command identifier conflict");
-            return self.post_response(slot, Response::status(Status::CID_CONFLICT), Vec::new());
+            if !self.parked.retire(cid) {
+                // The other command with this CID stays in flight; this one is answered as such.
+                tracing::warn!(cid, "command identifier conflict");
+                return self.post_response(
+                    slot,
+                    Response::status(Status::CID_CONFLICT),
+                    Vec::new(),
+                );
+            }
+            // The retired AER's slot is free: it holds no data and is never answered.
+            if let Some(old) = (0..self.slots.len())
+                .find(|&s| s != slot && self.slots[s].counted && self.slots[s].cid == cid)
+            {
+                self.slots[old] = Slot::default();
+                self.free_slots.push(old);
+            }
         }
         self.slots[slot].counted = true;
         let (length, inline) = match sqe.sgl() {
@@ -369,11 +386,13 @@ impl Connection {
         match queue.route(&sqe, length, inline) {
             Route::Execute(cmd, data) => {
                 if cmd.waits_for_an_event() {
-                    self.parked.insert(cid);
+                    let aer = self.parked.park(cid, queue.execute(cmd, data));
+                    inflight.push(Box::pin(async move { (slot, aer.await) }));
+                } else {
+                    inflight.push(Box::pin(async move {
+                        (slot, Some(queue.execute(cmd, data).await))
+                    }));
                 }
-                inflight.push(Box::pin(
-                    async move { (slot, queue.execute(cmd, data).await) },
-                ));
             }
             Route::FetchData(cmd) => {
                 self.slots[slot].write = Some(cmd);
@@ -487,9 +506,22 @@ impl Connection {
         let chunks = std::mem::take(&mut self.slots[slot].chunks);
         self.free_chunks.extend(chunks);
         let data = data.freeze();
-        inflight.push(Box::pin(
-            async move { (slot, queue.execute(cmd, data).await) },
-        ));
+        inflight.push(Box::pin(async move {
+            (slot, Some(queue.execute(cmd, data).await))
+        }));
+    }
+
+    /// A command finished executing. A retired AER has no answer, and its slot is free already.
+    fn executed(
+        &mut self,
+        queue: &Queue,
+        slot: usize,
+        resp: Option<Response>,
+    ) -> Result<(), ConnError> {
+        match resp {
+            Some(resp) => self.respond(queue, slot, resp),
+            None => Ok(()),
+        }
     }
 
     /// A command is done: it leaves the books and its answer goes out.
@@ -498,7 +530,7 @@ impl Connection {
         let s = &mut self.slots[slot];
         if s.counted {
             self.active.remove(&s.cid);
-            self.parked.remove(&s.cid);
+            self.parked.answered(s.cid);
             s.counted = false;
         }
         if resp.close {
