@@ -2,11 +2,26 @@
 
 mod cli;
 
+use std::process::ExitCode;
+
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_writer(std::io::stderr)
         .init();
-    cli::run().await
+    match cli::run().await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => report(&e),
+    }
+}
+
+/// An expected error reads as `error: ...`, then its causes, a line each, as nvme-cli and git
+/// print them: never a backtrace (RUST_BACKTRACE is often set), which is for panics, bugs.
+fn report(err: &anyhow::Error) -> ExitCode {
+    eprintln!("error: {err}");
+    err.chain()
+        .skip(1)
+        .for_each(|c| eprintln!("  caused by: {c}"));
+    ExitCode::FAILURE
 }

@@ -16,10 +16,26 @@ async fn fabrik(api: &str, home: &std::path::Path, args: &[&str]) -> Output {
         .env_remove("FABRIK_API_TOKEN")
         .env("FABRIK_DATA_DIR", home)
         .env("HOME", home)
-        .env("RUST_BACKTRACE", "0")
+        // As on many developer and CI machines: expected errors must still read as one line.
+        .env("RUST_BACKTRACE", "1")
         .output()
         .await
         .unwrap()
+}
+
+/// A refusal: non-zero exit, and stderr is `error: ...` (a line, then causes a line each),
+/// never a backtrace. Returns stderr.
+#[track_caller]
+fn refused(o: &Output) -> String {
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!o.status.success(), "{err}");
+    assert!(err.starts_with("error: "), "{err}");
+    assert!(
+        err.lines().skip(1).all(|l| l.starts_with("  caused by: ")),
+        "{err}"
+    );
+    assert!(!err.to_lowercase().contains("backtrace"), "{err}");
+    err
 }
 
 fn stdout(o: &Output) -> String {
@@ -68,11 +84,7 @@ async fn compose_list_decompose() {
         &["compose", "--host", HOST, "--drives", "0-1"],
     )
     .await;
-    assert!(!o.status.success());
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("token"),
-        "{o:?}"
-    );
+    assert!(refused(&o).contains("token"), "{o:?}");
 
     // The token from the data directory's file, as fabrikd writes it.
     std::fs::write(home.path().join("api-token"), format!("{TOKEN}\n")).unwrap();
@@ -104,8 +116,19 @@ async fn compose_list_decompose() {
         &["compose", "--host", HOST, "--drives", "1"],
     )
     .await;
-    assert!(!o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("409"), "{o:?}");
+    let err = refused(&o);
+    assert!(
+        err.starts_with("error: 409 Conflict: drive \"01\" is already composed")
+            && err.lines().count() == 1,
+        "{err}"
+    );
+    let o = fabrik(
+        &api,
+        home.path(),
+        &["compose", "--host", "not an nqn", "--drives", "0"],
+    )
+    .await;
+    assert!(refused(&o).contains("422"), "{o:?}");
 
     let subs = stdout(&fabrik(&api, home.path(), &["subsystems"]).await);
     assert_eq!(subs.matches(HOST).count(), 3, "{subs}");

@@ -37,8 +37,8 @@ async fn fabrik(args: Vec<String>) -> Output {
     tokio::task::spawn_blocking(move || {
         let out = Command::new(env!("CARGO_BIN_EXE_fabrik"))
             .args(&args)
-            .env_remove("RUST_BACKTRACE")
-            .env_remove("RUST_LIB_BACKTRACE")
+            // As on many developer and CI machines: expected errors must still read as one line.
+            .env("RUST_BACKTRACE", "1")
             .output()
             .expect("fabrik runs");
         Output {
@@ -265,7 +265,9 @@ async fn refusals_are_clear() {
         let out = fabrik(v).await;
         assert!(!out.ok, "{extra:?} is refused");
         assert!(out.stderr.contains(says), "{extra:?}: {}", out.stderr);
+        assert!(out.stderr.starts_with("error: "), "{}", out.stderr);
         assert!(!out.stderr.contains("panicked"), "{}", out.stderr);
+        assert!(!out.stderr.contains("backtrace"), "{}", out.stderr);
     }
     // NVMe/RDMA where there is no RDMA device (CI, the GPU machine): said plainly.
     let no_rdma_device =

@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Parser;
@@ -54,14 +55,30 @@ struct Args {
     host: Vec<String>,
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
         .init();
-    let args = Args::parse();
+    match start(Args::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => report(&e),
+    }
+}
+
+/// An expected error (a refused flag, a port in use, a corrupt state file) reads as
+/// `error: ...` and its causes, a line each: never a backtrace, which is for panics, bugs.
+fn report(err: &anyhow::Error) -> ExitCode {
+    eprintln!("error: {err}");
+    err.chain()
+        .skip(1)
+        .for_each(|c| eprintln!("  caused by: {c}"));
+    ExitCode::FAILURE
+}
+
+fn start(args: Args) -> anyhow::Result<()> {
     let config = build_config(&args)?;
     let metrics = metrics_addr(args.metrics.as_deref())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -65,16 +65,27 @@ fn kill9(mut child: Child) {
     child.wait().unwrap();
 }
 
-/// Runs fabrikd expecting it to fail at start; returns its stderr.
+/// Runs fabrikd expecting it to fail at start; returns its stderr, which ends with the error
+/// as `error: ...` and its causes, a line each, and never a backtrace (with RUST_BACKTRACE=1,
+/// as on many developer and CI machines).
 fn start_fails(dir: &Path, ports: &Ports, extra: &[&str]) -> String {
     let out = fabrikd(dir, ports, extra)
+        .env("RUST_BACKTRACE", "1")
         .stderr(Stdio::piped())
         .spawn()
         .unwrap()
         .wait_with_output()
         .unwrap();
     assert!(!out.status.success(), "fabrikd started");
-    String::from_utf8_lossy(&out.stderr).into_owned()
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    let last = err.lines().skip_while(|l| !l.starts_with("error: "));
+    assert!(
+        last.skip(1).all(|l| l.starts_with("  caused by: ")),
+        "the error comes last, its causes a line each: {err}"
+    );
+    assert!(err.contains("error: "), "{err}");
+    assert!(!err.to_lowercase().contains("backtrace"), "{err}");
+    err
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -127,7 +127,7 @@ pub fn write_stdout(args: std::fmt::Arguments) {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
             std::process::exit(0);
         }
-        eprintln!("fabrik: cannot write to stdout: {e}");
+        eprintln!("error: cannot write to stdout: {e}");
         std::process::exit(1);
     }
 }
