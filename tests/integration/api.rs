@@ -181,11 +181,89 @@ async fn openapi_document_lists_every_route() {
     }
     assert!(doc["components"]["schemas"]["Problem"].is_object());
     assert!(doc["components"]["securitySchemes"]["bearer"].is_object());
-    let (status, ctype, body) = raw(api.api, "GET", "/api/v1/docs", None).await;
+    api.stop().await;
+}
+
+/// GET `path` over plain HTTP: (status, Location header, body bytes).
+async fn http_get(api: std::net::SocketAddr, path: &str) -> (u16, String, Vec<u8>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(api).await.unwrap();
+    let req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).await.unwrap();
+    let split = out.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let head = String::from_utf8_lossy(&out[..split]).to_string();
+    let location = head
+        .lines()
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("location: ")
+                .map(str::to_string)
+        })
+        .unwrap_or_default();
+    (
+        head[9..12].parse().unwrap(),
+        location,
+        out[split + 4..].to_vec(),
+    )
+}
+
+/// The docs page works on an offline management network: Swagger UI comes from fabrikd itself,
+/// every asset the page loads is served, and nothing names another host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_docs_page_needs_nothing_from_the_internet() {
+    let dir = tempfile::tempdir().unwrap();
+    let api = start(dir.path()).await;
+    let (status, location, _) = http_get(api.api, "/api/v1/docs").await;
+    assert!((300..400).contains(&status), "{status}");
+    let base = "/api/v1/swagger-ui/";
+    assert_eq!(location, base);
+    let (status, _, page) = http_get(api.api, base).await;
     assert_eq!(status, 200);
+    let page = String::from_utf8(page).unwrap();
+    let mut assets = Vec::new();
+    for attr in ["src=\"", "href=\""] {
+        for part in page.split(attr).skip(1) {
+            assets.push(part.split('"').next().unwrap().to_string());
+        }
+    }
     assert!(
-        ctype.starts_with("text/html") && body.contains("openapi.json"),
-        "{ctype}"
+        assets.iter().any(|a| a.ends_with("swagger-ui-bundle.js")),
+        "{page}"
+    );
+    for asset in &assets {
+        assert!(
+            !asset.contains("//") && !asset.contains(':'),
+            "{asset} is not served by fabrikd: {page}"
+        );
+        let path = format!("{base}{}", asset.trim_start_matches("./"));
+        let (status, _, body) = http_get(api.api, &path).await;
+        assert_eq!(status, 200, "{path}");
+        assert!(!body.is_empty(), "{path}");
+        if path.ends_with(".css") {
+            let css = String::from_utf8_lossy(&body);
+            assert!(
+                !css.contains("url(http") && !css.contains("@import"),
+                "{path}"
+            );
+        }
+    }
+    let (status, _, init) = http_get(api.api, &format!("{base}swagger-initializer.js")).await;
+    assert_eq!(status, 200);
+    let init = String::from_utf8(init).unwrap();
+    assert!(init.contains("\"/api/v1/openapi.json\""), "{init}");
+    assert!(
+        init.contains("\"validatorUrl\": \"none\""),
+        "no validator badge from validator.swagger.io: {init}"
+    );
+    assert!(
+        !init.contains("http://") && !init.contains("https://"),
+        "{init}"
+    );
+    assert!(
+        !page.contains("http://") && !page.contains("https://"),
+        "{page}"
     );
     api.stop().await;
 }
