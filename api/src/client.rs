@@ -2,12 +2,14 @@
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
+use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client as HyperClient;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use std::path::{Path, PathBuf};
 
 use crate::models::*;
 
@@ -35,16 +37,58 @@ impl ClientError {
 pub struct Client {
     base: String,
     token: Option<String>,
-    http: HyperClient<HttpConnector, Full<Bytes>>,
+    via: Via,
+}
+
+/// How requests reach fabrikd.
+enum Via {
+    Http(HyperClient<HttpConnector, Full<Bytes>>),
+    /// fabrikd's local socket: no token, the socket's file permissions decide.
+    Unix(PathBuf),
 }
 
 impl Client {
-    /// `base` is e.g. `http://127.0.0.1:8080`; `token` is needed for changes.
+    /// `base` is e.g. `http://127.0.0.1:8080` (every call needs `token`), or `unix:PATH` for
+    /// fabrikd's local socket (no token needed).
     pub fn new(base: &str, token: Option<String>) -> Client {
+        if let Some(path) = base.strip_prefix("unix:") {
+            return Client::unix(Path::new(path));
+        }
         Client {
             base: base.trim_end_matches('/').to_string(),
             token,
-            http: HyperClient::builder(TokioExecutor::new()).build_http(),
+            via: Via::Http(HyperClient::builder(TokioExecutor::new()).build_http()),
+        }
+    }
+
+    /// A client of fabrikd's local socket at `path` (`api.sock` in its data directory).
+    pub fn unix(path: &Path) -> Client {
+        Client {
+            base: format!("unix:{}", path.display()),
+            token: None,
+            via: Via::Unix(path.to_path_buf()),
+        }
+    }
+
+    /// Where this client sends its requests, as people write it.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    async fn send(&self, req: Request<Full<Bytes>>) -> Result<hyper::Response<Incoming>, String> {
+        match &self.via {
+            Via::Http(http) => http.request(req).await.map_err(|e| format!("{e:?}")),
+            Via::Unix(path) => {
+                let stream = tokio::net::UnixStream::connect(path)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let (mut sender, conn) =
+                    hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                        .await
+                        .map_err(|e| e.to_string())?;
+                tokio::spawn(conn);
+                sender.send_request(req).await.map_err(|e| e.to_string())
+            }
         }
     }
 
@@ -56,7 +100,13 @@ impl Client {
         body: Option<Vec<u8>>,
     ) -> Result<T, ClientError> {
         let url = format!("{}/api/v1{path}", self.base);
-        let mut req = Request::builder().method(method).uri(&url);
+        let mut req = Request::builder().method(method);
+        req = match self.via {
+            Via::Http(_) => req.uri(&url),
+            Via::Unix(_) => req
+                .uri(format!("/api/v1{path}"))
+                .header("host", "localhost"),
+        };
         if let Some(t) = &self.token {
             req = req.header("authorization", format!("Bearer {t}"));
         }
@@ -70,12 +120,11 @@ impl Client {
                 message: e.to_string(),
             })?;
         let resp = self
-            .http
-            .request(req)
+            .send(req)
             .await
-            .map_err(|e| ClientError::Transport {
+            .map_err(|message| ClientError::Transport {
                 url: url.clone(),
-                message: format!("{e:?}"),
+                message,
             })?;
         let status = resp.status();
         let bytes = resp

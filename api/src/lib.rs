@@ -5,6 +5,7 @@
 pub mod client;
 pub mod config;
 pub mod error;
+pub mod http;
 pub mod management;
 pub mod metrics;
 pub mod models;
@@ -17,17 +18,11 @@ pub use server::{openapi, router, Auth};
 /// The HTTP framework the router is made with, for merging routes into it.
 pub use axum;
 
-/// Serves `app` on `listener` until `stop` completes, telling handlers each peer's address
-/// (reads without a token are open to loopback peers only).
+/// Serves `app` on `listener` until `stop` completes, within the default `http::Limits`.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     app: axum::Router,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
-    )
-    .with_graceful_shutdown(stop)
-    .await
+    http::serve_tcp(listener, app, http::Limits::default(), stop).await
 }

@@ -4,7 +4,9 @@
 //! route that serves it.
 //!
 //! Every name starts with `fabrik_`; counters end in `_total`, sizes in `_bytes`, times in
-//! `_seconds`. Labels: `drive`, `subsystem`, `host`, `controller`, `port`.
+//! `_seconds`. Labels: `drive`, `subsystem`, `host`, `controller`, `port`. `host` is an alias
+//! (`h-` and 12 hex digits, or `(anonymous)`), never a host NQN: until DH-HMAC-CHAP is
+//! required an NQN is all a host needs to connect as that host.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -109,7 +111,7 @@ pub struct PortMetrics {
     pub sent_bytes: u64,
 }
 
-/// One live I/O controller: a host's association with a subsystem.
+/// One live I/O controller: a host's association with a subsystem. `host` is the host's alias.
 #[derive(Clone, Debug, Default)]
 pub struct ControllerMetrics {
     pub subsystem: String,
@@ -165,51 +167,64 @@ pub fn encode(snapshot: &Snapshot, format: Format) -> String {
 }
 
 /// `GET /metrics`, serving what `source` reports at the moment of each scrape. A Router of its
-/// own so that the REST API's router can `.merge()` it.
-pub fn router<F>(source: F) -> Router
+/// own so that the REST API's router can `.merge()` it. With a `token`, a scrape needs
+/// `Authorization: Bearer <token>` (Prometheus: `authorization: credentials_file`), or the
+/// local socket.
+pub fn router<F>(source: F, token: Option<String>) -> Router
 where
     F: Fn() -> Snapshot + Send + Sync + 'static,
 {
     let source = Arc::new(source);
+    let token = Arc::new(token);
     Router::new().route(
         "/metrics",
-        get(move |headers: HeaderMap| {
-            let source = source.clone();
-            async move {
-                let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
-                let format = Format::negotiate(accept);
-                // The source may block (a drive's SMART log is an ioctl).
-                let snapshot = match tokio::task::spawn_blocking(move || source()).await {
-                    Ok(s) => s,
-                    Err(e) => {
-                        let msg = format!("metrics snapshot failed: {e}\n");
-                        return (axum::http::StatusCode::INTERNAL_SERVER_ERROR, msg)
-                            .into_response();
+        get(
+            move |local: Option<axum::Extension<crate::http::LocalAdmin>>, headers: HeaderMap| {
+                let (source, token) = (source.clone(), token.clone());
+                async move {
+                    if let Some(t) = token.as_deref() {
+                        if local.is_none() && !crate::server::bearer_ok(&headers, t) {
+                            return (
+                                axum::http::StatusCode::UNAUTHORIZED,
+                                [(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"))],
+                                "metrics need Authorization: Bearer <token>\n",
+                            )
+                                .into_response();
+                        }
                     }
-                };
-                let body = encode(&snapshot, format);
-                (
-                    [(
-                        header::CONTENT_TYPE,
-                        HeaderValue::from_static(format.content_type()),
-                    )],
-                    body,
-                )
-                    .into_response()
-            }
-        }),
+                    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+                    let format = Format::negotiate(accept);
+                    // The source may block (a drive's SMART log is an ioctl).
+                    let snapshot = match tokio::task::spawn_blocking(move || source()).await {
+                        Ok(s) => s,
+                        Err(e) => {
+                            let msg = format!("metrics snapshot failed: {e}\n");
+                            return (axum::http::StatusCode::INTERNAL_SERVER_ERROR, msg)
+                                .into_response();
+                        }
+                    };
+                    let body = encode(&snapshot, format);
+                    (
+                        [(
+                            header::CONTENT_TYPE,
+                            HeaderValue::from_static(format.content_type()),
+                        )],
+                        body,
+                    )
+                        .into_response()
+                }
+            },
+        ),
     )
 }
 
-/// Serves `router` on `listener` until `stop` completes.
+/// Serves `router` on `listener` until `stop` completes, within the default `http::Limits`.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router)
-        .with_graceful_shutdown(stop)
-        .await
+    crate::http::serve_tcp(listener, router, crate::http::Limits::default(), stop).await
 }
 
 #[derive(Debug)]
@@ -436,7 +451,7 @@ impl SnapshotCollector {
         hosts.dedup();
         out.gauges(
             "fabrik_connected_hosts",
-            "Distinct host NQNs with at least one live I/O controller.",
+            "Distinct hosts with at least one live I/O controller.",
             None,
             [(vec![], hosts.len() as u64)],
         )?;

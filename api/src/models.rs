@@ -86,6 +86,9 @@ pub struct Namespace {
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema, PartialEq)]
 pub struct Host {
     pub nqn: String,
+    /// How the metrics name this host (their `host` label): never by NQN, which lets whoever
+    /// knows it connect as the host until DH-HMAC-CHAP is required.
+    pub alias: String,
     /// A name for people, e.g. "gpu-node-3".
     pub name: Option<String>,
     /// Subsystems this host may connect to (by composition or allow list; not "any host" ones).
@@ -132,6 +135,8 @@ pub struct Controller {
     /// Null for a host that sent no host NQN in its Connect (SPDK's host by default): such a
     /// host is let in only where any host may connect.
     pub host_nqn: Option<String>,
+    /// How the metrics name the host ("(anonymous)" without a host NQN).
+    pub host_alias: String,
     /// The host's address.
     pub address: String,
     pub port_id: u16,
@@ -201,7 +206,9 @@ pub struct SubsystemRequest {
     pub hosts: Vec<String>,
     #[serde(default)]
     pub allow_any_host: bool,
+    /// Identify's model number: at most 40 printable ASCII characters.
     #[serde(default)]
+    #[schema(max_length = 40, pattern = "^[ -~]*$")]
     pub model: Option<String>,
 }
 
@@ -220,7 +227,9 @@ pub struct NamespaceRequest {
 #[serde(deny_unknown_fields)]
 pub struct HostRequest {
     pub nqn: String,
+    /// A name for people: at most 64 characters, no control characters.
     #[serde(default)]
+    #[schema(max_length = 64)]
     pub name: Option<String>,
 }
 

@@ -1,10 +1,9 @@
 //! The `/api/v1` router: routes, bearer-token check, OpenAPI document, Swagger UI page.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{header, Method, StatusCode};
+use axum::extract::{Request, State};
+use axum::http::{header, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
@@ -13,6 +12,7 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use crate::error::ApiError;
+use crate::http::LocalAdmin;
 use crate::management::Management;
 use crate::models::*;
 use crate::routes::{self, compositions, controllers, drives, hosts, ports, subsystems};
@@ -55,15 +55,16 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 /// Who may call what.
 #[derive(Clone)]
 pub struct Auth {
-    /// Mutations need `Authorization: Bearer <token>`; so do reads from other than loopback.
+    /// Every call over TCP needs `Authorization: Bearer <token>`.
     pub token: String,
 }
 
-/// The whole API under `/api/v1`, ready to serve (merge it with other routers freely). Serve it
-/// with `into_make_service_with_connect_info::<SocketAddr>()`: reads without a token are only
-/// open to loopback peers, and a peer it cannot see is not loopback.
+/// The whole API under `/api/v1`, ready to serve (merge it with other routers freely) with
+/// `http::serve_tcp` or `http::serve_unix`. Every call needs the token, except on the Unix
+/// socket (`http::LocalAdmin`: its file permissions are the credential); the OpenAPI document
+/// and the docs page are open (they hold nothing of the box).
 pub fn router(m: Arc<dyn Management>, auth: Auth) -> Router {
-    let api = Router::new()
+    let protected = Router::new()
         .route("/drives", get(drives::list))
         .route("/drives/{id}", get(drives::get))
         .route(
@@ -107,19 +108,21 @@ pub fn router(m: Arc<dyn Management>, auth: Auth) -> Router {
             get(compositions::get).delete(compositions::delete),
         )
         .with_state(m as routes::Mgmt)
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::new(auth),
+            check_token,
+        ));
+    let api = Router::new()
         .route("/openapi.json", get(|| async { Json(openapi()) }))
         .route("/docs", get(docs_page))
+        .merge(protected)
         .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such resource") })
         .method_not_allowed_fallback(|| async {
             ApiError::new(
                 StatusCode::METHOD_NOT_ALLOWED,
                 "this resource does not take that method",
             )
-        })
-        .layer(axum::middleware::from_fn_with_state(
-            Arc::new(auth),
-            check_token,
-        ));
+        });
     with_swagger_ui(Router::new().nest("/api/v1", api))
 }
 
@@ -133,8 +136,12 @@ fn with_swagger_ui(app: Router) -> Router {
 }
 
 fn token_ok(req: &Request, token: &str) -> bool {
-    let Some(given) = req
-        .headers()
+    bearer_ok(req.headers(), token)
+}
+
+/// `Authorization: Bearer <token>` with exactly this token.
+pub(crate) fn bearer_ok(headers: &axum::http::HeaderMap, token: &str) -> bool {
+    let Some(given) = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
@@ -151,21 +158,13 @@ fn token_ok(req: &Request, token: &str) -> bool {
 }
 
 async fn check_token(State(auth): State<Arc<Auth>>, req: Request, next: Next) -> Response {
-    let read = matches!(*req.method(), Method::GET | Method::HEAD);
-    let loopback = req
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .is_some_and(|ConnectInfo(a)| a.ip().is_loopback());
-    if (read && loopback) || token_ok(&req, &auth.token) {
+    if req.extensions().get::<LocalAdmin>().is_some() || token_ok(&req, &auth.token) {
         return next.run(req).await;
     }
     let mut resp = ApiError::new(
         StatusCode::UNAUTHORIZED,
-        if read {
-            "reads from other than loopback need Authorization: Bearer <token> (the api-token file in fabrikd's data directory)"
-        } else {
-            "changes need Authorization: Bearer <token> (the api-token file in fabrikd's data directory)"
-        },
+        "every call needs Authorization: Bearer <token> (the api-token file in fabrikd's data \
+         directory), or fabrikd's local socket (api.sock in its data directory)",
     )
     .into_response();
     resp.headers_mut()

@@ -5,14 +5,20 @@ use std::process::Output;
 use fabrik_api::models::{Composition, Drive};
 use fabrik_target::backend::BackendKind;
 use fabrik_target::config::Config;
+use fabrik_target::endpoints::ApiEndpoint;
 
 const TOKEN: &str = "cli-test-token";
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-0000000000c1";
 
-async fn fabrik(api: &str, home: &std::path::Path, args: &[&str]) -> Output {
-    tokio::process::Command::new(env!("CARGO_BIN_EXE_fabrik"))
-        .args(args)
-        .env("FABRIK_API", api)
+/// `fabrik ARGS` with FABRIK_DATA_DIR and HOME `home`; at `api`, else at its default (the
+/// local socket in the data directory).
+async fn fabrik(api: Option<&str>, home: &std::path::Path, args: &[&str]) -> Output {
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_fabrik"));
+    match api {
+        Some(api) => cmd.env("FABRIK_API", api),
+        None => cmd.env_remove("FABRIK_API"),
+    };
+    cmd.args(args)
         .env_remove("FABRIK_API_TOKEN")
         .env("FABRIK_DATA_DIR", home)
         .env("HOME", home)
@@ -59,27 +65,38 @@ async fn compose_list_decompose() {
     cfg.backend = BackendKind::Ram;
     let target = fabrik_target::Target::start(cfg).await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let api = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(fabrik_api::serve(
-        listener,
-        target.api_router(TOKEN.into()),
-        std::future::pending(),
-    ));
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let api = Some(url.as_str());
+    // Served as fabrikd serves it: on TCP, and on the local socket in the data directory.
+    let socket = home.path().join("api.sock");
+    let endpoint = ApiEndpoint::start(&target, TOKEN.into(), Some(listener), Some(&socket))
+        .await
+        .unwrap();
 
+    // No socket anywhere (another data directory): said plainly.
+    let elsewhere = tempfile::tempdir().unwrap();
+    if !std::path::Path::new("/var/lib/fabrik/api.sock").exists() {
+        let o = fabrik(None, elsewhere.path(), &["drives"]).await;
+        assert!(refused(&o).contains("no fabrikd API socket"), "{o:?}");
+    }
+
+    // By default the local socket: no token needed.
     let drives: Vec<Drive> = serde_json::from_str(&stdout(
-        &fabrik(&api, home.path(), &["drives", "--json"]).await,
+        &fabrik(None, home.path(), &["drives", "--json"]).await,
     ))
     .unwrap();
     assert_eq!(drives.len(), 3);
-    let table = stdout(&fabrik(&api, home.path(), &["drives"]).await);
+    let table = stdout(&fabrik(None, home.path(), &["drives"]).await);
     assert!(
         table.starts_with("ID") && table.contains("16 MiB") && table.lines().count() == 4,
         "{table}"
     );
 
-    // No token anywhere: a clear refusal, nothing composed.
+    // Over HTTP with no token anywhere: a clear refusal, reads too, nothing composed.
+    let o = fabrik(api, home.path(), &["drives"]).await;
+    assert!(refused(&o).contains("token"), "{o:?}");
     let o = fabrik(
-        &api,
+        api,
         home.path(),
         &["compose", "--host", HOST, "--drives", "0-1"],
     )
@@ -90,7 +107,7 @@ async fn compose_list_decompose() {
     std::fs::write(home.path().join("api-token"), format!("{TOKEN}\n")).unwrap();
     let c: Composition = serde_json::from_str(&stdout(
         &fabrik(
-            &api,
+            api,
             home.path(),
             &["compose", "--host", HOST, "--drives", "0-1", "--json"],
         )
@@ -100,7 +117,7 @@ async fn compose_list_decompose() {
     assert_eq!(c.drives, ["00", "01"]);
     let text = stdout(
         &fabrik(
-            &api,
+            api,
             home.path(),
             &["compose", "--host", HOST, "--drives", "2"],
         )
@@ -111,7 +128,7 @@ async fn compose_list_decompose() {
         "{text}"
     );
     let o = fabrik(
-        &api,
+        api,
         home.path(),
         &["compose", "--host", HOST, "--drives", "1"],
     )
@@ -123,22 +140,25 @@ async fn compose_list_decompose() {
         "{err}"
     );
     let o = fabrik(
-        &api,
+        api,
         home.path(),
         &["compose", "--host", "not an nqn", "--drives", "0"],
     )
     .await;
     assert!(refused(&o).contains("422"), "{o:?}");
 
-    let subs = stdout(&fabrik(&api, home.path(), &["subsystems"]).await);
+    let subs = stdout(&fabrik(api, home.path(), &["subsystems"]).await);
     assert_eq!(subs.matches(HOST).count(), 3, "{subs}");
-    let list = stdout(&fabrik(&api, home.path(), &["compositions"]).await);
+    let list = stdout(&fabrik(None, home.path(), &["compositions"]).await);
     assert!(list.contains("c1") && list.contains("c2"), "{list}");
-    let ctrls = stdout(&fabrik(&api, home.path(), &["controllers", "--json"]).await);
+    let ctrls = stdout(&fabrik(None, home.path(), &["controllers", "--json"]).await);
     assert_eq!(ctrls.trim(), "[]");
 
-    stdout(&fabrik(&api, home.path(), &["decompose", "--host", HOST]).await);
-    let left = stdout(&fabrik(&api, home.path(), &["compositions", "--json"]).await);
+    // Changes on the local socket need no token either.
+    std::fs::remove_file(home.path().join("api-token")).unwrap();
+    stdout(&fabrik(None, home.path(), &["decompose", "--host", HOST]).await);
+    let left = stdout(&fabrik(None, home.path(), &["compositions", "--json"]).await);
     assert_eq!(left.trim(), "[]");
+    endpoint.shutdown().await;
     target.shutdown().await;
 }

@@ -252,6 +252,15 @@ impl Config {
         if self.listen.is_empty() && self.rdma_listen.is_empty() {
             bail!("no listener: give at least one --listen ADDR:PORT");
         }
+        if let Some(t) = &self.api_token {
+            // An empty or guessable token would open every change to anyone who reaches the API.
+            if t.trim().len() < 16 || t.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                bail!(
+                    "api_token must be at least 16 characters without spaces (or leave it out: \
+                     fabrikd then generates one into <data-dir>/api-token)"
+                );
+            }
+        }
         if !matches!(self.block_size, 512 | 4096) {
             bail!(
                 "block size {} is not supported (512 or 4096)",
@@ -398,6 +407,18 @@ mod tests {
         );
         assert!(c.subsystem_nqn("07").ends_with(":drive-07"));
         fabrik_proto::fabrics::nqn::Nqn::new(&c.subsystem_nqn("07")).unwrap();
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn an_empty_or_weak_api_token_is_refused() {
+        let mut c = Config::default_jbof("/tmp/x".into());
+        for bad in ["", "   ", "short", "sixteen chars ok"] {
+            c.api_token = Some(bad.into());
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains("api_token"), "{bad:?}: {e}");
+        }
+        c.api_token = Some("0123456789abcdef".into());
         c.validate().unwrap();
     }
 

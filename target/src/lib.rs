@@ -6,6 +6,8 @@
 pub mod backend;
 pub mod config;
 pub mod controller;
+pub mod endpoints;
+pub mod files;
 pub mod management;
 pub mod metrics;
 pub mod model;
@@ -141,10 +143,11 @@ impl Target {
         fabrik_api::router(self.manager.clone(), fabrik_api::Auth { token })
     }
 
-    /// `GET /metrics` over this target's counters, to merge into the API's router.
-    pub fn metrics_router(&self) -> fabrik_api::axum::Router {
+    /// `GET /metrics` over this target's counters, to merge into the API's router: `token` is
+    /// the API's, which a scrape there needs (or the local socket).
+    pub fn metrics_router(&self, token: String) -> fabrik_api::axum::Router {
         let manager = self.manager.clone();
-        fabrik_api::metrics::router(move || metrics::snapshot(&manager))
+        fabrik_api::metrics::router(move || metrics::snapshot(&manager), Some(token))
     }
 
     /// Stops accepting, lets in-flight commands complete and their answers reach the hosts,

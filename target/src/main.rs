@@ -9,6 +9,7 @@ use anyhow::Context;
 use clap::Parser;
 use fabrik_api::config::{parse_size, ConfigFile};
 use fabrik_target::config::{default_data_dir, parse_backend, Config};
+use fabrik_target::endpoints::ApiEndpoint;
 use fabrik_target::metrics::MetricsEndpoint;
 use fabrik_target::Target;
 
@@ -29,9 +30,18 @@ struct Args {
     /// taken fabrikd runs without the API and says so].
     #[arg(long, value_name = "ADDR:PORT")]
     api: Option<String>,
+    /// The management API's local socket (no token: its file mode 0600 decides; `fabrik`'s
+    /// default), or "off" [default: <data-dir>/api.sock].
+    #[arg(long, value_name = "PATH|off")]
+    api_socket: Option<String>,
     /// Prometheus metrics at http://ADDR:PORT/metrics, or "off" [default: 127.0.0.1:9420].
+    /// Metrics name hosts by alias, never by NQN.
     #[arg(long, value_name = "ADDR:PORT|off")]
     metrics: Option<String>,
+    /// Scrapes of the metrics port need `Authorization: Bearer <the token in FILE>` (Prometheus:
+    /// `authorization: credentials_file`).
+    #[arg(long, value_name = "FILE")]
+    metrics_token_file: Option<PathBuf>,
     /// Number of drives to create, exported as one subsystem each [default: 24].
     #[arg(long, value_name = "N")]
     drives: Option<u32>,
@@ -78,13 +88,58 @@ fn report(err: &anyhow::Error) -> ExitCode {
     ExitCode::FAILURE
 }
 
+/// What fabrikd serves besides its NVMe ports.
+struct Endpoints {
+    /// Metrics address, and whether it was asked for (then failing to bind it is fatal).
+    metrics: Option<(SocketAddr, bool)>,
+    metrics_token: Option<String>,
+    api_socket: Option<PathBuf>,
+}
+
 fn start(args: Args) -> anyhow::Result<()> {
+    raise_descriptor_limit();
     let config = build_config(&args)?;
-    let metrics = metrics_addr(args.metrics.as_deref())?;
+    let metrics_token = match &args.metrics_token_file {
+        None => None,
+        Some(f) => {
+            let t = std::fs::read_to_string(f)
+                .with_context(|| format!("--metrics-token-file {}", f.display()))?;
+            let t = t.trim().to_string();
+            if t.len() < 16 {
+                anyhow::bail!(
+                    "the metrics token in {} is shorter than 16 characters",
+                    f.display()
+                );
+            }
+            Some(t)
+        }
+    };
+    let endpoints = Endpoints {
+        metrics: metrics_addr(args.metrics.as_deref())?,
+        metrics_token,
+        api_socket: match args.api_socket.as_deref() {
+            Some("off") => None,
+            Some(p) => Some(PathBuf::from(p)),
+            None => Some(config.data_dir.join(fabrik_target::endpoints::API_SOCKET)),
+        },
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(run(config, metrics))
+    runtime.block_on(run(config, endpoints))
+}
+
+/// Every NVMe/TCP queue is a descriptor: take all the system lets this process have (the soft
+/// limit is often 1024 while the hard one is far higher).
+fn raise_descriptor_limit() {
+    match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(n) if n < 4096 => tracing::warn!(
+            limit = n,
+            "open files are limited to {n}: few hosts and queues will fit (raise LimitNOFILE / ulimit -n)"
+        ),
+        Ok(n) => tracing::debug!(limit = n, "open file limit"),
+        Err(e) => tracing::warn!("cannot raise the open file limit: {e}"),
+    }
 }
 
 /// Where metrics are served when --metrics is not given.
@@ -171,14 +226,14 @@ fn api_addr(config: &Config) -> anyhow::Result<Option<(SocketAddr, bool)>> {
 
 const DEFAULT_API: &str = "127.0.0.1:8080";
 
-async fn run(config: Config, metrics: Option<(SocketAddr, bool)>) -> anyhow::Result<()> {
+async fn run(config: Config, endpoints: Endpoints) -> anyhow::Result<()> {
     // The API's socket first: an address asked for and taken stops fabrikd before it starts.
     let api_listener = match api_addr(&config)? {
         None => None,
         Some((addr, explicit)) => match tokio::net::TcpListener::bind(addr).await {
             Ok(listener) => Some(listener),
             Err(e) if !explicit => {
-                tracing::warn!("management API not started: cannot listen on the default {addr}: {e} (give --api ADDR:PORT)");
+                tracing::warn!("management API not served on TCP: cannot listen on the default {addr}: {e} (give --api ADDR:PORT; `fabrik` uses the local socket)");
                 None
             }
             Err(e) => return Err(e).with_context(|| format!("cannot listen on {addr} (--api)")),
@@ -186,32 +241,44 @@ async fn run(config: Config, metrics: Option<(SocketAddr, bool)>) -> anyhow::Res
     };
     let target = Target::start(config.clone()).await?;
     let drives = target.manager().state().drives.len();
-    let metrics = match metrics {
+    let metrics = match endpoints.metrics {
         None => None,
-        Some((addr, asked)) => match MetricsEndpoint::start(target.manager(), addr).await {
-            Ok(m) => Some(m),
-            Err(e) if asked => {
-                return Err(e).with_context(|| format!("cannot serve metrics on {addr}"))
+        Some((addr, asked)) => {
+            match MetricsEndpoint::start(target.manager(), addr, endpoints.metrics_token.clone())
+                .await
+            {
+                Ok(m) => Some(m),
+                Err(e) if asked => {
+                    return Err(e).with_context(|| format!("cannot serve metrics on {addr}"))
+                }
+                Err(e) => {
+                    tracing::warn!("metrics not served: cannot listen on {addr}: {e}");
+                    None
+                }
             }
-            Err(e) => {
-                tracing::warn!("metrics not served: cannot listen on {addr}: {e}");
-                None
-            }
-        },
+        }
     };
     print_banner(&config, &target, drives);
     if let Some(m) = &metrics {
         eprintln!("  Prometheus metrics: http://{}/metrics", m.addr());
     }
-    let api_stop = tokio_util::sync::CancellationToken::new();
-    let mut api_task = None;
-    if let Some(listener) = api_listener {
-        let token = fabrik_target::state::api_token(&config.data_dir, config.api_token.as_deref())?;
-        // The API serves /metrics too, so one address is enough where that suits.
-        let app = target.api_router(token).merge(target.metrics_router());
-        let bound = listener.local_addr()?;
+    let token = fabrik_target::state::api_token(&config.data_dir, config.api_token.as_deref())?;
+    let api = ApiEndpoint::start(
+        &target,
+        token,
+        api_listener,
+        endpoints.api_socket.as_deref(),
+    )
+    .await?;
+    if let Some(path) = api.socket_path() {
+        eprintln!(
+            "  management API on the local socket {} (fabrik's default; no token)",
+            path.display()
+        );
+    }
+    if let Some(bound) = api.tcp_addr() {
         if !bound.ip().is_loopback() {
-            tracing::warn!(%bound, "the management API listens beyond loopback: every call needs the token");
+            tracing::warn!(%bound, "the management API listens beyond loopback");
         }
         let token_from = match config.api_token {
             Some(_) => "the config file".to_string(),
@@ -222,22 +289,15 @@ async fn run(config: Config, metrics: Option<(SocketAddr, bool)>) -> anyhow::Res
                 .to_string(),
         };
         eprintln!(
-            "  management API http://{bound}/api/v1 (docs /api/v1/docs; token in {token_from})"
+            "  management API http://{bound}/api/v1 (docs /api/v1/docs; every call needs the token in {token_from})"
         );
-        let stop = api_stop.clone();
-        api_task = Some(tokio::spawn(fabrik_api::serve(listener, app, async move {
-            stop.cancelled().await
-        })));
     }
     wait_for_signal().await?;
     tracing::info!("shutting down: finishing in-flight I/O");
-    api_stop.cancel();
     if let Some(m) = metrics {
         m.shutdown().await;
     }
-    if let Some(t) = api_task {
-        let _ = t.await;
-    }
+    api.shutdown().await;
     target.shutdown().await;
     tracing::info!("stopped");
     Ok(())

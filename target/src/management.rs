@@ -32,7 +32,8 @@ pub struct Manager {
     target: Arc<TargetState>,
     /// Opened at start; the drive set is fixed while fabrikd runs.
     drives: BTreeMap<String, Arc<dyn Drive>>,
-    state: Mutex<State>,
+    /// The configuration; readers take a snapshot (an Arc) and let go of the lock at once.
+    state: Mutex<Arc<State>>,
     /// Where the state is persisted (None: not persisted).
     path: Option<PathBuf>,
     /// Cancelled at shutdown: every listener stops.
@@ -72,7 +73,7 @@ impl Manager {
         let m = Manager {
             target,
             drives,
-            state: Mutex::new(state.clone()),
+            state: Mutex::new(Arc::new(state.clone())),
             path,
             stop,
             listeners: Mutex::new(Vec::new()),
@@ -92,7 +93,8 @@ impl Manager {
         self.drives.get(id).map(|d| d.info().capacity)
     }
 
-    pub fn state(&self) -> State {
+    /// A snapshot of the configuration (taking it holds the lock only for an Arc clone).
+    pub fn state(&self) -> Arc<State> {
         self.state.lock().unwrap().clone()
     }
 
@@ -100,8 +102,9 @@ impl Manager {
     /// then made live. Any error leaves everything as it was.
     fn mutate<T>(&self, change: impl FnOnce(&mut State) -> MgmtResult<T>) -> MgmtResult<T> {
         let mut cur = self.state.lock().unwrap();
-        let mut next = cur.clone();
+        let mut next = State::clone(&cur);
         let out = change(&mut next)?;
+        next.check_limits(&cur).map_err(MgmtError::Invalid)?;
         next.validate().map_err(|e| {
             MgmtError::Internal(format!("refused: the result would be invalid: {e:#}"))
         })?;
@@ -114,7 +117,7 @@ impl Manager {
             })?;
         }
         self.apply(&cur, &next);
-        *cur = next;
+        *cur = Arc::new(next);
         Ok(out)
     }
 
@@ -128,8 +131,9 @@ impl Manager {
             self.target.remove_subsystem(nqn);
         }
         let mut access_changed = false;
+        let access = new.access();
         for (nqn, s) in &new_subs {
-            let hosts = new.effective_hosts(s);
+            let hosts = access.hosts(s);
             let live = match self.target.subsystem(nqn) {
                 Some(live) => live,
                 None => {
@@ -210,21 +214,22 @@ impl Management for Manager {
     }
 
     fn subsystems(&self) -> Vec<api::Subsystem> {
-        let st = self.state.lock().unwrap();
+        let st = self.state();
+        let access = st.access();
         st.subsystems
             .iter()
-            .map(|s| self.subsystem_view(&st, s))
+            .map(|s| self.subsystem_view(&access, s))
             .collect()
     }
 
     fn subsystem(&self, nqn: &str) -> MgmtResult<api::Subsystem> {
-        let st = self.state.lock().unwrap();
+        let st = self.state();
         let s = st
             .subsystems
             .iter()
             .find(|s| s.nqn == nqn)
             .ok_or_else(|| not_found(format!("no subsystem {nqn:?}")))?;
-        Ok(self.subsystem_view(&st, s))
+        Ok(self.subsystem_view(&st.access(), s))
     }
 
     fn create_subsystem(&self, req: api::SubsystemRequest) -> MgmtResult<api::Subsystem> {
@@ -306,6 +311,18 @@ impl Management for Manager {
         req: api::AccessRequest,
     ) -> MgmtResult<api::Subsystem> {
         self.mutate(|st| {
+            let drives: Vec<String> = find_sub(st, nqn)?.drives().map(str::to_string).collect();
+            if let Some(c) = st
+                .compositions
+                .iter()
+                .find(|c| c.drives.iter().any(|d| drives.contains(d)))
+            {
+                return Err(conflict(format!(
+                    "{nqn} is composed (composition {}): its access follows the composition; \
+                     decompose it first",
+                    c.id
+                )));
+            }
             let s = find_sub(st, nqn)?;
             s.allow_any_host = req.allow_any_host;
             if req.allow_any_host {
@@ -421,19 +438,20 @@ impl Management for Manager {
     }
 
     fn hosts(&self) -> Vec<api::Host> {
-        let st = self.state.lock().unwrap();
+        let st = self.state();
+        let index = self.host_index(&st);
         Self::known_hosts(&st)
             .iter()
-            .map(|h| self.host_view(&st, h))
+            .map(|h| index.view(h))
             .collect()
     }
 
     fn host(&self, nqn: &str) -> MgmtResult<api::Host> {
-        let st = self.state.lock().unwrap();
+        let st = self.state();
         if !Self::known_hosts(&st).contains(nqn) {
             return Err(not_found(format!("unknown host {nqn:?}")));
         }
-        Ok(self.host_view(&st, nqn))
+        Ok(self.host_index(&st).view(nqn))
     }
 
     fn add_host(&self, req: api::HostRequest) -> MgmtResult<api::Host> {
@@ -523,19 +541,20 @@ impl Management for Manager {
     }
 
     fn compositions(&self) -> Vec<api::Composition> {
-        let st = self.state.lock().unwrap();
+        let st = self.state();
+        let access = st.access();
         st.compositions
             .iter()
-            .map(|c| self.composition_view(&st, c))
+            .map(|c| self.composition_view(&access, c))
             .collect()
     }
 
     fn composition(&self, id: &str) -> MgmtResult<api::Composition> {
-        let st = self.state.lock().unwrap();
+        let st = self.state();
         st.compositions
             .iter()
             .find(|c| c.id == id)
-            .map(|c| self.composition_view(&st, c))
+            .map(|c| self.composition_view(&st.access(), c))
             .ok_or_else(|| not_found(format!("no composition {id:?}")))
     }
 

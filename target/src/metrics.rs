@@ -18,6 +18,7 @@ use fabrik_api::metrics::{
 };
 use tokio_util::sync::CancellationToken;
 
+use crate::controller::ANONYMOUS_HOST;
 use crate::management::Manager;
 use crate::model::{Port, TargetState, TransportType};
 
@@ -231,10 +232,17 @@ impl TargetMetrics {
 /// Blocking (SMART logs are read by ioctl).
 pub fn snapshot(manager: &Manager) -> Snapshot {
     let target = manager.target_state();
+    let state = manager.state();
+    // Hosts by alias, never by NQN: whoever reads the metrics could connect as a host whose
+    // NQN they learnt.
+    let alias = |nqn: &str| crate::state::host_alias(&state.alias_key, nqn);
     let mut composed: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for c in manager.state().compositions {
-        for d in c.drives {
-            composed.entry(d).or_default().push(c.host_nqn.clone());
+    for c in &state.compositions {
+        for d in &c.drives {
+            composed
+                .entry(d.clone())
+                .or_default()
+                .push(alias(&c.host_nqn));
         }
     }
     let mut drives = Vec::new();
@@ -282,7 +290,7 @@ pub fn snapshot(manager: &Manager) -> Snapshot {
         .map(|c| {
             let mut m = ControllerMetrics {
                 subsystem: c.subnqn(),
-                host: c.host_label().to_string(),
+                host: c.hostnqn.as_deref().map_or(ANONYMOUS_HOST.into(), alias),
                 controller: c.cntlid,
                 port: c.port.port_id,
                 io_queues: c.io_queue_count() as u64,
@@ -343,13 +351,15 @@ pub struct MetricsEndpoint {
 }
 
 impl MetricsEndpoint {
+    /// Serves `/metrics` on `addr`; with a `token`, scrapes need `Authorization: Bearer`.
     pub async fn start(
         manager: Arc<Manager>,
         addr: SocketAddr,
+        token: Option<String>,
     ) -> std::io::Result<MetricsEndpoint> {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
-        let router = fabrik_api::metrics::router(move || snapshot(&manager));
+        let router = fabrik_api::metrics::router(move || snapshot(&manager), token);
         let stop = CancellationToken::new();
         let task = tokio::spawn({
             let stop = stop.clone();

@@ -13,7 +13,7 @@
 //! drives in the config file) must describe the drives the state holds, or fabrikd refuses to
 //! start and says which file to remove to start over.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -24,6 +24,18 @@ use serde::{Deserialize, Serialize};
 use crate::backend::BackendKind;
 use crate::config::{parse_backend, Config, DriveSpec};
 use crate::model;
+
+/// Bounds on what the management API may add (`State::check_limits`).
+pub mod limits {
+    pub const SUBSYSTEMS: usize = 1024;
+    pub const HOSTS: usize = 4096;
+    pub const COMPOSITIONS: usize = 4096;
+    /// Host NQNs on allow lists, over every subsystem (an NQN is up to 223 bytes).
+    pub const ALLOWED_HOSTS: usize = 16384;
+    /// Identify's Model Number field (nvmet allows as much).
+    pub const MODEL_LEN: usize = 40;
+    pub const HOST_NAME_LEN: usize = 64;
+}
 
 pub const STATE_FILE: &str = "state.json";
 pub const TOKEN_FILE: &str = "api-token";
@@ -41,6 +53,39 @@ pub struct State {
     pub compositions: Vec<CompositionState>,
     /// Next composition number (IDs are never reused).
     pub next_composition: u64,
+    /// Key of the host aliases (`host_alias`), made once per box: metrics name hosts by alias,
+    /// and without the key nobody can tell which NQN an alias stands for.
+    #[serde(default = "new_alias_key")]
+    pub alias_key: String,
+}
+
+fn new_alias_key() -> String {
+    random_hex(16).unwrap_or_else(|e| {
+        // Without urandom no token could be made either; the box still serves.
+        tracing::warn!("reading /dev/urandom for the host alias key: {e}");
+        String::from("no-urandom")
+    })
+}
+
+/// `bytes` random bytes from /dev/urandom, as hex.
+fn random_hex(bytes: usize) -> std::io::Result<String> {
+    let mut raw = vec![0u8; bytes];
+    std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut raw)?;
+    Ok(raw.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// How metrics and logs name a host: "h-" and 12 hex digits of SHA-256 over the box's alias
+/// key and the NQN. Stable for the box; no use to whoever scrapes the metrics, who cannot
+/// connect as that host without its NQN (until DH-HMAC-CHAP, an NQN is the host's credential).
+pub fn host_alias(key: &str, nqn: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::new()
+        .chain_update(key.as_bytes())
+        .chain_update(b"/")
+        .chain_update(nqn.as_bytes())
+        .finalize();
+    let hex: String = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
+    format!("h-{hex}")
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -190,6 +235,7 @@ impl State {
             ports: seed_ports(config),
             compositions: Vec::new(),
             next_composition: 1,
+            alias_key: new_alias_key(),
         }
     }
 
@@ -220,6 +266,63 @@ impl State {
             for sub in &mut self.subsystems {
                 sub.allow_any_host = config.allowed_hosts.is_none();
                 sub.hosts = config.allowed_hosts.clone().unwrap_or_default();
+            }
+        }
+        Ok(())
+    }
+
+    /// The limits a change from `before` must keep (the API answers 422 past them): fields as
+    /// the Linux target bounds them, and counts that keep the state file, so the cost of every
+    /// change (a rewrite and fsync of the whole file) and of every listing, to a few MB. Only
+    /// what the change adds is checked: a state from before the limits still takes changes.
+    pub fn check_limits(&self, before: &State) -> Result<(), String> {
+        let count = |what: &str, n: usize, was: usize, max: usize| match n > max && n > was {
+            true => Err(format!("at most {max} {what} (this change would make {n})")),
+            false => Ok(()),
+        };
+        let (b, a) = (before, self);
+        count(
+            "subsystems",
+            a.subsystems.len(),
+            b.subsystems.len(),
+            limits::SUBSYSTEMS,
+        )?;
+        count(
+            "registered hosts",
+            a.hosts.len(),
+            b.hosts.len(),
+            limits::HOSTS,
+        )?;
+        count(
+            "compositions",
+            a.compositions.len(),
+            b.compositions.len(),
+            limits::COMPOSITIONS,
+        )?;
+        let allowed = |st: &State| st.subsystems.iter().map(|s| s.hosts.len()).sum();
+        count(
+            "allow-list entries over all subsystems",
+            allowed(a),
+            allowed(b),
+            limits::ALLOWED_HOSTS,
+        )?;
+        for s in a.subsystems.iter().filter(|s| !b.subsystems.contains(s)) {
+            let printable = s.model.bytes().all(|c| (0x20..0x7f).contains(&c));
+            if s.model.len() > limits::MODEL_LEN || !printable {
+                return Err(format!(
+                    "model {:?}: at most {} printable ASCII characters (Identify's MN field)",
+                    s.model,
+                    limits::MODEL_LEN
+                ));
+            }
+        }
+        for h in a.hosts.iter().filter(|h| !b.hosts.contains(h)) {
+            let name = h.name.as_deref().unwrap_or("");
+            if name.chars().count() > limits::HOST_NAME_LEN || name.chars().any(char::is_control) {
+                return Err(format!(
+                    "host name {name:?}: at most {} characters, none of them control characters",
+                    limits::HOST_NAME_LEN
+                ));
             }
         }
         Ok(())
@@ -280,18 +383,32 @@ impl State {
     /// Hosts that may connect to `sub` now: its composed hosts while any of its drives is
     /// composed, else its configured access. None means any host.
     pub fn effective_hosts(&self, sub: &SubsystemState) -> Option<Vec<String>> {
-        let mut composed: Vec<String> = Vec::new();
-        for c in &self.compositions {
-            if c.drives.iter().any(|d| sub.drives().any(|x| x == d))
-                && !composed.contains(&c.host_nqn)
-            {
-                composed.push(c.host_nqn.clone());
+        self.access().hosts(sub)
+    }
+
+    /// Who may reach each subsystem, worked out once in time linear in the state: listings and
+    /// changes use it rather than asking `effective_hosts` subsystem by subsystem.
+    pub fn access(&self) -> Access<'_> {
+        let mut sub_of_drive = HashMap::new();
+        for s in &self.subsystems {
+            for d in s.drives() {
+                sub_of_drive.entry(d).or_insert(s.nqn.as_str());
             }
         }
-        if composed.is_empty() {
-            sub.configured_hosts()
-        } else {
-            Some(composed)
+        let mut composed: HashMap<&str, Vec<&str>> = HashMap::new();
+        for c in &self.compositions {
+            for d in &c.drives {
+                if let Some(&s) = sub_of_drive.get(d.as_str()) {
+                    let hosts = composed.entry(s).or_default();
+                    if !hosts.contains(&c.host_nqn.as_str()) {
+                        hosts.push(&c.host_nqn);
+                    }
+                }
+            }
+        }
+        Access {
+            sub_of_drive,
+            composed,
         }
     }
 
@@ -299,6 +416,29 @@ impl State {
         self.subsystems
             .iter()
             .find(|s| s.drives().any(|d| d == drive))
+    }
+}
+
+/// See `State::access`.
+pub struct Access<'a> {
+    sub_of_drive: HashMap<&'a str, &'a str>,
+    /// Hosts of the compositions of each subsystem's drives, in composition order.
+    composed: HashMap<&'a str, Vec<&'a str>>,
+}
+
+impl Access<'_> {
+    /// Hosts that may connect to `sub` (None: any host): those of its compositions if it has
+    /// any, else its allow list.
+    pub fn hosts(&self, sub: &SubsystemState) -> Option<Vec<String>> {
+        match self.composed.get(sub.nqn.as_str()) {
+            Some(hosts) => Some(hosts.iter().map(|h| h.to_string()).collect()),
+            None => sub.configured_hosts(),
+        }
+    }
+
+    /// The NQN of the subsystem exporting `drive`.
+    pub fn subsystem_of_drive(&self, drive: &str) -> Option<&str> {
+        self.sub_of_drive.get(drive).copied()
     }
 }
 
@@ -353,18 +493,24 @@ pub fn load(path: &Path) -> anyhow::Result<Option<State>> {
 
 /// Writes the state atomically: a temp file next to it, fsync, rename over, fsync the directory.
 pub fn save(path: &Path, state: &State) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
     let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
+    crate::files::create_private_dir(dir)?;
     let tmp = path.with_extension("json.tmp");
     let mut text = serde_json::to_vec_pretty(state).map_err(std::io::Error::other)?;
     text.push(b'\n');
     {
-        let mut f = std::fs::File::create(&tmp)?;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(crate::files::FILE_MODE)
+            .open(&tmp)?;
         f.write_all(&text)?;
         f.sync_all()?;
     }
     std::fs::rename(&tmp, path)?;
-    std::fs::File::open(dir)?.sync_all()
+    crate::files::sync_parent(path)
 }
 
 /// The API token: `configured` if given, else the token file in `dir`, created (mode 0600,
@@ -381,20 +527,17 @@ pub fn api_token(dir: &Path, configured: Option<&str>) -> anyhow::Result<String>
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => bail!("cannot read the API token file {}: {e}", path.display()),
     }
-    let mut raw = [0u8; 32];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut raw))
-        .context("reading /dev/urandom for the API token")?;
-    let token: String = raw.iter().map(|b| format!("{b:02x}")).collect();
-    std::fs::create_dir_all(dir)?;
+    let token = random_hex(32).context("reading /dev/urandom for the API token")?;
+    crate::files::create_private_dir(dir)?;
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
-        .mode(0o600)
+        .mode(crate::files::FILE_MODE)
         .open(&path)
         .with_context(|| format!("creating the API token file {}", path.display()))?;
     f.write_all(format!("{token}\n").as_bytes())?;
     f.sync_all()?;
+    crate::files::sync_parent(&path)?;
     Ok(token)
 }
 
@@ -409,6 +552,56 @@ mod tests {
         c.backend = BackendKind::Ram;
         c.drive_size = 1 << 20;
         c
+    }
+
+    #[test]
+    fn changes_past_the_limits_are_refused_and_old_excess_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = State::seed(&config(dir.path()));
+        let host = |i: usize| HostState {
+            nqn: format!("nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-{i:012}"),
+            name: None,
+        };
+        let mut full = base.clone();
+        full.hosts = (0..limits::HOSTS).map(host).collect();
+        full.check_limits(&base).unwrap();
+        let mut over = full.clone();
+        over.hosts.push(host(limits::HOSTS));
+        assert!(over
+            .check_limits(&full)
+            .unwrap_err()
+            .contains("at most 4096"));
+        // A state already past a limit takes changes that do not add to it.
+        let mut fewer = over.clone();
+        fewer.hosts.pop();
+        fewer.hosts.pop();
+        fewer.check_limits(&over).unwrap();
+
+        let mut model = base.clone();
+        model.subsystems[0].model = "m".repeat(41);
+        assert!(model
+            .check_limits(&base)
+            .unwrap_err()
+            .contains("40 printable"));
+        model.subsystems[0].model = "bad\nmodel".into();
+        assert!(model.check_limits(&base).is_err());
+        model.subsystems[0].model = "m".repeat(40);
+        model.check_limits(&base).unwrap();
+        let mut named = base.clone();
+        named.hosts.push(HostState {
+            name: Some("n".repeat(65)),
+            ..host(1)
+        });
+        assert!(named
+            .check_limits(&base)
+            .unwrap_err()
+            .contains("64 characters"));
+        let mut allowed = base.clone();
+        allowed.subsystems[0].hosts = (0..=limits::ALLOWED_HOSTS).map(|i| host(i).nqn).collect();
+        assert!(allowed
+            .check_limits(&base)
+            .unwrap_err()
+            .contains("allow-list"));
     }
 
     #[test]

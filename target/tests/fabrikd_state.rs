@@ -39,7 +39,8 @@ fn fabrikd(dir: &Path, ports: &Ports, extra: &[&str]) -> Command {
 /// Starts fabrikd and waits until its API answers.
 async fn start(dir: &Path, ports: &Ports) -> (Child, Client) {
     let mut child = fabrikd(dir, ports, &[]).spawn().unwrap();
-    let reader = Client::new(&format!("http://127.0.0.1:{}", ports.api), None);
+    // The local socket answers without a token.
+    let reader = Client::unix(&dir.join("api.sock"));
     let deadline = Instant::now() + Duration::from_secs(30);
     while reader.drives().await.is_err() {
         if let Some(status) = child.try_wait().unwrap() {
@@ -86,6 +87,28 @@ fn start_fails(dir: &Path, ports: &Ports, extra: &[&str]) -> String {
     assert!(err.contains("error: "), "{err}");
     assert!(!err.to_lowercase().contains("backtrace"), "{err}");
     err
+}
+
+/// What fabrikd creates in its data directory is its user's alone, whatever the umask (this
+/// test's is the usual 022): drive images hold tenants' data, the token file the API's key,
+/// the state every host's NQN.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_data_directory_is_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let parent = tempfile::tempdir().unwrap();
+    let dir = parent.path().join("data");
+    let ports = Ports {
+        nvme: free_port(),
+        api: free_port(),
+    };
+    let (child, _api) = start(&dir, &ports).await;
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&dir), 0o700, "data directory");
+    assert_eq!(mode(&dir.join("drives")), 0o700, "drives directory");
+    assert_eq!(mode(&dir.join("drives/drive-00.img")), 0o600, "drive image");
+    assert_eq!(mode(&dir.join("state.json")), 0o600, "state file");
+    assert_eq!(mode(&dir.join("api-token")), 0o600, "token file");
+    kill9(child);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -13,13 +13,13 @@ use fabrik_api::client::Client;
 use fabrik_api::models::*;
 use fabrik_initiator::{discover, HostIdentity};
 use fabrik_target::metrics::MetricsEndpoint;
-use metrics_scrape::{parse, scrape, value, Sample};
+use metrics_scrape::{parse, scrape, scrape_with, value, Sample};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_resources() {
     let dir = tempfile::tempdir().unwrap();
     let api = start(dir.path()).await;
-    let c = &api.anon; // reads need no token on loopback
+    let c = &api.local; // the local socket needs no token
 
     let drives = c.drives().await.unwrap();
     assert_eq!(
@@ -165,6 +165,7 @@ async fn errors_are_problems_and_changes_need_the_token() {
 async fn openapi_document_lists_every_route() {
     let dir = tempfile::tempdir().unwrap();
     let api = start(dir.path()).await;
+    // Open without a token: it holds nothing of the box.
     let doc: serde_json::Value = api.anon.get("/openapi.json").await.unwrap();
     assert_eq!(doc["openapi"], "3.1.0");
     for path in [
@@ -184,11 +185,16 @@ async fn openapi_document_lists_every_route() {
     api.stop().await;
 }
 
-/// GET `path` over plain HTTP: (status, Location header, body bytes).
+/// GET `path` over plain HTTP without a token: (status, Location header, body bytes).
 async fn http_get(api: std::net::SocketAddr, path: &str) -> (u16, String, Vec<u8>) {
+    http_get_as(api, path, "localhost").await
+}
+
+/// The same, naming the server `host` in the Host header.
+async fn http_get_as(api: std::net::SocketAddr, path: &str, host: &str) -> (u16, String, Vec<u8>) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(api).await.unwrap();
-    let req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
     s.write_all(req.as_bytes()).await.unwrap();
     let mut out = Vec::new();
     s.read_to_end(&mut out).await.unwrap();
@@ -207,6 +213,57 @@ async fn http_get(api: std::net::SocketAddr, path: &str) -> (u16, String, Vec<u8
         location,
         out[split + 4..].to_vec(),
     )
+}
+
+/// Over TCP every call needs the token, reads too, whatever the peer or Host header: host
+/// NQNs are credentials until DH-HMAC-CHAP. The local socket needs none: it is 0600, so only
+/// fabrikd's user (and root) can reach it. The OpenAPI document stays open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_calls_need_the_token_and_the_local_socket_is_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let api = start(dir.path()).await;
+    let port = api.api.port();
+    for host in [
+        "localhost".to_string(),
+        format!("127.0.0.1:{port}"),
+        "attacker.example".into(),
+    ] {
+        for path in [
+            "/api/v1/drives",
+            "/api/v1/hosts",
+            "/api/v1/controllers",
+            "/metrics",
+        ] {
+            let (status, _, body) = http_get_as(api.api, path, &host).await;
+            assert_eq!(status, 401, "GET {path} with Host: {host}");
+            assert!(!String::from_utf8_lossy(&body).contains("nqn."), "{path}");
+        }
+    }
+    assert_problem(api.anon.hosts().await, 401, "Bearer <token>");
+    let (status, _, _) = http_get(api.api, "/api/v1/openapi.json").await;
+    assert_eq!(status, 200, "the OpenAPI document is open");
+    assert_eq!(api.admin.drives().await.unwrap().len(), 4);
+
+    let socket = dir.path().join("api.sock");
+    let mode = std::fs::metadata(&socket).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the local socket is its owner's alone");
+    assert_eq!(api.local.drives().await.unwrap().len(), 4);
+    let host = HostIdentity::random();
+    let made: Host = api
+        .local
+        .post(
+            "/hosts",
+            &HostRequest {
+                nqn: host.nqn.clone(),
+                name: None,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(made.nqn, host.nqn);
+    api.stop().await;
+    assert!(!socket.exists(), "the socket file goes with fabrikd");
 }
 
 /// The docs page works on an offline management network: Swagger UI comes from fabrikd itself,
@@ -373,6 +430,103 @@ async fn ports_are_added_and_removed_live() {
     api.stop().await;
 }
 
+/// Fields past what the Linux target allows are refused, with what the limit is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_names_and_models_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let api = start(dir.path()).await;
+    let m = &api.admin;
+    let sub = |model: String| SubsystemRequest {
+        nqn: None,
+        name: Some("limits".into()),
+        drives: vec![],
+        hosts: vec![],
+        allow_any_host: true,
+        model: Some(model),
+    };
+    assert_problem(
+        m.post::<Subsystem>("/subsystems", &sub("m".repeat(41)))
+            .await,
+        422,
+        "at most 40 printable ASCII",
+    );
+    assert_problem(
+        m.post::<Subsystem>("/subsystems", &sub("tab\there".into()))
+            .await,
+        422,
+        "printable",
+    );
+    let made: Subsystem = m.post("/subsystems", &sub("m".repeat(40))).await.unwrap();
+    assert_eq!(made.model, "m".repeat(40));
+    let host = |name: String| HostRequest {
+        nqn: HostIdentity::random().nqn,
+        name: Some(name),
+    };
+    assert_problem(
+        m.post::<Host>("/hosts", &host("n".repeat(65))).await,
+        422,
+        "at most 64 characters",
+    );
+    let _: Host = m
+        .post("/hosts", &host("gpu-7 (rack 3)".into()))
+        .await
+        .unwrap();
+    api.stop().await;
+}
+
+/// A deleted port stops serving, always: a port added while a deleted one still drains its
+/// connections gets an ID of its own (it once got the draining port's, and its DELETE then
+/// stopped that one instead, while it went on serving).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_port_added_again_after_a_delete_stops_serving_when_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let api = start(dir.path()).await;
+    let m = &api.admin;
+    let req = |service_id| PortRequest {
+        transport: None,
+        address: "127.0.0.1".into(),
+        service_id,
+    };
+    let stops_serving = |addr: SocketAddr, what: String| async move {
+        let start = std::time::Instant::now();
+        while tokio::net::TcpStream::connect(addr).await.is_ok() {
+            assert!(
+                start.elapsed() < Duration::from_secs(2),
+                "{what} still accepts connections after its DELETE"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    for round in 0..3 {
+        let p: Port = m.post("/ports", &req(0)).await.unwrap();
+        let addr: SocketAddr = format!("127.0.0.1:{}", p.service_id).parse().unwrap();
+        // A connection that stays open across the DELETE (it never closes its side: the port
+        // waits for it up to 2 s), so the port still drains at the next POST.
+        let lingering =
+            common::raw::RawConn::connect(addr, fabrik_proto::tcp::Digests::default()).await;
+        m.delete(&format!("/ports/{}", p.id)).await.unwrap();
+        stops_serving(addr, format!("round {round}: port {}", p.id)).await;
+        // The same address again: free, and a new ID while the old port drains.
+        let again: Port = m.post("/ports", &req(p.service_id)).await.unwrap();
+        assert_ne!(again.id, p.id, "round {round}: a draining port's ID reused");
+        connect(addr, &nqn("01"), &HostIdentity::random())
+            .await
+            .unwrap()
+            .shutdown()
+            .await
+            .unwrap();
+        m.delete(&format!("/ports/{}", again.id)).await.unwrap();
+        stops_serving(
+            addr,
+            format!("round {round}: port {} (added again)", again.id),
+        )
+        .await;
+        assert!(m.ports().await.unwrap().iter().all(|q| q.id == 1));
+        drop(lingering);
+    }
+    api.stop().await;
+}
+
 /// The exposition's lines, sorted, without the sample that moves between scrapes by itself.
 fn steady(text: &str) -> Vec<&str> {
     let mut lines: Vec<&str> = text
@@ -383,16 +537,17 @@ fn steady(text: &str) -> Vec<&str> {
     lines
 }
 
-/// `/metrics` on the API's address answers loopback clients without a token, exactly as the
-/// metrics port does; every drive of the box appears once (one exported nowhere too), and its
-/// health gauges are the REST drive view's health.
+/// `/metrics` on the API's address answers (with the API's token) exactly as the metrics port
+/// does; every drive of the box appears once (one exported nowhere too), and its health
+/// gauges are the REST drive view's health.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_on_the_api_address_agree_with_the_drive_view() {
     let dir = tempfile::tempdir().unwrap();
     let api = start(dir.path()).await;
-    let metrics = MetricsEndpoint::start(api.target.manager(), "127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
+    let metrics =
+        MetricsEndpoint::start(api.target.manager(), "127.0.0.1:0".parse().unwrap(), None)
+            .await
+            .unwrap();
     let host = HostIdentity::random();
     let ctrl = connect(api.nvme(), &nqn("02"), &host).await.unwrap();
     ctrl.write(1, 0, common::random_data(8192, 1), false)
@@ -405,14 +560,13 @@ async fn metrics_on_the_api_address_agree_with_the_drive_view() {
         .await
         .unwrap();
 
-    // `scrape` sends no Authorization header.
-    let (ctype, on_api) = scrape(api.api, None).await;
+    let (ctype, on_api) = scrape_with(api.api, None, Some(TOKEN)).await;
     assert!(ctype.starts_with("text/plain"), "{ctype}");
     let (_, on_port) = scrape(metrics.addr(), None).await;
     assert_eq!(steady(&on_api), steady(&on_port));
 
     let samples = parse(&on_api);
-    let drives = api.anon.drives().await.unwrap();
+    let drives = api.admin.drives().await.unwrap();
     let info: Vec<&Sample> = samples
         .iter()
         .filter(|s| s.name == "fabrik_drive_info")

@@ -15,7 +15,48 @@ use fabrik_proto::nvme::admin::AdminCommand;
 use fabrik_proto::nvme::features::{aec, fid};
 use fabrik_proto::nvme::log::{aen, decode_changed_ns_list, lid};
 use fabrik_proto::Status;
-use metrics_scrape::{parse, scrape, value};
+use metrics_scrape::{parse, scrape_with, value};
+
+/// The commands a composition returns are quoted for a shell: a host NQN may hold spaces,
+/// quotes and `$(...)`, and pasting the command must pass it as one argument, untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_commands_are_quoted_for_the_shell() {
+    let dir = tempfile::tempdir().unwrap();
+    let api = start(dir.path()).await;
+    let host = "nqn.2024-01.example:gpu 7 '$(touch /tmp/pwned)' \"x\"";
+    let comp = api
+        .admin
+        .compose(&CompositionRequest {
+            host_nqn: host.into(),
+            drives: vec!["02".into()],
+            ports: None,
+            shared: false,
+        })
+        .await
+        .unwrap();
+    // Its access follows the composition: opening it to every host is refused.
+    assert_problem(
+        api.admin
+            .put::<Subsystem>(
+                &format!("/subsystems/{}/access", nqn("02")),
+                &AccessRequest {
+                    allow_any_host: true,
+                },
+            )
+            .await,
+        409,
+        "composition c1",
+    );
+    for line in [&comp.connect[0].nvme_cli, &comp.connect[0].fabrik] {
+        let words = shlex::split(line).expect("a well-formed shell line");
+        let at = words.iter().position(|w| w == "--hostnqn").unwrap();
+        assert_eq!(words[at + 1], host, "{line}");
+        assert_eq!(words.len(), at + 2, "{line}");
+        let n = words.iter().position(|w| w == "-n").unwrap();
+        assert_eq!(words[n + 1], nqn("02"), "{line}");
+    }
+    api.stop().await;
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn composition_gives_the_drives_to_one_host_live() {
@@ -585,8 +626,9 @@ async fn state_is_restored_after_a_restart() {
 }
 
 /// A composition and the host's controller show in `/metrics` (the API's address): the drive's
-/// composition, the controller with the host's NQN and what it moved, one connected host; all
-/// gone after decompose.
+/// composition, the controller and what it moved, one connected host; all gone after
+/// decompose. The host is named by its alias, never by its NQN (anyone who read the NQN could
+/// connect as the host); the REST API, with the token, tells which alias is which host.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn composition_and_controller_show_in_metrics() {
     let dir = tempfile::tempdir().unwrap();
@@ -607,8 +649,22 @@ async fn composition_and_controller_show_in_metrics() {
         .await
         .unwrap();
 
-    let samples = parse(&scrape(api.api, None).await.1);
-    let mine = [("host", host.nqn.as_str()), ("subsystem", &nqn("01"))];
+    let text = scrape_with(api.api, None, Some(TOKEN)).await.1;
+    assert!(
+        !text.contains(&host.nqn),
+        "no host NQN in the metrics:\n{text}"
+    );
+    let alias = api
+        .admin
+        .get::<Host>(&format!("/hosts/{}", host.nqn))
+        .await
+        .unwrap()
+        .alias;
+    assert!(alias.starts_with("h-") && alias.len() == 14, "{alias}");
+    let ctrls = api.admin.controllers().await.unwrap();
+    assert_eq!(ctrls[0].host_alias, alias);
+    let samples = parse(&text);
+    let mine = [("host", alias.as_str()), ("subsystem", &nqn("01"))];
     assert_eq!(
         value(&samples, "fabrik_controller_io_queues", &mine),
         ctrl.io_queue_count() as f64
@@ -622,7 +678,7 @@ async fn composition_and_controller_show_in_metrics() {
         value(
             &samples,
             "fabrik_controller_write_ops_total",
-            &[("host", &host.nqn), ("controller", &cntlid), ("port", "1")]
+            &[("host", &alias), ("controller", &cntlid), ("port", "1")]
         ),
         1.0
     );
@@ -631,7 +687,7 @@ async fn composition_and_controller_show_in_metrics() {
         value(
             &samples,
             "fabrik_drive_composed_info",
-            &[("drive", "01"), ("host", &host.nqn)]
+            &[("drive", "01"), ("host", &alias)]
         ),
         1.0
     );
@@ -647,14 +703,14 @@ async fn composition_and_controller_show_in_metrics() {
     api.admin.decompose(&comp.id).await.unwrap();
     let mut text = String::new();
     for _ in 0..100 {
-        text = scrape(api.api, None).await.1;
-        if !text.contains(&host.nqn) {
+        text = scrape_with(api.api, None, Some(TOKEN)).await.1;
+        if !text.contains(&alias) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(
-        !text.contains(&host.nqn),
+        !text.contains(&alias),
         "the host's controller and composition are gone:\n{text}"
     );
     assert_eq!(value(&parse(&text), "fabrik_connected_hosts", &[]), 0.0);

@@ -585,6 +585,27 @@ async fn cid_conflicts_leave_the_first_command_in_flight() {
     s.finish().await;
 }
 
+/// A connection that does ICReq and then never Connects is closed after 10 s: it would
+/// otherwise hold a descriptor for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_never_connects_is_closed() {
+    let s = setup().await;
+    let start = std::time::Instant::now();
+    let mut idle = RawConn::connect(s.addr, Digests::default()).await;
+    // A keep-alive before Connect is answered (Command Sequence Error), and does not count
+    // as connecting.
+    let cqe = idle.command(AdminCommand::KeepAlive.to_sqe(3)).await;
+    assert_eq!(cqe.status, Status::COMMAND_SEQUENCE_ERROR);
+    assert!(idle.next().await.is_none(), "closed by the target");
+    let waited = start.elapsed();
+    assert!(
+        (Duration::from_secs(9)..Duration::from_secs(14)).contains(&waited),
+        "closed after {waited:?}"
+    );
+    idle.expect_graceful_close().await;
+    s.finish().await;
+}
+
 /// Not malformed input, but the same rule for how a connection ends: a stopping target sends
 /// its FIN and reads on until the host closes too, so a host still sending meets no reset.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

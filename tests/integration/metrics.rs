@@ -22,7 +22,7 @@ async fn samples(m: &MetricsEndpoint) -> Vec<Sample> {
 async fn known_io_moves_drive_controller_and_port_counters() {
     let dir = tempfile::tempdir().unwrap();
     let target = common::start(common::config(dir.path(), BackendKind::Ram, 4, 64 << 20)).await;
-    let metrics = MetricsEndpoint::start(target.manager(), "127.0.0.1:0".parse().unwrap())
+    let metrics = MetricsEndpoint::start(target.manager(), "127.0.0.1:0".parse().unwrap(), None)
         .await
         .expect("metrics endpoint starts");
     let nqns = common::nqns(&target);
@@ -98,8 +98,9 @@ async fn known_io_moves_drive_controller_and_port_counters() {
         );
     }
 
-    // The host's controller: its NQN, one I/O queue, what it moved.
-    let mine = [("host", host.nqn.as_str()), ("subsystem", nqns[3].as_str())];
+    // The host's controller: by the host's alias (never its NQN), one I/O queue, what it moved.
+    let alias = fabrik_target::state::host_alias(&target.manager().state().alias_key, &host.nqn);
+    let mine = [("host", alias.as_str()), ("subsystem", nqns[3].as_str())];
     assert_eq!(value(&after, "fabrik_controller_io_queues", &mine), 1.0);
     assert_eq!(
         value(&after, "fabrik_controller_write_ops_total", &mine),
@@ -162,13 +163,49 @@ async fn known_io_moves_drive_controller_and_port_counters() {
     target.shutdown().await;
 }
 
+/// With a metrics token (fabrikd --metrics-token-file), a scrape without it gets 401 and
+/// nothing else; Prometheus sending it (`authorization: credentials_file`) gets the metrics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_metrics_token_keeps_scrapers_without_it_out() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const METRICS_TOKEN: &str = "metrics-token-0123456789";
+    let dir = tempfile::tempdir().unwrap();
+    let target = common::start(common::config(dir.path(), BackendKind::Ram, 1, 16 << 20)).await;
+    let metrics = MetricsEndpoint::start(
+        target.manager(),
+        "127.0.0.1:0".parse().unwrap(),
+        Some(METRICS_TOKEN.into()),
+    )
+    .await
+    .unwrap();
+    for auth in ["", "Authorization: Bearer wrong-token-0123456789\r\n"] {
+        let mut s = tokio::net::TcpStream::connect(metrics.addr())
+            .await
+            .unwrap();
+        s.write_all(format!("GET /metrics HTTP/1.0\r\n{auth}\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        assert!(
+            out.lines().next().unwrap_or("").contains(" 401 "),
+            "{auth:?}: {out}"
+        );
+        assert!(!out.contains("fabrik_"), "no metrics without the token");
+    }
+    let (_, text) = metrics_scrape::scrape_with(metrics.addr(), None, Some(METRICS_TOKEN)).await;
+    assert!(text.contains("fabrik_build_info"), "{text}");
+    metrics.shutdown().await;
+    target.shutdown().await;
+}
+
 /// Prometheus gets OpenMetrics, other clients the classic text format; both carry the same
 /// samples.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openmetrics_for_prometheus_text_for_others() {
     let dir = tempfile::tempdir().unwrap();
     let target = common::start(common::config(dir.path(), BackendKind::Ram, 2, 16 << 20)).await;
-    let metrics = MetricsEndpoint::start(target.manager(), "127.0.0.1:0".parse().unwrap())
+    let metrics = MetricsEndpoint::start(target.manager(), "127.0.0.1:0".parse().unwrap(), None)
         .await
         .unwrap();
     let (om_type, om) = scrape(metrics.addr(), Some(PROMETHEUS_ACCEPT)).await;
@@ -229,7 +266,7 @@ async fn promtool_accepts_live_metrics() {
     };
     let dir = tempfile::tempdir().unwrap();
     let target = common::start(common::config(dir.path(), BackendKind::Ram, 3, 16 << 20)).await;
-    let metrics = MetricsEndpoint::start(target.manager(), "127.0.0.1:0".parse().unwrap())
+    let metrics = MetricsEndpoint::start(target.manager(), "127.0.0.1:0".parse().unwrap(), None)
         .await
         .unwrap();
     let nqns = common::nqns(&target);

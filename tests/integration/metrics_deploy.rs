@@ -102,7 +102,7 @@ async fn dashboard_queries_only_metrics_fabrikd_serves() {
     // A live fabrikd with a host connected and I/O done, so that every family has samples.
     let dir = tempfile::tempdir().unwrap();
     let target = common::start(common::config(dir.path(), BackendKind::Ram, 2, 16 << 20)).await;
-    let metrics = MetricsEndpoint::start(target.manager(), "127.0.0.1:0".parse().unwrap())
+    let metrics = MetricsEndpoint::start(target.manager(), "127.0.0.1:0".parse().unwrap(), None)
         .await
         .unwrap();
     let nqns = common::nqns(&target);
@@ -175,8 +175,12 @@ fn systemd_unit_is_hardened_and_valid() {
         .expect("ExecStart");
     assert!(exec.starts_with("/usr/local/bin/fabrikd --config /etc/fabrik/fabrikd.toml"));
     assert!(
-        exec.contains(" --api 127.0.0.1:8080"),
-        "the API on loopback: {exec}"
+        exec.contains(" --api 127.0.0.1:8080") && exec.contains(" --metrics 127.0.0.1:9420"),
+        "the API and metrics on loopback: {exec}"
+    );
+    assert!(
+        !unit.lines().any(|l| l.starts_with("SupplementaryGroups=")),
+        "group disk only where block drives need it"
     );
     // The documented opt-in for SMART passthrough (a drop-in of `#SMART ` lines), applied.
     let smart: Vec<&str> = unit

@@ -13,11 +13,21 @@ pub const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0,
 
 /// `GET /metrics` (HTTP/1.0, so the body ends with the connection): (content type, body).
 pub async fn scrape(addr: SocketAddr, accept: Option<&str>) -> (String, String) {
+    scrape_with(addr, accept, None).await
+}
+
+/// The same with `Authorization: Bearer <token>`, as Prometheus sends a credentials file.
+pub async fn scrape_with(
+    addr: SocketAddr,
+    accept: Option<&str>,
+    token: Option<&str>,
+) -> (String, String) {
     let mut s = tokio::net::TcpStream::connect(addr)
         .await
         .expect("metrics endpoint accepts");
     let accept = accept.map_or(String::new(), |a| format!("Accept: {a}\r\n"));
-    s.write_all(format!("GET /metrics HTTP/1.0\r\nHost: fabrikd\r\n{accept}\r\n").as_bytes())
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    s.write_all(format!("GET /metrics HTTP/1.0\r\nHost: fabrikd\r\n{accept}{auth}\r\n").as_bytes())
         .await
         .unwrap();
     let mut raw = Vec::new();

@@ -76,9 +76,10 @@ async fn anonymous_io_queue(api: &common::api::Api, subnqn: &str, cntlid: u16) -
 async fn a_host_without_a_host_nqn_is_let_in_only_where_any_host_may_connect() {
     let dir = tempfile::tempdir().unwrap();
     let api = common::api::start(dir.path()).await;
-    let metrics = MetricsEndpoint::start(api.target.manager(), "127.0.0.1:0".parse().unwrap())
-        .await
-        .unwrap();
+    let metrics =
+        MetricsEndpoint::start(api.target.manager(), "127.0.0.1:0".parse().unwrap(), None)
+            .await
+            .unwrap();
     let open = common::api::nqn("00");
 
     // Drive 00: any host may connect, so an empty host NQN is let in, and does I/O.

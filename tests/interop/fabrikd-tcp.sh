@@ -109,7 +109,8 @@ s_compose() {
   [ -z "$FPID" ] || target_stop || return 1
   # Free drives admit only $other, so what this host reaches below it owes to the composition.
   assert "target starts allowing only $other" target_start "$other" || return 1
-  export FABRIK_DATA_DIR=$DATA FABRIK_API=http://127.0.0.1:8080
+  # fabrik's default: fabrikd's local socket in its data directory, no token.
+  export FABRIK_DATA_DIR=$DATA; unset FABRIK_API
   out=$(x "$fabrik" compose --host "$me" --drives 3 2>&1); rc=$?
   echo "$out" | sed 's/^/  | /'
   assert "fabrik compose succeeds" [ $rc = 0 ] || return 1
@@ -206,7 +207,9 @@ s_metrics() {
   assert "fabrik_port_connections_open > 0 ($v)" [ "${v%.*}" -gt 0 ] || return 1
   v=$(awk '$1 == "fabrik_connected_hosts" { print $2 }' <<<"$out")
   assert "fabrik_connected_hosts is 1 (${v:-none})" [ "$v" = 1 ] || return 1
+  assert "the host is named by an alias, never by its NQN" lacks "$(host_nqn)" "$out"
 }
+lacks() { ! grep -qF -- "$1" <<<"$2"; }  # WORD TEXT
 suite_after_fio() {
   skipped metrics || step "fabrikd /metrics counts the fio traffic (scraped in the guest)" s_metrics
 }

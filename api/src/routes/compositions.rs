@@ -4,14 +4,14 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 
-use super::{blocking, Mgmt};
+use super::{blocking, read, Encoded, Mgmt};
 use crate::error::{ApiError, JsonBody, PathParam};
 use crate::models::{Composition, CompositionRequest, Problem};
 
 #[utoipa::path(get, path = "/api/v1/compositions", tag = "compositions",
     responses((status = 200, description = "Every composition", body = Vec<Composition>)))]
-pub async fn list(State(m): State<Mgmt>) -> Json<Vec<Composition>> {
-    Json(m.compositions())
+pub async fn list(State(m): State<Mgmt>) -> Result<Encoded, ApiError> {
+    read(&m, |m| Ok(m.compositions())).await
 }
 
 #[utoipa::path(get, path = "/api/v1/compositions/{id}", tag = "compositions",
@@ -21,8 +21,8 @@ pub async fn list(State(m): State<Mgmt>) -> Json<Vec<Composition>> {
 pub async fn get(
     State(m): State<Mgmt>,
     PathParam(id): PathParam<String>,
-) -> Result<Json<Composition>, ApiError> {
-    Ok(Json(m.composition(&id)?))
+) -> Result<Encoded, ApiError> {
+    read(&m, move |m| m.composition(&id)).await
 }
 
 /// Makes the drives reachable by the host (only by it, unless shared) and answers with the

@@ -2,16 +2,15 @@
 
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::Json;
 
-use super::{blocking, Mgmt};
+use super::{blocking, read, Encoded, Mgmt};
 use crate::error::{ApiError, PathParam};
 use crate::models::{Controller, Problem};
 
 #[utoipa::path(get, path = "/api/v1/controllers", tag = "controllers",
     responses((status = 200, description = "Every live controller", body = Vec<Controller>)))]
-pub async fn list(State(m): State<Mgmt>) -> Json<Vec<Controller>> {
-    Json(m.controllers())
+pub async fn list(State(m): State<Mgmt>) -> Result<Encoded, ApiError> {
+    read(&m, |m| Ok(m.controllers())).await
 }
 
 #[utoipa::path(get, path = "/api/v1/controllers/{id}", tag = "controllers",
@@ -22,8 +21,8 @@ pub async fn list(State(m): State<Mgmt>) -> Json<Vec<Controller>> {
 pub async fn get(
     State(m): State<Mgmt>,
     PathParam(id): PathParam<u64>,
-) -> Result<Json<Controller>, ApiError> {
-    Ok(Json(m.controller(id)?))
+) -> Result<Encoded, ApiError> {
+    read(&m, move |m| m.controller(id)).await
 }
 
 /// Tears the controller down: its connections close; the host may reconnect if still allowed.

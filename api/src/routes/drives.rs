@@ -1,17 +1,16 @@
 //! `/drives`: the storage of the box, with health and who uses it.
 
 use axum::extract::State;
-use axum::Json;
 
-use super::{blocking, Mgmt};
+use super::{read, Encoded, Mgmt};
 use crate::error::{ApiError, PathParam};
 use crate::models::{Drive, Problem};
 
 #[utoipa::path(get, path = "/api/v1/drives", tag = "drives",
     responses((status = 200, description = "Every drive", body = Vec<Drive>)))]
-pub async fn list(State(m): State<Mgmt>) -> Result<Json<Vec<Drive>>, ApiError> {
+pub async fn list(State(m): State<Mgmt>) -> Result<Encoded, ApiError> {
     // On the blocking pool: health may come from a SMART ioctl.
-    Ok(Json(blocking(&m, |m| Ok(m.drives())).await?))
+    read(&m, |m| Ok(m.drives())).await
 }
 
 #[utoipa::path(get, path = "/api/v1/drives/{id}", tag = "drives",
@@ -21,6 +20,6 @@ pub async fn list(State(m): State<Mgmt>) -> Result<Json<Vec<Drive>>, ApiError> {
 pub async fn get(
     State(m): State<Mgmt>,
     PathParam(id): PathParam<String>,
-) -> Result<Json<Drive>, ApiError> {
-    Ok(Json(blocking(&m, move |m| m.drive(&id)).await?))
+) -> Result<Encoded, ApiError> {
+    read(&m, move |m| m.drive(&id)).await
 }

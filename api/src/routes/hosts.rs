@@ -4,14 +4,14 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 
-use super::{blocking, Mgmt};
+use super::{blocking, read, Encoded, Mgmt};
 use crate::error::{ApiError, JsonBody, PathParam};
 use crate::models::{Host, HostRequest, Problem};
 
 #[utoipa::path(get, path = "/api/v1/hosts", tag = "hosts",
     responses((status = 200, description = "Registered hosts and hosts named by allow lists or compositions", body = Vec<Host>)))]
-pub async fn list(State(m): State<Mgmt>) -> Json<Vec<Host>> {
-    Json(m.hosts())
+pub async fn list(State(m): State<Mgmt>) -> Result<Encoded, ApiError> {
+    read(&m, |m| Ok(m.hosts())).await
 }
 
 #[utoipa::path(get, path = "/api/v1/hosts/{nqn}", tag = "hosts",
@@ -21,8 +21,8 @@ pub async fn list(State(m): State<Mgmt>) -> Json<Vec<Host>> {
 pub async fn get(
     State(m): State<Mgmt>,
     PathParam(nqn): PathParam<String>,
-) -> Result<Json<Host>, ApiError> {
-    Ok(Json(m.host(&nqn)?))
+) -> Result<Encoded, ApiError> {
+    read(&m, move |m| m.host(&nqn)).await
 }
 
 #[utoipa::path(post, path = "/api/v1/hosts", tag = "hosts", request_body = HostRequest,

@@ -4,14 +4,14 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 
-use super::{blocking, Mgmt};
+use super::{blocking, read, Encoded, Mgmt};
 use crate::error::{ApiError, JsonBody, PathParam};
 use crate::models::{Port, PortRequest, Problem};
 
 #[utoipa::path(get, path = "/api/v1/ports", tag = "ports",
     responses((status = 200, description = "Every listener", body = Vec<Port>)))]
-pub async fn list(State(m): State<Mgmt>) -> Json<Vec<Port>> {
-    Json(m.ports())
+pub async fn list(State(m): State<Mgmt>) -> Result<Encoded, ApiError> {
+    read(&m, |m| Ok(m.ports())).await
 }
 
 #[utoipa::path(get, path = "/api/v1/ports/{id}", tag = "ports",
@@ -22,8 +22,8 @@ pub async fn list(State(m): State<Mgmt>) -> Json<Vec<Port>> {
 pub async fn get(
     State(m): State<Mgmt>,
     PathParam(id): PathParam<u16>,
-) -> Result<Json<Port>, ApiError> {
-    Ok(Json(m.port(id)?))
+) -> Result<Encoded, ApiError> {
+    read(&m, move |m| m.port(id)).await
 }
 
 /// Starts a listener. Service ID 0 picks a free port.

@@ -4,7 +4,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 
-use super::{blocking, Mgmt};
+use super::{blocking, read, Encoded, Mgmt};
 use crate::error::{ApiError, JsonBody, PathParam};
 use crate::models::{
     AccessRequest, HostRequest, Namespace, NamespaceRequest, Problem, Subsystem, SubsystemRequest,
@@ -12,8 +12,8 @@ use crate::models::{
 
 #[utoipa::path(get, path = "/api/v1/subsystems", tag = "subsystems",
     responses((status = 200, description = "Every subsystem", body = Vec<Subsystem>)))]
-pub async fn list(State(m): State<Mgmt>) -> Json<Vec<Subsystem>> {
-    Json(m.subsystems())
+pub async fn list(State(m): State<Mgmt>) -> Result<Encoded, ApiError> {
+    read(&m, |m| Ok(m.subsystems())).await
 }
 
 #[utoipa::path(get, path = "/api/v1/subsystems/{nqn}", tag = "subsystems",
@@ -23,8 +23,8 @@ pub async fn list(State(m): State<Mgmt>) -> Json<Vec<Subsystem>> {
 pub async fn get(
     State(m): State<Mgmt>,
     PathParam(nqn): PathParam<String>,
-) -> Result<Json<Subsystem>, ApiError> {
-    Ok(Json(m.subsystem(&nqn)?))
+) -> Result<Encoded, ApiError> {
+    read(&m, move |m| m.subsystem(&nqn)).await
 }
 
 #[utoipa::path(post, path = "/api/v1/subsystems", tag = "subsystems", request_body = SubsystemRequest,
@@ -127,8 +127,8 @@ pub async fn disallow_host(
 pub async fn namespaces(
     State(m): State<Mgmt>,
     PathParam(nqn): PathParam<String>,
-) -> Result<Json<Vec<Namespace>>, ApiError> {
-    Ok(Json(m.namespaces(&nqn)?))
+) -> Result<Encoded, ApiError> {
+    read(&m, move |m| m.namespaces(&nqn)).await
 }
 
 /// Adds a drive as a namespace; connected hosts get a Namespace Attribute Changed event.

@@ -10,10 +10,12 @@ use fabrik_api::models::{CompositionRequest, Drive};
 
 #[derive(Args)]
 pub struct ApiArgs {
-    /// fabrikd's management API.
-    #[arg(long, env = "FABRIK_API", default_value = "http://127.0.0.1:8080")]
-    pub api: String,
-    /// API token for changes [default: the api-token file in $FABRIK_DATA_DIR,
+    /// fabrikd's management API: `http://HOST:PORT` (every call needs the token) or
+    /// `unix:PATH` [default: fabrikd's local socket, api.sock in $FABRIK_DATA_DIR,
+    /// /var/lib/fabrik or ~/.local/share/fabrik: no token needed].
+    #[arg(long, env = "FABRIK_API")]
+    pub api: Option<String>,
+    /// API token for calls over HTTP [default: the api-token file in $FABRIK_DATA_DIR,
     /// /var/lib/fabrik or ~/.local/share/fabrik].
     #[arg(long, env = "FABRIK_API_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
@@ -23,20 +25,13 @@ pub struct ApiArgs {
 }
 
 impl ApiArgs {
-    fn reader(&self) -> Client {
-        Client::new(&self.api, self.token.clone())
-    }
-
-    fn writer(&self) -> Result<Client> {
-        let token = match &self.token {
-            Some(t) => t.clone(),
-            None => token_from_file()?,
-        };
-        Ok(Client::new(&self.api, Some(token)))
+    fn client(&self) -> Result<Client> {
+        api_client(self.api.as_deref(), self.token.clone())
     }
 }
 
-pub(super) fn token_from_file() -> Result<String> {
+/// Where fabrikd keeps its files, in the order they are looked for.
+fn data_dirs() -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = Vec::new();
     if let Some(d) = std::env::var_os("FABRIK_DATA_DIR") {
         dirs.push(d.into());
@@ -45,17 +40,53 @@ pub(super) fn token_from_file() -> Result<String> {
     if let Some(h) = std::env::var_os("HOME") {
         dirs.push(PathBuf::from(h).join(".local/share/fabrik"));
     }
+    dirs
+}
+
+fn listed(dirs: &[PathBuf]) -> String {
+    dirs.iter()
+        .map(|d| d.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A client of fabrikd's API: at `api` (over HTTP with `token`, else the token file), or by
+/// default on fabrikd's local socket, which needs no token. The token never goes to a TCP
+/// port nobody named: whoever holds 127.0.0.1:8080 while fabrikd does not would receive it.
+pub(super) fn api_client(api: Option<&str>, token: Option<String>) -> Result<Client> {
+    match api {
+        Some(url) if url.starts_with("unix:") => Ok(Client::new(url, None)),
+        Some(url) => {
+            let token = match token.or_else(|| std::env::var("FABRIK_API_TOKEN").ok()) {
+                Some(t) => t,
+                None => token_from_file().with_context(|| format!("calls to {url}"))?,
+            };
+            Ok(Client::new(url, Some(token)))
+        }
+        None => {
+            let dirs = data_dirs();
+            match dirs.iter().map(|d| d.join("api.sock")).find(|p| p.exists()) {
+                Some(socket) => Ok(Client::unix(&socket)),
+                None => bail!(
+                    "no fabrikd API socket (api.sock) in {}: is fabrikd running on this machine? \
+                     Otherwise give --api http://BOX:PORT and the token",
+                    listed(&dirs)
+                ),
+            }
+        }
+    }
+}
+
+pub(super) fn token_from_file() -> Result<String> {
+    let dirs = data_dirs();
     for d in &dirs {
         if let Ok(t) = std::fs::read_to_string(d.join("api-token")) {
             return Ok(t.trim().to_string());
         }
     }
     bail!(
-        "changes need the API token: give --token or FABRIK_API_TOKEN (no readable api-token file in {})",
-        dirs.iter()
-            .map(|d| d.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
+        "the API token is needed: give --token or FABRIK_API_TOKEN (no readable api-token file in {})",
+        listed(&dirs)
     )
 }
 
@@ -106,7 +137,7 @@ pub struct ListArgs {
 }
 
 pub async fn drives(args: ListArgs) -> Result<()> {
-    let drives = args.api.reader().drives().await?;
+    let drives = args.api.client()?.drives().await?;
     if args.api.json {
         return print_json(&drives);
     }
@@ -191,7 +222,7 @@ pub fn parse_drive_list(list: &str, drives: &[Drive]) -> Result<Vec<String>> {
 }
 
 pub async fn compose(args: ComposeArgs) -> Result<()> {
-    let client = args.api.writer()?;
+    let client = args.api.client()?;
     let all = client.drives().await?;
     let req = CompositionRequest {
         host_nqn: args.host.clone(),
@@ -233,7 +264,7 @@ pub struct DecomposeArgs {
 }
 
 pub async fn decompose(args: DecomposeArgs) -> Result<()> {
-    let client = args.api.writer()?;
+    let client = args.api.client()?;
     let ids: Vec<String> = match (&args.id, &args.host) {
         (Some(id), _) => vec![id.clone()],
         (None, Some(host)) => {
@@ -265,7 +296,7 @@ pub async fn decompose(args: DecomposeArgs) -> Result<()> {
 }
 
 pub async fn compositions(args: ListArgs) -> Result<()> {
-    let list = args.api.reader().compositions().await?;
+    let list = args.api.client()?.compositions().await?;
     if args.api.json {
         return print_json(&list);
     }
@@ -286,7 +317,7 @@ pub async fn compositions(args: ListArgs) -> Result<()> {
 }
 
 pub async fn subsystems(args: ListArgs) -> Result<()> {
-    let list = args.api.reader().subsystems().await?;
+    let list = args.api.client()?.subsystems().await?;
     if args.api.json {
         return print_json(&list);
     }
@@ -327,13 +358,13 @@ pub struct ControllersArgs {
 
 pub async fn controllers(args: ControllersArgs) -> Result<()> {
     if let Some(id) = args.disconnect {
-        args.api.writer()?.disconnect_controller(id).await?;
+        args.api.client()?.disconnect_controller(id).await?;
         if !args.api.json {
             println!("controller {id} disconnected");
         }
         return Ok(());
     }
-    let list = args.api.reader().controllers().await?;
+    let list = args.api.client()?.controllers().await?;
     if args.api.json {
         return print_json(&list);
     }

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use fabrik_api::client::Client;
+
 use fabrik_initiator::placement::apply::{self as apply_plan, connections};
 use fabrik_initiator::placement::{
     nvme_connect_args, plan, BoxInventory, PlaceOptions, Plan, Warning,
@@ -34,6 +34,10 @@ pub struct PlanArgs {
     /// the drives.
     #[arg(long, env = "FABRIK_API", value_name = "URL")]
     pub api: Option<String>,
+    /// API token for --api over HTTP [default: the api-token file in $FABRIK_DATA_DIR,
+    /// /var/lib/fabrik or ~/.local/share/fabrik].
+    #[arg(long, env = "FABRIK_API_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
     /// Or: ask the box's discovery controller at this address for its ports and drives.
     #[arg(long, value_name = "ADDR")]
     pub discover: Option<String>,
@@ -99,7 +103,7 @@ impl PlanArgs {
             return Ok(BoxInventory::from_discovery(&log.entries));
         }
         if let Some(url) = &self.api {
-            let client = Client::new(url, None);
+            let client = super::admin::api_client(Some(url), self.token.clone())?;
             let ports = client
                 .ports()
                 .await
@@ -118,10 +122,6 @@ impl PlanArgs {
 pub struct PlaceArgs {
     #[command(flatten)]
     plan: PlanArgs,
-    /// API token for composing [default: the api-token file in $FABRIK_DATA_DIR,
-    /// /var/lib/fabrik or ~/.local/share/fabrik].
-    #[arg(long, env = "FABRIK_API_TOKEN", hide_env_values = true)]
-    token: Option<String>,
     /// GPUs to place for: indices (nvidia-smi order) or PCI addresses, comma separated.
     #[arg(long, value_delimiter = ',')]
     gpus: Vec<String>,
@@ -323,7 +323,8 @@ async fn apply(args: &PlaceArgs, plan: &Plan) -> Result<()> {
         };
         let nqn = hostnqn.as_deref().expect("composing needs the host NQN");
         if args.dry_run {
-            let cp = apply_plan::composition_plan(&Client::new(url, None), plan, nqn).await?;
+            let client = super::admin::api_client(Some(url), args.plan.token.clone())?;
+            let cp = apply_plan::composition_plan(&client, plan, nqn).await?;
             for c in &cp.existing {
                 println!("already composed to {nqn}: composition {}", c.id);
             }
@@ -335,11 +336,8 @@ async fn apply(args: &PlaceArgs, plan: &Plan) -> Result<()> {
                 );
             }
         } else {
-            let token = match &args.token {
-                Some(t) => t.clone(),
-                None => super::admin::token_from_file()?,
-            };
-            let (new, cp) = apply_plan::compose(&Client::new(url, Some(token)), plan, nqn).await?;
+            let client = super::admin::api_client(Some(url), args.plan.token.clone())?;
+            let (new, cp) = apply_plan::compose(&client, plan, nqn).await?;
             for c in &cp.existing {
                 println!(
                     "already composed to {nqn}: composition {} ({} drive(s))",

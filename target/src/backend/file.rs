@@ -1,7 +1,7 @@
 //! A drive kept in a sparse regular file, through the page cache (hence a volatile write
 //! cache that `flush` makes durable with fdatasync).
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::path::Path;
@@ -62,15 +62,9 @@ impl FileDrive {
 fn open_file(path: &Path) -> Result<File, DriveError> {
     let err = |e| DriveError::open(path, e);
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(err)?;
+        crate::files::create_private_dir(dir).map_err(err)?;
     }
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path);
-    let file = file.map_err(err)?;
+    let (file, _) = crate::files::open_or_create_private(path, |_| {}).map_err(err)?;
     if !file.metadata().map_err(err)?.is_file() {
         return Err(DriveError::Unusable(format!(
             "{} is not a regular file (use the block backend for devices)",

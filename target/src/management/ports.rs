@@ -10,11 +10,18 @@ use super::{conflict, invalid, not_found, Manager};
 use crate::state::PortState;
 use crate::transport::{self, Listener};
 
-/// A serving listener.
+/// A listener: serving, or stopped and draining its connections.
 pub(super) struct Listening {
     id: u16,
     stop: CancellationToken,
     task: tokio::task::JoinHandle<()>,
+}
+
+impl Listening {
+    /// Still serving: not told to stop.
+    fn serving(&self) -> bool {
+        !self.stop.is_cancelled()
+    }
 }
 
 impl Manager {
@@ -63,11 +70,11 @@ impl Manager {
         let addr = SocketAddr::new(ip, req.service_id);
         let _serial = self.port_change.lock().unwrap();
         let id = {
-            let st = self.state.lock().unwrap();
+            let st = self.state();
             if req.service_id != 0 && st.ports.iter().any(|p| p.address == addr) {
                 return Err(conflict(format!("port {addr} exists")));
             }
-            st.ports.iter().map(|p| p.id).max().unwrap_or(0) + 1
+            self.unused_port_id(&st)?
         };
         let bound = tokio::runtime::Handle::current()
             .block_on(transport::bind(&kind, addr, id))
@@ -95,6 +102,18 @@ impl Manager {
             .ok_or_else(|| MgmtError::Internal(format!("port {id} vanished")))
     }
 
+    /// An ID no port of the state and no listener still alive (draining its connections after a
+    /// DELETE) has: reusing a draining port's ID let a later DELETE stop the old listener, not
+    /// the new one, which went on serving.
+    fn unused_port_id(&self, st: &crate::state::State) -> MgmtResult<u16> {
+        let mut listeners = self.listeners.lock().unwrap();
+        listeners.retain(|l| l.serving() || !l.task.is_finished());
+        let live = listeners.iter().map(|l| l.id);
+        let max = st.ports.iter().map(|p| p.id).chain(live).max().unwrap_or(0);
+        max.checked_add(1)
+            .ok_or_else(|| conflict("no port IDs left: restart fabrikd to number them afresh"))
+    }
+
     /// Stops the listener; its connections finish their commands and close.
     pub(super) fn remove_listener(&self, id: u16) -> MgmtResult<()> {
         let _serial = self.port_change.lock().unwrap();
@@ -119,12 +138,13 @@ impl Manager {
             Ok(())
         })?;
         let mut listeners = self.listeners.lock().unwrap();
-        if let Some(l) = listeners.iter().find(|l| l.id == id) {
+        for l in listeners.iter().filter(|l| l.id == id) {
             l.stop.cancel();
         }
         self.target.remove_port(id);
-        // The task finishes on its own; `join_listeners` still awaits it at shutdown.
-        listeners.retain(|l| l.id != id || !l.task.is_finished());
+        // The task finishes on its own; `join_listeners` still awaits it at shutdown, and its
+        // ID stays taken until then.
+        listeners.retain(|l| l.serving() || !l.task.is_finished());
         Ok(())
     }
 }

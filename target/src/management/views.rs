@@ -1,6 +1,6 @@
 //! What the API shows: the live target and its persisted state as API models.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -10,7 +10,7 @@ use fabrik_api::models as api;
 use super::Manager;
 use crate::backend::Drive;
 use crate::model::{Namespace, TargetState, TransportType};
-use crate::state::{self, CompositionState, State, SubsystemState};
+use crate::state::{self, Access, CompositionState, State, SubsystemState};
 
 impl Manager {
     pub(super) fn drive_view(&self, st: &State, slot: usize) -> api::Drive {
@@ -121,9 +121,9 @@ impl Manager {
         }
     }
 
-    pub(super) fn subsystem_view(&self, st: &State, s: &SubsystemState) -> api::Subsystem {
+    pub(super) fn subsystem_view(&self, access: &Access, s: &SubsystemState) -> api::Subsystem {
         let live = self.target.subsystem(&s.nqn);
-        let hosts = st.effective_hosts(s);
+        let hosts = access.hosts(s);
         api::Subsystem {
             nqn: s.nqn.clone(),
             serial: s.serial.clone(),
@@ -151,6 +151,10 @@ impl Manager {
             subsystem: c.subnqn(),
             discovery: c.is_discovery(),
             host_nqn: c.hostnqn.clone(),
+            host_alias: match &c.hostnqn {
+                Some(nqn) => state::host_alias(&self.state().alias_key, nqn),
+                None => crate::controller::ANONYMOUS_HOST.into(),
+            },
             address: c.port.peer_addr.to_string(),
             port_id: c.port.port_id,
             io_queues: c.io_queue_count() as u32,
@@ -184,12 +188,16 @@ impl Manager {
         }
     }
 
-    pub(super) fn composition_view(&self, st: &State, c: &CompositionState) -> api::Composition {
+    pub(super) fn composition_view(
+        &self,
+        access: &Access,
+        c: &CompositionState,
+    ) -> api::Composition {
         let mut subsystems: Vec<String> = Vec::new();
         for d in &c.drives {
-            if let Some(s) = st.subsystem_of_drive(d) {
-                if !subsystems.contains(&s.nqn) {
-                    subsystems.push(s.nqn.clone());
+            if let Some(s) = access.subsystem_of_drive(d) {
+                if !subsystems.iter().any(|x| x == s) {
+                    subsystems.push(s.to_string());
                 }
             }
         }
@@ -200,26 +208,23 @@ impl Manager {
             .filter(|p| c.ports.as_ref().is_none_or(|l| l.contains(&p.id)))
             .collect();
         let mut connect = Vec::new();
+        // Quoted for a POSIX shell: an NQN may hold spaces, quotes or `$(...)`.
+        let host = shell_quote(&c.host_nqn);
         for p in &ports {
             let addr = reachable_addr(p.addr);
             for s in &subsystems {
                 let t = transport_name(p.transport);
+                let (sub, port) = (shell_quote(s), p.addr.port());
                 connect.push(api::ConnectCommand {
                     subsystem: s.clone(),
                     port_id: p.id,
                     transport: t.into(),
                     address: addr.clone(),
-                    service_id: p.addr.port(),
+                    service_id: port,
                     nvme_cli: format!(
-                        "nvme connect -t {t} -a {addr} -s {} -n {s} --hostnqn {}",
-                        p.addr.port(),
-                        c.host_nqn
+                        "nvme connect -t {t} -a {addr} -s {port} -n {sub} --hostnqn {host}"
                     ),
-                    fabrik: format!(
-                        "fabrik id-ctrl -a {addr} -s {} -n {s} --hostnqn {}",
-                        p.addr.port(),
-                        c.host_nqn
-                    ),
+                    fabrik: format!("fabrik id-ctrl -a {addr} -s {port} -n {sub} --hostnqn {host}"),
                 });
             }
         }
@@ -234,29 +239,31 @@ impl Manager {
         }
     }
 
-    pub(super) fn host_view(&self, st: &State, nqn: &str) -> api::Host {
-        api::Host {
-            nqn: nqn.to_string(),
-            name: st
+    /// What the host views need, gathered once in time linear in the state and the live
+    /// controllers: a listing of thousands of hosts was quadratic and took seconds.
+    pub(super) fn host_index<'a>(&self, st: &'a State) -> HostIndex<'a> {
+        let access = st.access();
+        let mut subsystems: HashMap<String, Vec<String>> = HashMap::new();
+        for s in &st.subsystems {
+            for h in access.hosts(s).unwrap_or_default() {
+                subsystems.entry(h).or_default().push(s.nqn.clone());
+            }
+        }
+        let mut controllers: HashMap<String, u32> = HashMap::new();
+        for c in self.target.controllers() {
+            if let Some(nqn) = &c.hostnqn {
+                *controllers.entry(nqn.clone()).or_default() += 1;
+            }
+        }
+        HostIndex {
+            alias_key: &st.alias_key,
+            names: st
                 .hosts
                 .iter()
-                .find(|h| h.nqn == nqn)
-                .and_then(|h| h.name.clone()),
-            subsystems: st
-                .subsystems
-                .iter()
-                .filter(|s| {
-                    st.effective_hosts(s)
-                        .is_some_and(|h| h.iter().any(|x| x == nqn))
-                })
-                .map(|s| s.nqn.clone())
+                .map(|h| (h.nqn.as_str(), h.name.as_deref()))
                 .collect(),
-            controllers: self
-                .target
-                .controllers()
-                .iter()
-                .filter(|c| c.hostnqn.as_deref() == Some(nqn))
-                .count() as u32,
+            subsystems,
+            controllers,
         }
     }
 
@@ -300,5 +307,31 @@ pub(super) fn reachable_addr(a: SocketAddr) -> String {
         crate::config::default_box_name()
     } else {
         a.ip().to_string()
+    }
+}
+
+/// `s` as one word for a POSIX shell (unchanged when nothing in it is special).
+pub(crate) fn shell_quote(s: &str) -> std::borrow::Cow<'_, str> {
+    // NQNs hold no NUL (they are validated text), the one thing shlex cannot quote.
+    shlex::try_quote(s).unwrap_or(std::borrow::Cow::Borrowed(s))
+}
+
+/// See `Manager::host_index`.
+pub(super) struct HostIndex<'a> {
+    alias_key: &'a str,
+    names: HashMap<&'a str, Option<&'a str>>,
+    subsystems: HashMap<String, Vec<String>>,
+    controllers: HashMap<String, u32>,
+}
+
+impl HostIndex<'_> {
+    pub(super) fn view(&self, nqn: &str) -> api::Host {
+        api::Host {
+            nqn: nqn.to_string(),
+            alias: state::host_alias(self.alias_key, nqn),
+            name: self.names.get(nqn).copied().flatten().map(str::to_string),
+            subsystems: self.subsystems.get(nqn).cloned().unwrap_or_default(),
+            controllers: self.controllers.get(nqn).copied().unwrap_or(0),
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! Transports: how capsules, data and responses move between a host and a `Queue`.
 //! The controller logic never knows which one it runs on.
 
+mod admission;
 mod parked;
 #[cfg(feature = "rdma")]
 pub mod rdma;

@@ -26,6 +26,9 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
+use super::admission::{
+    AcceptBackoff, Admission, MAX_CONNECTIONS_PER_LISTENER, MAX_CONNECTIONS_PER_PEER,
+};
 use super::parked::ParkedEvents;
 use super::Listener;
 use crate::controller::{limits, Admitted, Queue, Response, Route};
@@ -39,6 +42,9 @@ const MAX_H2C_DATA: u32 = limits::MAX_TRANSFER;
 const R2T_BUDGET: u64 = 16 << 20;
 /// The Linux host gives up on ICResp after 10 s; so do we on ICReq.
 const IC_TIMEOUT: Duration = Duration::from_secs(10);
+/// A queue not connected to a controller this long after its ICResp is closed: hosts send
+/// Connect at once, and a connection that never does only holds a descriptor.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub struct TcpListenerPort {
     listener: TcpListener,
@@ -76,22 +82,26 @@ impl Listener for TcpListenerPort {
             // them close (a removed port) finds the address refusing connections.
             let close_connections = CancellationToken::new();
             let mut connections = tokio::task::JoinSet::new();
+            let admission = Admission::new(MAX_CONNECTIONS_PER_LISTENER, MAX_CONNECTIONS_PER_PEER);
+            let mut backoff = AcceptBackoff::default();
+            let what = format!("NVMe/TCP port {} ({})", port.id, port.addr);
             loop {
                 tokio::select! {
                     _ = stop.cancelled() => break,
                     accepted = listener.accept() => match accepted {
                         Ok((stream, peer)) => {
+                            backoff.accepted(&what);
+                            // Past a cap the connection is closed at once (dropped).
+                            let Some(place) = admission.admit(peer.ip()) else { continue };
                             let (target, port, stop) = (target.clone(), port.clone(), close_connections.clone());
                             connections.spawn(async move {
+                                let _place = place;
                                 if let Err(e) = serve_connection(stream, peer, target, port, stop).await {
                                     tracing::debug!(%peer, "connection ended: {e}");
                                 }
                             });
                         }
-                        Err(e) => {
-                            tracing::warn!("accept failed: {e}");
-                            tokio::time::sleep(Duration::from_millis(50)).await;
-                        }
+                        Err(e) => backoff.failed(&what, &e).await,
                     },
                     Some(done) = connections.join_next(), if !connections.is_empty() => report_panic(done),
                 }
@@ -129,6 +139,8 @@ enum ConnError {
     Eof,
     #[error("no ICReq within {0:?}")]
     IcTimeout(Duration),
+    #[error("no Connect within {0:?} of the ICResp")]
+    ConnectTimeout(Duration),
 }
 
 async fn serve_connection(
@@ -228,6 +240,7 @@ impl Connection {
         stop: &CancellationToken,
     ) -> Result<(), ConnError> {
         self.initialize(stop).await?;
+        let connect_deadline = tokio::time::Instant::now() + CONNECT_TIMEOUT;
         let mut inflight: Inflight<'q> = FuturesUnordered::new();
         let mut stopping = false;
         loop {
@@ -269,6 +282,9 @@ impl Connection {
                 .unwrap_or_default();
             tokio::select! {
                 _ = teardown.cancelled() => return Ok(()),
+                _ = tokio::time::sleep_until(connect_deadline), if queue.binding().is_none() => {
+                    return Err(ConnError::ConnectTimeout(CONNECT_TIMEOUT));
+                }
                 _ = stop.cancelled(), if !stopping => {
                     // Finish what is executing; writes still waiting for data were never
                     // acknowledged and the host will retry them after reconnecting.

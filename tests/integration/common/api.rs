@@ -7,6 +7,7 @@ use std::path::Path;
 use fabrik_api::client::{Client, ClientError};
 use fabrik_initiator::{Controller, HostError, HostIdentity};
 use fabrik_target::backend::BackendKind;
+use fabrik_target::endpoints::{ApiEndpoint, API_SOCKET};
 use fabrik_target::Target;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -16,44 +17,41 @@ pub const TOKEN: &str = "test-token-0123456789";
 pub struct Api {
     pub target: Target,
     pub api: SocketAddr,
-    stop: tokio::sync::oneshot::Sender<()>,
+    endpoint: ApiEndpoint,
     /// Client with the token.
     pub admin: Client,
     /// Client without a token.
     pub anon: Client,
+    /// Client of the local socket (no token: the socket's file mode decides).
+    pub local: Client,
 }
 
-/// A persisted 4-drive RAM target in `dir` and its API on a free loopback port.
+/// A persisted 4-drive RAM target in `dir` and its API, as fabrikd serves it: on a free
+/// loopback port and on the local socket in `dir`.
 pub async fn start(dir: &Path) -> Api {
     let mut cfg = super::config(dir, BackendKind::Ram, 4, 16 * MIB);
     cfg.persist_state = true;
     let target = super::start(cfg).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let api = listener.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(fabrik_api::serve(
-        listener,
-        // As fabrikd serves it: the API's router with /metrics merged in.
-        target
-            .api_router(TOKEN.into())
-            .merge(target.metrics_router()),
-        async move {
-            let _ = stopped.await;
-        },
-    ));
+    let socket = dir.join(API_SOCKET);
+    let endpoint = ApiEndpoint::start(&target, TOKEN.into(), Some(listener), Some(&socket))
+        .await
+        .unwrap();
     let base = format!("http://{api}");
     Api {
         target,
         api,
-        stop,
+        endpoint,
         admin: Client::new(&base, Some(TOKEN.into())),
         anon: Client::new(&base, None),
+        local: Client::unix(&socket),
     }
 }
 
 impl Api {
     pub async fn stop(self) {
-        let _ = self.stop.send(());
+        self.endpoint.shutdown().await;
         self.target.shutdown().await;
     }
 

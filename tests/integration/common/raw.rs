@@ -70,7 +70,7 @@ impl RawConn {
 
     /// The next PDU from the target, or None once it has closed the connection.
     pub async fn next(&mut self) -> Option<Pdu> {
-        let deadline = Duration::from_secs(10);
+        let deadline = Duration::from_secs(15);
         loop {
             if let Some(pdu) = self
                 .decoder
