@@ -29,6 +29,9 @@ pub trait Management: Send + Sync + 'static {
 
     fn drives(&self) -> Vec<Drive>;
     fn drive(&self, id: &str) -> MgmtResult<Drive>;
+    /// The operator's word that a drive that lost a write may take writes again; 409 when it
+    /// has no fault.
+    fn clear_drive_fault(&self, id: &str) -> MgmtResult<Drive>;
 
     fn subsystems(&self) -> Vec<Subsystem>;
     fn subsystem(&self, nqn: &str) -> MgmtResult<Subsystem>;

@@ -307,6 +307,14 @@ impl SnapshotCollector {
                 .map(|d| (by_drive(d), (d.health.state != "not_ready") as u64)),
         )?;
         out.gauges(
+            "fabrik_drive_read_only",
+            "1 when the drive lost a write (a failed Flush or FUA write) and refuses changes until an operator clears the fault.",
+            None,
+            drives
+                .iter()
+                .map(|d| (by_drive(d), d.health.fault.is_some() as u64)),
+        )?;
+        out.gauges(
             "fabrik_drive_critical_warning",
             "SMART critical warning bits (0: no warning).",
             None,
@@ -640,6 +648,7 @@ mod tests {
             "fabrik_drive_power_on_seconds{drive=\"03\"} 7200",
             "fabrik_drive_media_errors_total{drive=\"03\"} 4",
             "fabrik_drive_ready{drive=\"03\"} 1",
+            "fabrik_drive_read_only{drive=\"03\"} 0",
             "fabrik_drive_composed_info{drive=\"03\",host=\"nqn.2014-08.org.nvmexpress:uuid:gpu-a\"} 1",
             "fabrik_port_received_bytes_total{port=\"1\",transport=\"tcp\",address=\"127.0.0.1:4420\"} 100",
             "fabrik_connected_hosts 1",

@@ -13,7 +13,9 @@ pub struct Drive {
     pub slot: u32,
     pub serial: String,
     pub model: String,
-    /// Backend: file, block, ram or null.
+    /// Backend: file, block, ram or null. ram and null keep no data across a restart
+    /// (benchmarks only): their namespaces get a new NGUID/UUID at every start, so no host
+    /// takes them for the ones it wrote to.
     pub backend: String,
     /// Backing file or block device, if any.
     pub path: Option<String>,
@@ -33,9 +35,13 @@ pub struct Drive {
 /// null). Command and byte counters are fabrikd's, since it started.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, ToSchema, PartialEq)]
 pub struct DriveHealth {
-    /// "ok", "warning" (SMART critical warning bits set), or "not_ready" while the drive cannot
-    /// serve I/O.
+    /// "ok", "warning" (SMART critical warning bits set), "read_only" (it lost a write: see
+    /// `fault`), or "not_ready" while the drive cannot serve I/O.
     pub state: String,
+    /// Why the drive refuses writes: a Flush or FUA write failed, so data hosts were told was
+    /// written may be lost. Every write, Flush, Write Zeroes and deallocate fails (Write Fault)
+    /// until an operator clears it (`POST /drives/{id}/clear-fault`).
+    pub fault: Option<String>,
     /// "smart" or "fabrikd".
     pub source: String,
     /// Why SMART data could not be read, when the drive has it but reading failed.

@@ -21,7 +21,7 @@ use crate::routes::{self, compositions, controllers, drives, hosts, ports, subsy
 #[openapi(
     info(title = "fabrik management API", description = "Compose NVMe-oF drives to hosts. Mutations need `Authorization: Bearer <token>`; errors are RFC 9457 problem+json."),
     paths(
-        drives::list, drives::get,
+        drives::list, drives::get, drives::clear_fault,
         subsystems::list, subsystems::get, subsystems::create, subsystems::delete,
         subsystems::set_access, subsystems::allow_host, subsystems::disallow_host,
         subsystems::namespaces, subsystems::add_namespace, subsystems::remove_namespace,
@@ -67,6 +67,7 @@ pub fn router(m: Arc<dyn Management>, auth: Auth) -> Router {
     let protected = Router::new()
         .route("/drives", get(drives::list))
         .route("/drives/{id}", get(drives::get))
+        .route("/drives/{id}/clear-fault", post(drives::clear_fault))
         .route(
             "/subsystems",
             get(subsystems::list).post(subsystems::create),

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use tokio_util::sync::CancellationToken;
 
+use backend::guard::{Fault, Guarded};
 use backend::{BackendKind, Drive};
 use config::{Config, DriveSpec};
 use model::TargetState;
@@ -55,11 +56,29 @@ impl Target {
             None => State::seed(&config),
         };
         persisted.validate()?;
+        // Every drive behind a guard that remembers a lost write (backend::guard); a new
+        // fault goes to the state file through `faults`.
+        let (fault_tx, mut faults) = tokio::sync::mpsc::unbounded_channel();
         let mut drives = BTreeMap::new();
         for d in &persisted.drives {
             let spec = d.spec()?;
             let drive = open_drive(&spec).with_context(|| format!("drive {}", spec.id))?;
-            drives.insert(spec.id.clone(), drive);
+            let recorded = persisted.drive_faults.get(&spec.id).map(|f| Fault {
+                since: f.since,
+                cause: f.cause.clone(),
+            });
+            if let Some(f) = &recorded {
+                tracing::error!(drive = %spec.id, cause = %f.cause, "drive lost a write earlier: read-only until an operator clears the fault");
+            }
+            let (tx, id) = (fault_tx.clone(), spec.id.clone());
+            let guard = Guarded::new(
+                drive,
+                recorded,
+                Box::new(move |f: &Fault| {
+                    let _ = tx.send((id.clone(), f.clone()));
+                }),
+            );
+            drives.insert(spec.id.clone(), Arc::new(guard));
         }
         if let Some(path) = &state_path {
             state::save(path, &persisted)
@@ -75,6 +94,17 @@ impl Target {
             state_path,
             stop.clone(),
         ));
+        // A weak reference: the drives hold the channel's senders, and the manager the drives.
+        tokio::spawn({
+            let manager = Arc::downgrade(&manager);
+            async move {
+                while let Some((drive, fault)) = faults.recv().await {
+                    let Some(m) = manager.upgrade() else { break };
+                    let _ =
+                        tokio::task::spawn_blocking(move || m.record_fault(&drive, fault)).await;
+                }
+            }
+        });
         let mut listen_addrs = Vec::new();
         let mut rdma_listen_addrs = Vec::new();
         let has_tcp = ports.iter().any(|p| p.transport == "tcp");

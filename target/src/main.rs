@@ -48,7 +48,9 @@ struct Args {
     /// Size of each drive, e.g. 64G; file drives are sparse and take disk only as written [default: 64G].
     #[arg(long, value_name = "SIZE")]
     drive_size: Option<String>,
-    /// Drive backend: file (sparse files under the data dir), block (needs drives in the config file), ram, null [default: file].
+    /// Drive backend: file (sparse files under the data dir), block (needs drives in the config
+    /// file), ram or null [default: file]. ram and null are for benchmarks: they keep no data
+    /// across a restart (their namespaces get a new identity at every start).
     #[arg(long, value_name = "KIND")]
     backend: Option<String>,
     /// Logical block size of generated drives, 512 or 4096 [default: 4096].
@@ -319,6 +321,15 @@ fn print_banner(config: &Config, target: &Target, drives: usize) {
         human_size(size),
         config.data_dir.display()
     );
+    if state
+        .drives
+        .iter()
+        .any(|d| d.backend == "ram" || d.backend == "null")
+    {
+        eprintln!(
+            "  note: ram and null drives keep no data across a restart (benchmarks only); their namespaces get a new NGUID/UUID at every start"
+        );
+    }
     for a in &tcp {
         eprintln!("  NVMe/TCP listener {a} (discovery: nqn.2014-08.org.nvmexpress.discovery)");
     }

@@ -22,7 +22,8 @@ use fabrik_api::{Management, MgmtError, MgmtResult};
 use fabrik_proto::fabrics::nqn::Nqn;
 use tokio_util::sync::CancellationToken;
 
-use crate::backend::Drive;
+use crate::backend::guard::{Fault, Guarded};
+use crate::backend::{BackendKind, Drive};
 use crate::config::NQN_PREFIX;
 use crate::controller::limits::MAX_NAMESPACES;
 use crate::model::{Namespace, Subsystem, TargetState};
@@ -31,7 +32,10 @@ use crate::state::{self, CompositionState, HostState, NamespaceState, State, Sub
 pub struct Manager {
     target: Arc<TargetState>,
     /// Opened at start; the drive set is fixed while fabrikd runs.
-    drives: BTreeMap<String, Arc<dyn Drive>>,
+    drives: BTreeMap<String, Arc<Guarded>>,
+    /// Random per start: the identity of RAM and null namespaces, which keep no data across a
+    /// restart, changes with it, so no host takes the new one for the one it wrote to.
+    boot_id: String,
     /// The configuration; readers take a snapshot (an Arc) and let go of the lock at once.
     state: Mutex<Arc<State>>,
     /// Where the state is persisted (None: not persisted).
@@ -65,7 +69,7 @@ impl Manager {
     /// Takes over `target` (empty of subsystems) and brings it to `state`.
     pub fn new(
         target: Arc<TargetState>,
-        drives: BTreeMap<String, Arc<dyn Drive>>,
+        drives: BTreeMap<String, Arc<Guarded>>,
         state: State,
         path: Option<PathBuf>,
         stop: CancellationToken,
@@ -73,6 +77,8 @@ impl Manager {
         let m = Manager {
             target,
             drives,
+            boot_id: crate::state::random_hex(8)
+                .unwrap_or_else(|_| format!("{:?}", std::time::SystemTime::now())),
             state: Mutex::new(Arc::new(state.clone())),
             path,
             stop,
@@ -162,7 +168,12 @@ impl Manager {
             for (nsid, drive) in want {
                 if live.namespace(nsid).is_none() {
                     if let Some(d) = self.drives.get(drive) {
-                        let identity = format!("{}:{drive}", new.box_name);
+                        let identity = match d.info().kind {
+                            BackendKind::Ram | BackendKind::Null => {
+                                format!("{}:{drive}:boot-{}", new.box_name, self.boot_id)
+                            }
+                            _ => format!("{}:{drive}", new.box_name),
+                        };
                         live.add_namespace(Arc::new(Namespace::new(
                             nsid,
                             drive,
@@ -189,6 +200,30 @@ impl Manager {
     }
 }
 
+impl Manager {
+    /// The guard in front of drive `id` (tests inject failures through it).
+    pub fn drive_guard(&self, id: &str) -> Option<Arc<Guarded>> {
+        self.drives.get(id).cloned()
+    }
+
+    /// Keeps a drive's new fault in the state file (the guard already refuses writes).
+    pub fn record_fault(&self, drive: &str, fault: Fault) {
+        let recorded = self.mutate(|st| {
+            st.drive_faults.insert(
+                drive.to_string(),
+                state::DriveFault {
+                    since: fault.since,
+                    cause: fault.cause.clone(),
+                },
+            );
+            Ok(())
+        });
+        if let Err(e) = recorded {
+            tracing::error!(drive, "the drive's fault is not in the state file: {e}");
+        }
+    }
+}
+
 impl Management for Manager {
     fn box_name(&self) -> String {
         self.target.box_name.clone()
@@ -201,6 +236,23 @@ impl Management for Manager {
         (0..st.drives.len())
             .map(|i| self.drive_view(&st, i))
             .collect()
+    }
+
+    fn clear_drive_fault(&self, id: &str) -> MgmtResult<api::Drive> {
+        let drive = self
+            .drives
+            .get(id)
+            .ok_or_else(|| not_found(format!("no drive {id:?}")))?;
+        if drive.fault().is_none() {
+            return Err(conflict(format!("drive {id} has no fault")));
+        }
+        // Recorded as cleared first: a crash in between leaves it failed, not silently writable.
+        self.mutate(|st| {
+            st.drive_faults.remove(id);
+            Ok(())
+        })?;
+        drive.clear_fault();
+        self.drive(id)
     }
 
     fn drive(&self, id: &str) -> MgmtResult<api::Drive> {

@@ -18,6 +18,7 @@ use fabrik_api::metrics::{
 };
 use tokio_util::sync::CancellationToken;
 
+use crate::backend::Drive;
 use crate::controller::ANONYMOUS_HOST;
 use crate::management::Manager;
 use crate::model::{Port, TargetState, TransportType};
@@ -387,7 +388,8 @@ impl MetricsEndpoint {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::{ram::RamDrive, BoxFuture, Drive, DriveError, DriveInfo};
+    use crate::backend::guard::Guarded;
+    use crate::backend::{ram::RamDrive, BoxFuture, DriveError, DriveInfo};
     use bytes::Bytes;
     use fabrik_api::Management;
     use fabrik_proto::nvme::log::SmartLog;
@@ -450,9 +452,10 @@ mod tests {
             ids[1].clone(),
             Arc::new(RamDrive::new(1 << 20, 4096).unwrap()),
         );
+        let guarded = |d: Arc<dyn Drive>| Arc::new(Guarded::new(d, None, Box::new(|_| {})));
         let manager = Manager::new(
             Arc::new(TargetState::new("box".into())),
-            drives,
+            drives.into_iter().map(|(id, d)| (id, guarded(d))).collect(),
             state,
             None,
             CancellationToken::new(),

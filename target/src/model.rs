@@ -105,6 +105,9 @@ pub struct Subsystem {
     allowed_hosts: RwLock<Option<Vec<String>>>,
     namespaces: RwLock<BTreeMap<u32, Arc<Namespace>>>,
     controllers: Mutex<HashMap<u16, Weak<Controller>>>,
+    /// Controllers torn down whose queues may still have commands at the backend: a host
+    /// connects again only once its old controllers' commands are done (see `fence`).
+    retiring: Mutex<Vec<Weak<Controller>>>,
     next_cntlid: AtomicU16,
 }
 
@@ -125,6 +128,7 @@ impl Subsystem {
             allowed_hosts: RwLock::new(allowed_hosts),
             namespaces: RwLock::new(BTreeMap::new()),
             controllers: Mutex::new(HashMap::new()),
+            retiring: Mutex::new(Vec::new()),
             next_cntlid: AtomicU16::new(1),
         }
     }
@@ -212,7 +216,30 @@ impl Subsystem {
     }
 
     pub fn unregister_controller(&self, cntlid: u16) {
-        self.controllers.lock().unwrap().remove(&cntlid);
+        let gone = self.controllers.lock().unwrap().remove(&cntlid);
+        if let Some(ctrl) = gone {
+            let mut retiring = self.retiring.lock().unwrap();
+            retiring.retain(|c| c.upgrade().is_some_and(|c| !c.drained()));
+            retiring.push(ctrl);
+        }
+    }
+
+    /// Waits until every torn-down controller of `hostnqn` has finished the commands its
+    /// queues had passed to the backend, so that a write of the old association cannot land
+    /// after the host, reconnected, wrote the same blocks anew (Linux nvmet likewise frees a
+    /// controller only once its queues' requests are done). False if that takes longer than
+    /// `limit` (a hung drive): the caller refuses the Connect, and the host retries.
+    pub async fn fence(&self, hostnqn: Option<&str>, limit: std::time::Duration) -> bool {
+        let old: Vec<Arc<Controller>> = self
+            .retiring
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(Weak::upgrade)
+            .filter(|c| c.hostnqn.as_deref() == hostnqn && !c.drained())
+            .collect();
+        let all = futures_util::future::join_all(old.iter().map(|c| c.wait_drained()));
+        tokio::time::timeout(limit, all).await.is_ok()
     }
 
     pub fn controllers(&self) -> Vec<Arc<Controller>> {

@@ -13,7 +13,7 @@
 //! drives in the config file) must describe the drives the state holds, or fabrikd refuses to
 //! start and says which file to remove to start over.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -57,6 +57,18 @@ pub struct State {
     /// and without the key nobody can tell which NQN an alias stands for.
     #[serde(default = "new_alias_key")]
     pub alias_key: String,
+    /// Drives that lost a write and refuse changes until an operator clears them (by ID).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub drive_faults: BTreeMap<String, DriveFault>,
+}
+
+/// A drive's lost write, as recorded (see `backend::guard`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DriveFault {
+    /// Seconds since the Unix epoch.
+    pub since: u64,
+    pub cause: String,
 }
 
 fn new_alias_key() -> String {
@@ -68,7 +80,7 @@ fn new_alias_key() -> String {
 }
 
 /// `bytes` random bytes from /dev/urandom, as hex.
-fn random_hex(bytes: usize) -> std::io::Result<String> {
+pub(crate) fn random_hex(bytes: usize) -> std::io::Result<String> {
     let mut raw = vec![0u8; bytes];
     std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom")?, &mut raw)?;
     Ok(raw.iter().map(|b| format!("{b:02x}")).collect())
@@ -236,6 +248,7 @@ impl State {
             compositions: Vec::new(),
             next_composition: 1,
             alias_key: new_alias_key(),
+            drive_faults: BTreeMap::new(),
         }
     }
 

@@ -374,8 +374,9 @@ async fn a_command_failing_on_every_connection_is_failed_not_retried_forever() {
 
 /// A target exporting its drive 00 as `nqn`. Namespace identifiers derive from the box name:
 /// two boxes give the same NQN different namespaces (a misconfiguration multipath must catch).
+/// File drives: a RAM drive's identity is new at every start.
 fn shared_nqn_config(dir: &std::path::Path, box_name: &str, nqn: &str) -> Config {
-    let mut cfg = config(dir, BackendKind::Ram, 1, 16 * MIB);
+    let mut cfg = config(dir, BackendKind::File, 1, 16 * MIB);
     cfg.box_name = box_name.into();
     cfg.subsystem_specs = vec![fabrik_target::config::SubsystemSpec {
         nqn: nqn.into(),

@@ -95,6 +95,55 @@ s_block() {
   assert "disconnected" wait_no_ctrls 30 || return 1
   assert "fabrikd stops cleanly" target_stop
 }
+# A lost write on real media: the drive file sits on ext4 whose device (a loop device over a
+# file in a 24 MiB tmpfs) runs out of space under it. The kernel host writes 64 MiB (fabrikd's
+# writes land in the page cache), then flushes: the writeback fails, and fdatasync reports it
+# once only. No Flush or FUA write succeeds on that drive again, the host sees errors, REST and
+# the log say why, until the operator clears the fault.
+s_lost_write() {
+  local fabrik conf=/tmp/fabrikd-lost.toml data=$DATA/lost mnt=/tmp/lost-fs L rc out i
+  local nqn=nqn.2024-01.io.fabrik:lostbox:drive-l0
+  case $FABRIKD in */fake-fabrikd) echo "  fake-fabrikd: nothing to test"; return 0 ;; esac
+  fabrik=$(command -v fabrik) || { echo "  no fabrik binary in the guest"; return 1; }
+  [ "$(ctrl_count)" = 0 ] || { timeout 60 nvme disconnect-all; wait_no_ctrls 30; }
+  [ -z "$FPID" ] || target_stop || return 1
+  mkdir -p /tmp/lost-backing $mnt
+  mount -t tmpfs -o size=24m tmpfs /tmp/lost-backing || return 1
+  truncate -s 128M /tmp/lost-backing/disk.img || return 1
+  L=$(losetup -f) && losetup "$L" /tmp/lost-backing/disk.img || return 1
+  mkfs.ext4 -q -E lazy_itable_init=1,lazy_journal_init=1,nodiscard "$L" || return 1
+  mount -o noatime,errors=continue "$L" $mnt || return 1
+  echo "  $mnt: ext4 (128 MiB) on $L, over a file in a 24 MiB tmpfs"
+  printf '%s\n' 'box_name = "lostbox"' "listen = [\"$TRADDR:$TRSVCID\"]" \
+    '[[drive]]' 'id = "l0"' 'backend = "file"' "path = \"$mnt/l0.img\"" 'size = "96M"' > $conf
+  echo "===== fabrikd lost-write start $(date +%T) =====" >> $LOGF
+  "$FABRIKD" --config $conf --data-dir $data --api off --metrics off >> $LOGF 2>&1 &
+  FPID=$!
+  for i in $(seq 1 100); do (exec 3<>"/dev/tcp/$TRADDR/$TRSVCID") 2>/dev/null && break; sleep 0.1; done
+  nvme_connect_find "$nqn" "${FAB[@]}" "${CONN_OPTS[@]}"
+  assert "connect $nqn" [ -n "$DEV" ] || return 1
+  x dd if=/dev/urandom of="$DEV" bs=1M count=64 oflag=direct 2>&1 | tail -1
+  x timeout 60 nvme flush "$DEV"; rc=$?
+  assert "the flush that meets the lost writeback fails" [ $rc != 0 ] || return 1
+  x timeout 60 nvme flush "$DEV"; rc=$?
+  assert "the next flush fails too (the second fdatasync would have succeeded)" [ $rc != 0 ] || return 1
+  head -c 4096 /dev/urandom > /tmp/blk
+  x timeout 60 nvme write "$DEV" --start-block=0 --block-count=0 --data-size=4096 --data=/tmp/blk \
+    --force-unit-access; rc=$?
+  assert "a FUA write fails" [ $rc != 0 ] || return 1
+  x timeout 60 dd if=/tmp/blk of="$DEV" bs=4k count=1 oflag=direct,dsync; rc=$?
+  assert "a synchronous write from the kernel host fails" [ $rc != 0 ] || return 1
+  out=$("$fabrik" drives --api "unix:$data/api.sock" --json)
+  echo "$out" | grep -E '"(state|fault)"' | sed 's/^ */  | /'
+  assert "REST: drive l0 is read_only, with its fault" grep -q '"state": "read_only"' <<<"$out" || return 1
+  assert "fabrikd logged it" grep -q "read-only until an operator clears the fault" $LOGF || return 1
+  x "$fabrik" clear-fault l0 --api "unix:$data/api.sock"; rc=$?
+  assert "the operator clears the fault" [ $rc = 0 ] || return 1
+  x timeout 60 nvme disconnect-all
+  assert "disconnected" wait_no_ctrls 30 || return 1
+  assert "fabrikd stops" target_stop || return 1
+  umount $mnt; losetup -d "$L"; umount /tmp/lost-backing
+}
 # Composition through the management API (the `fabrik` CLI as client): compose a drive to this
 # host, connect with the exact command fabrikd answers, do I/O; a second host NQN can neither see
 # nor reach the drive; decomposing takes it away again (the kernel's controller is torn down).
@@ -144,7 +193,8 @@ s_compose() {
 # of the first fabrikd) with the block backend; its API reports that device's SMART log (read
 # through the admin passthrough ioctl), the numbers nvme-cli reads.
 s_smart() {
-  local fabrik conf=/tmp/fabrikd-smart.toml api=http://127.0.0.1:8081 pid out i rc ours theirs
+  # Its API through its local socket (no token: root reaches it).
+  local fabrik conf=/tmp/fabrikd-smart.toml api=unix:$DATA/smart/api.sock pid out i rc ours theirs
   local FABRIKD_ARGS="${FABRIKD_ARGS:-} --allow-any-host"
   case $FABRIKD in */fake-fabrikd) echo "  fake-fabrikd has no management API: nothing to test"; return 0 ;; esac
   fabrik=$(command -v fabrik) || { echo "  no fabrik binary in the guest"; return 1; }
@@ -217,6 +267,7 @@ suite_extra_steps() {
   skipped compose || step "compose a drive through the API, kernel connect + I/O, decompose" s_compose
   skipped smart || step "drive health from the SMART log of an NVMe drive (block backend)" s_smart
   skipped block || step "block backend on kernel block devices (null_blk)" s_block
+  skipped lost || step "a lost writeback fails every later Flush and FUA write (ext4 on a full device)" s_lost_write
   step "fabrikd log has no panic" s_log
 }
 

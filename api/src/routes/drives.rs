@@ -2,7 +2,7 @@
 
 use axum::extract::State;
 
-use super::{read, Encoded, Mgmt};
+use super::{blocking, read, Encoded, Mgmt};
 use crate::error::{ApiError, PathParam};
 use crate::models::{Drive, Problem};
 
@@ -22,4 +22,23 @@ pub async fn get(
     PathParam(id): PathParam<String>,
 ) -> Result<Encoded, ApiError> {
     read(&m, move |m| m.drive(&id)).await
+}
+
+/// A drive that lost a write (a failed Flush or FUA write) refuses every change, for every
+/// host, until this: say it after dealing with the cause (the space, the device) and with what
+/// the hosts wrote since their last good Flush.
+#[utoipa::path(post, path = "/api/v1/drives/{id}/clear-fault", tag = "drives",
+    params(("id" = String, Path, description = "Drive ID")),
+    security(("bearer" = [])),
+    responses((status = 200, description = "Writable again", body = Drive),
+        (status = 401, description = "No or wrong token", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such drive", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The drive has no fault", body = Problem, content_type = "application/problem+json")))]
+pub async fn clear_fault(
+    State(m): State<Mgmt>,
+    PathParam(id): PathParam<String>,
+) -> Result<axum::Json<Drive>, ApiError> {
+    Ok(axum::Json(
+        blocking(&m, move |m| m.clear_drive_fault(&id)).await?,
+    ))
 }

@@ -252,6 +252,36 @@ pub async fn compose(args: ComposeArgs) -> Result<()> {
 }
 
 #[derive(Args)]
+pub struct ClearFaultArgs {
+    /// Drive ID (see `fabrik drives`: HEALTH read_only).
+    pub drive: String,
+    #[command(flatten)]
+    pub api: ApiArgs,
+}
+
+/// A drive that lost a write (a failed Flush or FUA write) refuses writes until this: after
+/// dealing with the cause, and with what hosts wrote since their last good Flush.
+pub async fn clear_fault(args: ClearFaultArgs) -> Result<()> {
+    let path = format!(
+        "/drives/{}/clear-fault",
+        fabrik_api::client::seg(&args.drive)
+    );
+    let d: Drive = args
+        .api
+        .client()?
+        .post(&path, &serde_json::json!({}))
+        .await?;
+    if args.api.json {
+        return print_json(&d);
+    }
+    println!(
+        "drive {}: fault cleared, writable again (health {})",
+        d.id, d.health.state
+    );
+    Ok(())
+}
+
+#[derive(Args)]
 pub struct DecomposeArgs {
     /// Composition ID (see `fabrik compositions`).
     #[arg(required_unless_present = "host", conflicts_with = "host")]

@@ -86,6 +86,8 @@ enum Command {
     Subsystems(admin::ListArgs),
     /// List live controllers, or disconnect one (management API).
     Controllers(admin::ControllersArgs),
+    /// Let a drive that lost a write (HEALTH read_only) take writes again (management API).
+    ClearFault(admin::ClearFaultArgs),
     /// Bad input over NVMe/RDMA against a target (for its tests).
     #[command(hide = true)]
     RdmaProbe(rdma_probe::RdmaProbeArgs),
@@ -114,6 +116,7 @@ pub async fn run() -> Result<()> {
         Command::Compositions(args) => admin::compositions(args).await,
         Command::Subsystems(args) => admin::subsystems(args).await,
         Command::Controllers(args) => admin::controllers(args).await,
+        Command::ClearFault(args) => admin::clear_fault(args).await,
         Command::RdmaProbe(args) => rdma_probe::run(args).await,
     }
 }

@@ -78,6 +78,14 @@ impl ErrorLogEntry {
     }
 }
 
+/// SMART Critical Warning bits (byte 0 of the SMART log).
+pub mod critical {
+    /// NVM subsystem reliability has been degraded (media errors, ...).
+    pub const DEGRADED: u8 = 1 << 2;
+    /// The media has been placed in read-only mode.
+    pub const READ_ONLY: u8 = 1 << 3;
+}
+
 /// SMART / Health Information (512 bytes). Counters are 128-bit as in the spec.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
 pub struct SmartLog {

@@ -74,8 +74,13 @@ impl BlockDrive {
         let geo = geometry.map_err(|e| DriveError::open(path, e))?;
         check_geometry(geo.capacity, geo.block_size)?;
         let pool = BufPool::new(POOL_BUFS, POOL_BUF_SIZE).ok();
-        let engine =
-            Engine::new(mode, &path.display().to_string(), pool).map_err(DriveError::Unusable)?;
+        let engine = Engine::new(
+            mode,
+            &path.display().to_string(),
+            pool,
+            geo.block_size as usize,
+        )
+        .map_err(DriveError::Unusable)?;
         let info = DriveInfo {
             kind: BackendKind::Block,
             capacity: geo.capacity,

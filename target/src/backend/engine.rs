@@ -58,35 +58,50 @@ const RING_ENTRIES: u32 = 256;
 
 pub(crate) enum Engine {
     Uring(Ring),
-    Blocking,
+    /// The blocking pool; the alignment O_DIRECT needs (1 for buffered files).
+    Blocking(usize),
+}
+
+/// A transfer that stopped short of the whole buffer resumes where it stopped; under O_DIRECT
+/// that place must be block aligned (the buffer is, so the rest is if the part done is whole
+/// blocks), or the kernel refuses it. A device that returns part of a block is failing.
+pub(crate) fn check_resume(done: usize, align: usize) -> io::Result<()> {
+    if align > 1 && !done.is_multiple_of(align) {
+        return Err(io::Error::other(format!(
+            "short O_DIRECT transfer: {done} bytes is not a whole number of {align}-byte blocks"
+        )));
+    }
+    Ok(())
 }
 
 impl Engine {
     /// Starts an engine for drive `name`. `pool` buffers are registered with the ring when
     /// possible; `Engine::pool` tells whether they were.
+    /// `align`: the block size of an O_DIRECT file (1 for buffered I/O).
     pub(crate) fn new(
         mode: IoMode,
         name: &str,
         pool: Option<Arc<BufPool>>,
+        align: usize,
     ) -> Result<Engine, String> {
         let forced_off = std::env::var_os("FABRIK_NO_URING").is_some_and(|v| v != "0");
         match mode {
-            IoMode::Blocking => Ok(Engine::Blocking),
+            IoMode::Blocking => Ok(Engine::Blocking(align)),
             IoMode::Auto if forced_off => {
                 tracing::info!(drive = name, "FABRIK_NO_URING is set; using blocking I/O");
-                Ok(Engine::Blocking)
+                Ok(Engine::Blocking(align))
             }
-            IoMode::Uring => Ring::new(name, RING_ENTRIES, pool)
+            IoMode::Uring => Ring::new(name, RING_ENTRIES, pool, align)
                 .map(Engine::Uring)
                 .map_err(|e| format!("io_uring unavailable: {e}")),
-            IoMode::Auto => match Ring::new(name, RING_ENTRIES, pool) {
+            IoMode::Auto => match Ring::new(name, RING_ENTRIES, pool, align) {
                 Ok(ring) => Ok(Engine::Uring(ring)),
                 Err(e) => {
                     tracing::warn!(
                         drive = name,
                         "io_uring unavailable ({e}); using blocking I/O"
                     );
-                    Ok(Engine::Blocking)
+                    Ok(Engine::Blocking(align))
                 }
             },
         }
@@ -100,7 +115,7 @@ impl Engine {
     pub(crate) fn pool(&self) -> Option<&Arc<BufPool>> {
         match self {
             Engine::Uring(ring) => ring.pool(),
-            Engine::Blocking => None,
+            Engine::Blocking(_) => None,
         }
     }
 
@@ -111,13 +126,16 @@ impl Engine {
         mut buf: Buf,
         offset: u64,
     ) -> io::Result<Buf> {
-        let Engine::Uring(ring) = self else {
-            let file = file.clone();
-            return blocking(move || {
-                let dst = buf.as_mut_slice().ok_or(io::ErrorKind::InvalidInput)?;
-                file.read_exact_at(dst, offset).map(|()| buf)
-            })
-            .await;
+        let ring = match self {
+            Engine::Uring(ring) => ring,
+            &Engine::Blocking(align) => {
+                let file = file.clone();
+                return blocking(move || {
+                    let dst = buf.as_mut_slice().ok_or(io::ErrorKind::InvalidInput)?;
+                    pread_all(&file, dst, offset, align).map(|()| buf)
+                })
+                .await;
+            }
         };
         ring.transfer(file, buf, offset, None).await
     }
@@ -130,9 +148,13 @@ impl Engine {
         offset: u64,
         dsync: bool,
     ) -> io::Result<()> {
-        let Engine::Uring(ring) = self else {
-            let file = file.clone();
-            return blocking(move || pwrite_all(&file, buf.as_slice(), offset, dsync)).await;
+        let ring = match self {
+            Engine::Uring(ring) => ring,
+            &Engine::Blocking(align) => {
+                let file = file.clone();
+                return blocking(move || pwrite_all(&file, buf.as_slice(), offset, dsync, align))
+                    .await;
+            }
         };
         ring.transfer(file, buf, offset, Some(dsync))
             .await
@@ -267,23 +289,48 @@ where
         .map_err(io::Error::other)?
 }
 
-fn pwrite_all(file: &File, mut data: &[u8], mut offset: u64, dsync: bool) -> io::Result<()> {
-    if !dsync {
-        return file.write_all_at(data, offset);
+/// Fills `dst` from `offset`, resuming after short reads (block aligned under O_DIRECT).
+fn pread_all(file: &File, dst: &mut [u8], offset: u64, align: usize) -> io::Result<()> {
+    let mut done = 0;
+    while done < dst.len() {
+        match file.read_at(&mut dst[done..], offset + done as u64) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => {
+                done += n;
+                check_resume(done, align)?;
+            }
+            Err(e) if retryable(&e) => {}
+            Err(e) => return Err(e),
+        }
     }
+    Ok(())
+}
+
+fn pwrite_all(
+    file: &File,
+    mut data: &[u8],
+    mut offset: u64,
+    dsync: bool,
+    align: usize,
+) -> io::Result<()> {
+    let flags = if dsync { libc::RWF_DSYNC } else { 0 };
+    let mut done = 0;
     while !data.is_empty() {
         let iov = libc::iovec {
             iov_base: data.as_ptr() as *mut _,
             iov_len: data.len(),
         };
         // SAFETY: `iov` describes `data`, which outlives the call.
-        let n =
-            unsafe { libc::pwritev2(file.as_raw_fd(), &iov, 1, offset as i64, libc::RWF_DSYNC) };
+        let n = unsafe { libc::pwritev2(file.as_raw_fd(), &iov, 1, offset as i64, flags) };
         match n {
             0 => return Err(io::ErrorKind::WriteZero.into()),
             n if n > 0 => {
                 data = &data[n as usize..];
                 offset += n as u64;
+                done += n as usize;
+                if !data.is_empty() {
+                    check_resume(done, align)?;
+                }
             }
             _ => match io::Error::last_os_error() {
                 e if retryable(&e) => {}
@@ -301,5 +348,24 @@ fn fallocate(file: &File, mode: i32, offset: u64, len: u64) -> io::Result<()> {
         Ok(())
     } else {
         Err(io::Error::last_os_error())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_resume;
+
+    #[test]
+    fn an_o_direct_transfer_resumes_only_at_a_block_boundary() {
+        assert!(check_resume(4096, 4096).is_ok());
+        assert!(check_resume(8192, 512).is_ok());
+        assert!(
+            check_resume(1000, 512).is_err(),
+            "part of a block: not resumed"
+        );
+        assert!(
+            check_resume(1000, 1).is_ok(),
+            "buffered I/O resumes anywhere"
+        );
     }
 }

@@ -35,8 +35,8 @@ impl FileDrive {
         check_geometry(capacity, block_size)?;
         let file = open_file(path)?;
         size_file(path, &file, capacity)?;
-        let engine =
-            Engine::new(mode, &path.display().to_string(), None).map_err(DriveError::Unusable)?;
+        let engine = Engine::new(mode, &path.display().to_string(), None, 1)
+            .map_err(DriveError::Unusable)?;
         let info = DriveInfo {
             kind: BackendKind::File,
             capacity,

@@ -6,6 +6,7 @@ mod aligned;
 pub mod block;
 mod engine;
 pub mod file;
+pub mod guard;
 pub mod null;
 mod nvme_smart;
 pub mod ram;
@@ -50,6 +51,9 @@ pub enum DriveError {
     },
     #[error("drive is not usable: {0}")]
     Unusable(String),
+    /// The drive lost a write earlier and refuses changes until an operator clears the fault.
+    #[error("the drive is read-only since a write was lost ({})", .0.cause)]
+    Failed(guard::Fault),
 }
 
 /// Which backend a drive uses.
@@ -97,6 +101,16 @@ pub trait Drive: Send + Sync + 'static {
     /// itself instead; see `Manager::drive_health`, the one place health is made). Blocking
     /// (an ioctl).
     fn smart_log(&self) -> Option<std::io::Result<fabrik_proto::nvme::log::SmartLog>> {
+        None
+    }
+
+    /// Why the drive refuses writes since it lost one (see `guard`); None while writable.
+    fn fault(&self) -> Option<guard::Fault> {
+        None
+    }
+
+    /// The operator's word that the drive may take writes again: the fault it had, if any.
+    fn clear_fault(&self) -> Option<guard::Fault> {
         None
     }
 

@@ -102,10 +102,17 @@ pub(crate) struct Ring {
     tx: Option<mpsc::Sender<Op>>,
     shared: Arc<Shared>,
     pool: Option<Arc<BufPool>>,
+    /// The block size O_DIRECT needs (1 for buffered files).
+    align: usize,
 }
 
 impl Ring {
-    pub(crate) fn new(name: &str, entries: u32, pool: Option<Arc<BufPool>>) -> io::Result<Ring> {
+    pub(crate) fn new(
+        name: &str,
+        entries: u32,
+        pool: Option<Arc<BufPool>>,
+        align: usize,
+    ) -> io::Result<Ring> {
         let ring = IoUring::new(entries)?;
         check_opcodes(&ring)?;
         let pool = pool.and_then(|pool| {
@@ -151,6 +158,7 @@ impl Ring {
             tx: Some(tx),
             shared,
             pool,
+            align,
         })
     }
 
@@ -212,6 +220,9 @@ impl Ring {
                 Err(e) if retryable(&e) => 0,
                 Err(e) => return Err(e),
             };
+            if pos < buf.as_slice().len() {
+                super::engine::check_resume(pos, self.align)?;
+            }
         }
         Ok(buf)
     }

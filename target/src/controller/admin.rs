@@ -9,7 +9,7 @@ use fabrik_proto::nvme::identify::{
     NsDescriptor, IDENTIFY_LEN,
 };
 use fabrik_proto::nvme::log::{
-    encode_changed_ns_list, lid, FirmwareSlotLog, SmartLog, CHANGED_NS_LIST_LEN,
+    critical, encode_changed_ns_list, lid, FirmwareSlotLog, SmartLog, CHANGED_NS_LIST_LEN,
     ERROR_LOG_ENTRY_LEN, SMART_LOG_LEN,
 };
 use fabrik_proto::nvme::NSID_BROADCAST;
@@ -291,6 +291,10 @@ impl Controller {
             log.host_read_commands += s.read_commands.load(Relaxed) as u128;
             log.host_write_commands += s.write_commands.load(Relaxed) as u128;
             log.media_errors += s.media_errors.load(Relaxed) as u128;
+            if ns.drive.fault().is_some() {
+                // It lost a write and refuses changes until an operator clears it.
+                log.critical_warning |= critical::READ_ONLY | critical::DEGRADED;
+            }
         }
         log.error_log_entries = self.state.lock().unwrap().error_count as u128;
         Ok(log)
@@ -331,7 +335,9 @@ impl Controller {
                     st.async_event_config
                 }
             }
-            fid::VOLATILE_WRITE_CACHE if !self.is_discovery() => st.volatile_write_cache as u32,
+            fid::VOLATILE_WRITE_CACHE if !self.is_discovery() => {
+                (self.has_volatile_cache() && st.write_cache_choice.unwrap_or(true)) as u32
+            }
             fid::ARBITRATION
             | fid::POWER_MANAGEMENT
             | fid::ERROR_RECOVERY
@@ -403,7 +409,7 @@ impl Controller {
                     return Response::status(Status::FEATURE_NOT_CHANGEABLE);
                 }
                 // With the cache off every write is made durable before it completes.
-                st.volatile_write_cache = cdw11 & 1 != 0;
+                st.write_cache_choice = Some(cdw11 & 1 != 0);
                 Response::ok()
             }
             fid::HOST_IDENTIFIER => Response::status(Status::COMMAND_SEQUENCE_ERROR),

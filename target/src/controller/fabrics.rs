@@ -11,6 +11,9 @@ use fabrik_proto::Status;
 use super::queue::{Binding, Queue, Response};
 use super::{keepalive, limits, Controller, ControllerKind};
 
+/// How long a Connect waits for the host's previous controller to finish its commands.
+const FENCE_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// NVMe version this target implements (VS and Identify VER).
 pub const NVME_VERSION: u32 = version(1, 3, 0);
 
@@ -31,7 +34,7 @@ impl Queue {
                 sqsize,
                 cattr,
                 kato,
-            } => self.connect(recfmt, qid, sqsize, cattr, kato, &data),
+            } => self.connect(recfmt, qid, sqsize, cattr, kato, &data).await,
             FabricsCommand::PropertyGet { size8, offset } => match self.controller() {
                 Some(ctrl) => ctrl.property_get(size8, offset),
                 None => Response::status(Status::COMMAND_SEQUENCE_ERROR),
@@ -58,7 +61,7 @@ impl Queue {
 
     /// Connect: qid 0 creates a controller (dynamic model); qid > 0 joins the controller named by
     /// CNTLID in the connect data. Status and IATTR/IPO as the Linux target answers.
-    fn connect(
+    async fn connect(
         &self,
         recfmt: u16,
         qid: u16,
@@ -100,6 +103,14 @@ impl Queue {
         let ctrl = if qid == 0 {
             if cd.cntlid != 0xffff {
                 return invalid_param(true, connect::OFFSET_CNTLID);
+            }
+            // The host's earlier association first finishes what it had at the backend.
+            if let Some(sub) = self.target.subsystem(cd.subnqn.as_str()) {
+                let hostnqn = cd.hostnqn.as_ref().map(|n| n.as_str());
+                if !sub.fence(hostnqn, FENCE_LIMIT).await {
+                    tracing::warn!(subnqn = %cd.subnqn, "connect refused for now: the host's previous controller still has commands at the drive");
+                    return Response::status(Status::CONNECT_CONTROLLER_BUSY);
+                }
             }
             match self.create_controller(&cd, kato) {
                 Ok(c) => c,
@@ -249,9 +260,17 @@ impl Controller {
             drop(st);
             let ctrl = self.clone();
             tokio::spawn(async move {
-                ctrl.flush_all().await;
-                ctrl.state.lock().unwrap().csts.shst = SHST_COMPLETE;
-                tracing::info!(cntlid = ctrl.cntlid, subnqn = %ctrl.subnqn(), "shutdown complete");
+                let flushed = ctrl.flush_all().await;
+                let mut st = ctrl.state.lock().unwrap();
+                if flushed.is_success() {
+                    st.csts.shst = SHST_COMPLETE;
+                    tracing::info!(cntlid = ctrl.cntlid, subnqn = %ctrl.subnqn(), "shutdown complete");
+                } else {
+                    // Not "complete": data the host wrote may be lost. The shutdown stays in
+                    // progress (the host gives up on it and says so) and CFS reports the fault.
+                    st.csts.cfs = true;
+                    tracing::error!(cntlid = ctrl.cntlid, subnqn = %ctrl.subnqn(), "shutdown failed: a drive's flush failed");
+                }
             });
         }
         Response::ok()

@@ -157,6 +157,13 @@ impl Controller {
                             .await
                             .map_err(|e| media_error(&ns, e, true))?;
                     }
+                    // With the cache off, what completes is durable: the deallocation too.
+                    if !self.volatile_write_cache() {
+                        ns.drive
+                            .flush()
+                            .await
+                            .map_err(|e| media_error(&ns, e, true))?;
+                    }
                 }
                 ns.stats.add_other();
                 Ok(Response::ok())
@@ -172,10 +179,23 @@ fn check_lba_range(ns: &Namespace, slba: u64, nlb: u64) -> Result<(), Status> {
     }
 }
 
-/// Maps a backend error to the NVMe status the host sees, counting media errors for SMART.
+/// Maps a backend error to the NVMe status the host sees (as nvmet maps errno), counting media
+/// errors for SMART: a full file system is Capacity Exceeded, not a media error; a drive that
+/// lost a write refuses changes with Write Fault (counted once, when it failed).
 fn media_error(ns: &Namespace, e: DriveError, write: bool) -> Status {
-    tracing::error!(nsid = ns.nsid, drive = %ns.drive_id, "{e}");
     match e {
+        DriveError::Failed(_) => {
+            tracing::debug!(nsid = ns.nsid, drive = %ns.drive_id, "{e}");
+            return Status::WRITE_FAULT;
+        }
+        DriveError::Io { ref source, .. } if crate::backend::guard::is_no_space(source) => {
+            tracing::warn!(nsid = ns.nsid, drive = %ns.drive_id, "{e}");
+            return Status::CAPACITY_EXCEEDED;
+        }
+        _ => tracing::error!(nsid = ns.nsid, drive = %ns.drive_id, "{e}"),
+    }
+    match e {
+        DriveError::Failed(_) => Status::WRITE_FAULT,
         DriveError::OutOfRange { .. } => Status::LBA_OUT_OF_RANGE,
         DriveError::Unaligned { .. } => Status::INVALID_FIELD,
         DriveError::Io { .. } => {

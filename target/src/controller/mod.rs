@@ -91,6 +91,10 @@ pub struct Controller {
     pub teardown: CancellationToken,
     /// What this host read and wrote through this controller (metrics).
     pub io_counters: crate::metrics::Striped<crate::metrics::ControllerCounters>,
+    /// Queue connections bound to this controller that have not yet finished their commands.
+    live_queues: std::sync::atomic::AtomicUsize,
+    /// Woken when the last of them has.
+    drained: Notify,
 }
 
 struct ControllerState {
@@ -102,7 +106,9 @@ struct ControllerState {
     /// I/O queues granted by Set Features Number of Queues (None until negotiated).
     io_queues_granted: Option<u32>,
     io_queues: HashSet<u16>,
-    volatile_write_cache: bool,
+    /// What the host set with Set Features Volatile Write Cache (None: not set; the cache is
+    /// on wherever a namespace has one, also one added after the host connected).
+    write_cache_choice: Option<bool>,
     error_count: u64,
     error_log: VecDeque<ErrorLogEntry>,
     changed_namespaces: Vec<u32>,
@@ -127,10 +133,6 @@ impl Controller {
         target: Arc<TargetState>,
         kato_ms: u32,
     ) -> Controller {
-        let vwc = match &kind {
-            ControllerKind::Io(s) => s.has_volatile_cache(),
-            ControllerKind::Discovery => false,
-        };
         Controller {
             id: target.next_controller_id(),
             cntlid,
@@ -148,7 +150,7 @@ impl Controller {
                 async_event_config: 0,
                 io_queues_granted: None,
                 io_queues: HashSet::new(),
-                volatile_write_cache: vwc,
+                write_cache_choice: None,
                 error_count: 0,
                 error_log: VecDeque::new(),
                 changed_namespaces: Vec::new(),
@@ -159,6 +161,8 @@ impl Controller {
             events: Notify::new(),
             teardown: CancellationToken::new(),
             io_counters: Default::default(),
+            live_queues: std::sync::atomic::AtomicUsize::new(0),
+            drained: Notify::new(),
         }
     }
 
@@ -202,8 +206,11 @@ impl Controller {
         self.state.lock().unwrap().csts.rdy
     }
 
+    /// Whether writes may complete before they are durable: the subsystem has a volatile cache
+    /// (Identify's VWC) and the host has not turned it off. Identify and Get Features agree.
     pub fn volatile_write_cache(&self) -> bool {
-        self.state.lock().unwrap().volatile_write_cache
+        let choice = self.state.lock().unwrap().write_cache_choice;
+        self.has_volatile_cache() && choice.unwrap_or(true)
     }
 
     pub fn kato_ms(&self) -> u32 {
@@ -260,6 +267,40 @@ impl Controller {
     }
 
     /// Tears the controller down: every queue bound to it closes, it leaves its subsystem.
+    /// A queue connection bound to this controller.
+    pub(super) fn queue_bound(&self) {
+        self.live_queues
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// A queue connection ended and every command it had passed on is done.
+    pub(super) fn queue_finished(&self) {
+        if self
+            .live_queues
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel)
+            == 1
+        {
+            self.drained.notify_waiters();
+        }
+    }
+
+    /// No queue of this controller has a command left at the backend.
+    pub fn drained(&self) -> bool {
+        self.live_queues.load(std::sync::atomic::Ordering::Acquire) == 0
+    }
+
+    pub async fn wait_drained(&self) {
+        loop {
+            let notified = self.drained.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if self.drained() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
     pub fn shut_down(&self, why: &str) {
         if self.teardown.is_cancelled() {
             return;

@@ -138,7 +138,12 @@ impl Queue {
     }
 
     pub(super) fn bind(&self, binding: Binding) -> bool {
-        self.binding.set(binding).is_ok()
+        let ctrl = binding.ctrl.clone();
+        let bound = self.binding.set(binding).is_ok();
+        if bound {
+            ctrl.queue_bound();
+        }
+        bound
     }
 
     pub(super) fn port_info(&self) -> PortInfo {
@@ -262,6 +267,8 @@ impl Queue {
 
     /// The queue's transport connection is gone: an admin queue takes its controller with it,
     /// an I/O queue only unbinds.
+    /// The connection ended, and the transport has waited for every command it had passed
+    /// to the backend (so the controller's queues can be counted as drained).
     pub fn closed(&self) {
         if let Some(b) = self.binding.get() {
             if b.qid == 0 {
@@ -269,6 +276,7 @@ impl Queue {
             } else {
                 b.ctrl.detach_io_queue(b.qid);
             }
+            b.ctrl.queue_finished();
         }
     }
 }

@@ -6,8 +6,10 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use fabrik_api::models as api;
+use fabrik_proto::nvme::log::critical;
 
 use super::Manager;
+use crate::backend::guard::Guarded;
 use crate::backend::Drive;
 use crate::model::{Namespace, TargetState, TransportType};
 use crate::state::{self, Access, CompositionState, State, SubsystemState};
@@ -44,7 +46,7 @@ impl Manager {
     }
 
     /// The opened drives by ID: every drive of the box, exported or not.
-    pub(crate) fn drive_registry(&self) -> &BTreeMap<String, Arc<dyn Drive>> {
+    pub(crate) fn drive_registry(&self) -> &BTreeMap<String, Arc<Guarded>> {
         &self.drives
     }
 
@@ -78,6 +80,7 @@ impl Manager {
         let ready = namespaces.iter().all(|n| n.is_ready());
         let mut h = api::DriveHealth {
             state: if ready { "ok" } else { "not_ready" }.into(),
+            fault: None,
             source: "fabrikd".into(),
             source_error: None,
             temperature_celsius: None,
@@ -105,6 +108,13 @@ impl Manager {
                 if ready && log.critical_warning != 0 {
                     h.state = "warning".into();
                 }
+            }
+        }
+        if let Some(f) = self.drives.get(drive).and_then(|d| d.fault()) {
+            h.fault = Some(f.cause);
+            h.critical_warnings |= critical::READ_ONLY | critical::DEGRADED;
+            if ready {
+                h.state = "read_only".into();
             }
         }
         h

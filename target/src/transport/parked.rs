@@ -50,6 +50,13 @@ impl ParkedEvents {
         }
     }
 
+    /// The queue ends: every parked AER is retired (they hold nothing at the backend).
+    pub(crate) fn retire_all(&mut self) {
+        for (_, handle) in self.0.drain() {
+            handle.abort();
+        }
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.0.len()
     }

@@ -234,21 +234,36 @@ impl Fatal {
 }
 
 impl Connection {
+    /// Serves the queue; when it ends, for whatever reason, waits for the commands it had
+    /// passed to the backend. Dropped, they would still complete at the drive, later: a write
+    /// of this association could land after the host, reconnected, wrote the same blocks anew.
     async fn run<'q>(
         &mut self,
         queue: &'q Queue,
         stop: &CancellationToken,
     ) -> Result<(), ConnError> {
         self.initialize(stop).await?;
-        let connect_deadline = tokio::time::Instant::now() + CONNECT_TIMEOUT;
         let mut inflight: Inflight<'q> = FuturesUnordered::new();
+        let result = self.serve(queue, stop, &mut inflight).await;
+        self.parked.retire_all();
+        while inflight.next().await.is_some() {}
+        result
+    }
+
+    async fn serve<'q>(
+        &mut self,
+        queue: &'q Queue,
+        stop: &CancellationToken,
+        inflight: &mut Inflight<'q>,
+    ) -> Result<(), ConnError> {
+        let connect_deadline = tokio::time::Instant::now() + CONNECT_TIMEOUT;
         let mut stopping = false;
         loop {
             // Everything already buffered first: PDUs, then completions that are ready.
             loop {
                 match self.decoder.decode(&mut self.rbuf) {
                     Ok(Some(pdu)) => {
-                        if let Err(f) = self.on_pdu(pdu, queue, &mut inflight) {
+                        if let Err(f) = self.on_pdu(pdu, queue, inflight) {
                             return self.terminate(f).await;
                         }
                     }

@@ -163,6 +163,11 @@ impl Connection {
 
     /// Serves the queue until the host disconnects, the controller is torn down, a response
     /// asks to close, or the target stops (then in-flight commands finish first).
+    ///
+    /// When it ends, for whatever reason, the commands it had passed to the backend are
+    /// waited for (their answers dropped): dropped unfinished, they would still complete at
+    /// the drive later, and a write of this association could land after the host,
+    /// reconnected, wrote the same blocks anew.
     pub async fn run<'q>(
         &mut self,
         queue: &'q Queue,
@@ -170,13 +175,26 @@ impl Connection {
         stop: &CancellationToken,
     ) -> Result<(), ConnError> {
         let mut inflight: Inflight<'q> = FuturesUnordered::new();
+        let result = self.serve(queue, events, stop, &mut inflight).await;
+        self.parked.retire_all();
+        while inflight.next().await.is_some() {}
+        result
+    }
+
+    async fn serve<'q>(
+        &mut self,
+        queue: &'q Queue,
+        events: &mut UnboundedReceiver<u32>,
+        stop: &CancellationToken,
+        inflight: &mut Inflight<'q>,
+    ) -> Result<(), ConnError> {
         let mut wcs = [Completion::default(); 32];
         let mut stopping = false;
         loop {
             loop {
                 let n = self.qp.poll(&mut wcs)?;
                 for wc in &wcs[..n] {
-                    self.on_completion(*wc, queue, &mut inflight)?;
+                    self.on_completion(*wc, queue, inflight)?;
                 }
                 if n < wcs.len() {
                     break;
