@@ -168,6 +168,19 @@ async fn state_survives_kill_9_and_a_corrupt_file_stops_fabrikd() {
 
     // Drive flags that contradict the state are refused, naming the file.
     kill9(child);
+    // An API address asked for and held by someone else stops fabrikd: it never runs with
+    // whoever holds the port standing in for its API (and receiving the tokens sent there).
+    let squatter = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = Ports {
+        nvme: ports.nvme,
+        api: squatter.local_addr().unwrap().port(),
+    };
+    let err = start_fails(dir.path(), &taken, &[]);
+    assert!(
+        err.contains("cannot listen on") && err.contains("--api"),
+        "{err}"
+    );
+    drop(squatter);
     let err = start_fails(dir.path(), &ports, &["--backend", "ram"]);
     assert!(
         err.contains("differ") && err.contains("state.json"),

@@ -232,3 +232,37 @@ async fn spdk_detach_reuses_the_cids_of_its_event_requests() {
     drop(conn);
     api.stop().await;
 }
+
+/// SPDK's host reads the NVM command set's Identify Controller data (CNS 06h, CSI 0) when it
+/// initializes a controller: answered (all zero: no limits beyond MDTS), as Linux nvmet does;
+/// another command set is Invalid Field.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identify_of_the_nvm_command_set_controller_data() {
+    use fabrik_initiator::proto::nvme::admin::{cns, csi};
+    let dir = tempfile::tempdir().unwrap();
+    let api = common::api::start(dir.path()).await;
+    let host = HostIdentity::random();
+    let ctrl = common::api::connect(api.nvme(), &common::api::nqn("00"), &host)
+        .await
+        .unwrap();
+    let identify = |csi| AdminCommand::Identify {
+        nsid: 0,
+        cns: cns::CSI_CONTROLLER,
+        cntid: 0,
+        csi,
+    };
+    let done = ctrl
+        .submit_admin(identify(csi::NVM).to_sqe(0), None, 4096)
+        .await
+        .unwrap();
+    assert_eq!(done.cqe.status, Status::SUCCESS);
+    assert_eq!(done.data.len(), 4096);
+    assert!(done.data.iter().all(|&b| b == 0));
+    let err = ctrl
+        .submit_admin(identify(2).to_sqe(0), None, 4096)
+        .await
+        .unwrap_err();
+    assert_eq!(err.status(), Some(Status::INVALID_FIELD));
+    ctrl.shutdown().await.unwrap();
+    api.stop().await;
+}

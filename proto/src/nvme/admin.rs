@@ -18,6 +18,12 @@ pub mod cns {
     pub const CSI_ACTIVE_NS_LIST: u8 = 0x07;
 }
 
+/// Command Set Identifiers (Identify CDW11 CSI).
+pub mod csi {
+    /// The NVM command set.
+    pub const NVM: u8 = 0x00;
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum AdminCommand {
     /// CDW10: CNS 7:0, CNTID 31:16; CDW11: CSI 31:24.

@@ -2,7 +2,7 @@
 //! Asynchronous Event Request. A discovery controller answers only the subset Linux nvmet does.
 
 use bytes::{Bytes, BytesMut};
-use fabrik_proto::nvme::admin::{cns, AdminCommand};
+use fabrik_proto::nvme::admin::{cns, csi, AdminCommand};
 use fabrik_proto::nvme::features::{aec, fid, sel, NumberOfQueues};
 use fabrik_proto::nvme::identify::{
     encode_ns_descriptors, encode_ns_list, IdentifyController, IdentifyNamespace, LbaFormat,
@@ -73,7 +73,7 @@ impl Controller {
         let len = len as usize;
         match cmd {
             // Transfer lengths were checked exactly in `admit_admin`.
-            AdminCommand::Identify { nsid, cns, .. } => self.identify(nsid, cns),
+            AdminCommand::Identify { nsid, cns, csi, .. } => self.identify(nsid, cns, csi),
             AdminCommand::GetLogPage {
                 nsid,
                 lid,
@@ -108,7 +108,7 @@ impl Controller {
         }
     }
 
-    fn identify(&self, nsid: u32, cns: u8) -> Response {
+    fn identify(&self, nsid: u32, cns: u8, csi: u8) -> Response {
         let mut buf = Box::new([0u8; IDENTIFY_LEN]);
         match cns {
             cns::CONTROLLER => self.identify_controller().encode(&mut buf),
@@ -152,6 +152,10 @@ impl Controller {
                     &mut buf,
                 );
             }
+            // The NVM command set's controller data (SPDK's host asks at init): all zero, no
+            // size limit of its own on Write Zeroes, Write Uncorrectable or Dataset Management
+            // beyond MDTS, as Linux nvmet answers.
+            cns::CSI_CONTROLLER if csi == csi::NVM && !self.is_discovery() => {}
             _ => return Response::status(Status::INVALID_FIELD),
         }
         Response::data(Bytes::from(buf as Box<[u8]>))

@@ -70,6 +70,9 @@ pub fn queue_sizes(qid: u16, entries: u32, max_sge: u32) -> QpSizes {
     }
 }
 
+/// How long an accepted queue pair may go without a Connect command.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 #[derive(Debug, thiserror::Error)]
 pub enum ConnError {
     #[error("verbs: {0}")]
@@ -188,6 +191,8 @@ impl Connection {
         stop: &CancellationToken,
         inflight: &mut Inflight<'q>,
     ) -> Result<(), ConnError> {
+        // As on NVMe/TCP: a queue pair that never sends its Connect holds resources for nothing.
+        let connect_deadline = tokio::time::Instant::now() + CONNECT_TIMEOUT;
         let mut wcs = [Completion::default(); 32];
         let mut stopping = false;
         loop {
@@ -229,6 +234,9 @@ impl Connection {
                     None => return Ok(()),
                 },
                 _ = teardown.cancelled() => return Ok(()),
+                _ = tokio::time::sleep_until(connect_deadline), if queue.binding().is_none() => {
+                    return Err(ConnError::Protocol("no Connect within 10 s of the connection"));
+                }
                 _ = stop.cancelled(), if !stopping => {
                     stopping = true;
                     queue.target.shutting_down.store(true, Ordering::Release);
