@@ -27,7 +27,7 @@ FPID=$!
 cleanup() { kill "$FPID" 2>/dev/null; wait "$FPID" 2>/dev/null; rm -rf "$DATA"; }
 trap cleanup EXIT
 for _ in $(seq 1 100); do
-  [ -s "$DATA/api-token" ] && python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$API_PORT/api/v1/drives')" 2>/dev/null && break
+  [ -s "$DATA/api-token" ] && python3 -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$API_PORT/api/v1/openapi.json')" 2>/dev/null && break
   kill -0 $FPID 2>/dev/null || { echo "fabrikd exited:"; cat "$DATA/fabrikd.log"; exit 1; }
   sleep 0.1
 done
