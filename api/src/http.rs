@@ -176,6 +176,7 @@ async fn serve<L: Accept>(
             refused += 1;
             continue;
         };
+        refused = 0;
         let app = app.clone();
         let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
             match peer {
