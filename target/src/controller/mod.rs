@@ -1,17 +1,23 @@
 //! NVMe controllers, one per host association (dynamic controller model), and the queues that
 //! feed them. One file per concern, like Linux `drivers/nvme/target`:
-//! `queue` (binding a transport queue to a controller, dispatch), `fabrics` (Connect, Property
-//! Get/Set, Disconnect), `admin` (Identify, Get Log Page, Features, Abort), `io` (NVM commands),
-//! `discovery` (the discovery log), `events` (asynchronous events), `keepalive`.
+//! `queue` (binding a transport queue to a controller, dispatch), `books` (what every transport
+//! keeps the same per queue: SQ head, CIDs in flight, parked AERs, each completion entry),
+//! `fabrics` (Connect, Property Get/Set, Disconnect), `admin` (Identify, Get Log Page, Features,
+//! Abort), `io` (NVM commands), `discovery` (the discovery log), `events` (asynchronous events),
+//! `keepalive`.
 //! No code here knows which transport it runs on.
 
 mod admin;
+pub mod books;
 mod discovery;
 mod events;
 mod fabrics;
 mod io;
 mod keepalive;
+mod parked;
 pub mod queue;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{HashSet, VecDeque};
 use std::net::SocketAddr;

@@ -2,7 +2,6 @@
 //! The controller logic never knows which one it runs on.
 
 mod admission;
-mod parked;
 #[cfg(feature = "rdma")]
 pub mod rdma;
 pub mod tcp;

@@ -3,7 +3,7 @@
 //! write data with R2T, and sends data (C2HData) and responses, batching whatever is ready
 //! into one vectored write.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::io::IoSlice;
 use std::net::SocketAddr;
@@ -18,7 +18,7 @@ use fabrik_proto::tcp::{
     C2HData, CapsuleCmd, CapsuleResp, Decoder, Digests, H2CData, IcReq, IcResp, Pdu, PduError,
     Role, TermReq, R2T,
 };
-use fabrik_proto::{Cqe, SglDescriptor, Status};
+use fabrik_proto::{SglDescriptor, Status};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -29,8 +29,8 @@ use tokio_util::sync::CancellationToken;
 use super::admission::{
     AcceptBackoff, Admission, MAX_CONNECTIONS_PER_LISTENER, MAX_CONNECTIONS_PER_PEER,
 };
-use super::parked::ParkedEvents;
 use super::Listener;
+use crate::controller::books::{Arrival, QueueBooks};
 use crate::controller::{limits, Admitted, Queue, Response, Route};
 use crate::metrics::ConnectionGuard;
 use crate::model::{Port, TargetState, TransportType};
@@ -167,9 +167,8 @@ async fn serve_connection(
         pending_writes: HashMap::new(),
         r2t_waiting: VecDeque::new(),
         r2t_outstanding: 0,
-        active: HashSet::new(),
-        sq_head: 0,
-        parked: ParkedEvents::default(),
+        // Before Connect, only the Connect itself: an admin queue's defaults will do.
+        books: QueueBooks::new(0, limits::MAX_ADMIN_QUEUE_ENTRIES),
         close_after_flush: false,
     };
     let result = conn.run(&queue, &stop).await;
@@ -215,12 +214,8 @@ struct Connection {
     r2t_waiting: VecDeque<u16>,
     /// Bytes asked for by R2Ts and not yet received.
     r2t_outstanding: u64,
-    /// CIDs of commands in flight (waiting for data, executing, or answered but not yet sent).
-    active: HashSet<u16>,
-    /// Submission queue head as reported in completions (SQ flow control).
-    sq_head: u32,
-    /// Asynchronous Event Requests parked until an event: they do not hold up a shutdown.
-    parked: ParkedEvents,
+    /// SQ head, CIDs in flight (waiting for data or executing), parked AERs.
+    books: QueueBooks,
     close_after_flush: bool,
 }
 
@@ -245,7 +240,7 @@ impl Connection {
         self.initialize(stop).await?;
         let mut inflight: Inflight<'q> = FuturesUnordered::new();
         let result = self.serve(queue, stop, &mut inflight).await;
-        self.parked.retire_all();
+        self.books.retire_parked();
         while inflight.next().await.is_some() {}
         result
     }
@@ -288,7 +283,7 @@ impl Connection {
             if self.close_after_flush {
                 return Ok(());
             }
-            if stopping && inflight.len() <= self.parked.len() {
+            if stopping && inflight.len() <= self.books.parked() {
                 return Ok(());
             }
             let teardown = queue
@@ -444,24 +439,23 @@ impl Connection {
     ) -> Result<(), Fatal> {
         let sqe = capsule.sqe;
         let cid = sqe.cid;
-        self.sq_head = self.sq_head.wrapping_add(1);
-        let entries = queue
-            .binding()
-            .map_or(limits::MAX_ADMIN_QUEUE_ENTRIES, |b| b.entries);
-        if self.active.len() >= entries as usize {
-            return Err(self.header_error(
-                &Pdu::CapsuleCmd(capsule),
-                fes::PDU_SEQUENCE_ERROR,
-                0,
-                "more commands outstanding than the queue holds",
-            ));
-        }
-        if !self.active.insert(cid) && !self.parked.retire(cid) {
-            // The CID is in use: answering would complete the other command in the host's eyes,
-            // but the status says exactly what went wrong. The other command stays in flight.
-            tracing::warn!(cid, "command identifier conflict");
-            self.send_completion(queue, cid, Response::status(Status::CID_CONFLICT));
-            return Ok(());
+        match self.books.arrived(queue, cid) {
+            Ok(Arrival::New | Arrival::RetiredEvent) => {}
+            Ok(Arrival::CidConflict) => {
+                // Answering would complete the other command in the host's eyes, but the
+                // status says exactly what went wrong. The other command stays in flight.
+                tracing::warn!(cid, "command identifier conflict");
+                self.send_completion(queue, cid, Response::status(Status::CID_CONFLICT));
+                return Ok(());
+            }
+            Err(_) => {
+                return Err(self.header_error(
+                    &Pdu::CapsuleCmd(capsule),
+                    fes::PDU_SEQUENCE_ERROR,
+                    0,
+                    "more commands outstanding than the queue holds",
+                ))
+            }
         }
         let (len, in_capsule) = match sqe.sgl() {
             Ok(SglDescriptor::TransportDataBlock { length }) if capsule.data.is_empty() => {
@@ -484,7 +478,7 @@ impl Connection {
         match queue.route(&sqe, len, in_capsule) {
             Route::Execute(cmd, data) => {
                 if cmd.waits_for_an_event() {
-                    let aer = self.parked.park(cid, queue.execute(cmd, data));
+                    let aer = self.books.park(cid, queue.execute(cmd, data));
                     inflight.push(Box::pin(async move { (cid, aer.await) }));
                 } else {
                     inflight.push(Box::pin(async move {
@@ -616,8 +610,7 @@ impl Connection {
     fn data_digest_error(&mut self, queue: &Queue, pdu_type: u8, cid: u16) -> Result<(), Fatal> {
         tracing::warn!(cid, pdu_type, "data digest error");
         if pdu_type == pdu_type::CAPSULE_CMD {
-            self.sq_head = self.sq_head.wrapping_add(1);
-            if !self.active.insert(cid) {
+            if self.books.arrived(queue, cid) != Ok(Arrival::New) {
                 return Err(Fatal::new(
                     fes::PDU_SEQUENCE_ERROR,
                     0,
@@ -654,19 +647,17 @@ impl Connection {
 
     /// A command is done: it leaves the in-flight books and its answer is queued.
     fn respond(&mut self, queue: &Queue, cid: u16, resp: Response) {
-        self.active.remove(&cid);
-        self.parked.answered(cid);
+        self.books.answered(cid);
         self.send_completion(queue, cid, resp);
     }
 
     /// Queues the answer to a command: its data (C2HData) and its completion.
     fn send_completion(&mut self, queue: &Queue, cid: u16, resp: Response) {
-        let binding = queue.binding();
-        let sq_flow_disabled = binding.is_some_and(|b| b.sq_flow_disabled);
-        let entries = binding.map_or(limits::MAX_ADMIN_QUEUE_ENTRIES, |b| b.entries);
+        let sq_flow_disabled = queue.binding().is_some_and(|b| b.sq_flow_disabled);
         if resp.close {
             self.close_after_flush = true;
         }
+        let cqe = self.books.completion(queue, cid, &resp);
         if !resp.data.is_empty() && resp.status.is_success() {
             // SUCCESS in the last C2HData replaces the response capsule, which the spec allows
             // only when SQ flow control is disabled.
@@ -682,17 +673,6 @@ impl Connection {
                 return;
             }
         }
-        let cqe = Cqe {
-            result: resp.result,
-            sqhd: if sq_flow_disabled {
-                0xffff
-            } else {
-                (self.sq_head % entries) as u16
-            },
-            sqid: binding.map_or(0, |b| b.qid),
-            cid,
-            status: resp.status,
-        };
         Pdu::CapsuleResp(CapsuleResp { cqe }).encode(self.digests, &mut self.out);
     }
 

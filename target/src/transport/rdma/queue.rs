@@ -10,7 +10,7 @@
 //! a response, before our SEND completion is polled); a host with more commands outstanding
 //! than that breaks the queue-size contract and loses the queue.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -18,13 +18,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
-use fabrik_proto::{Cqe, SglDescriptor, Sqe, Status};
+use fabrik_proto::{SglDescriptor, Sqe, Status};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
 
-use super::super::parked::ParkedEvents;
+use crate::controller::books::{Arrival, QueueBooks};
 use crate::controller::{limits, Admitted, Queue, Response, Route};
 use fabrik_rdma::{self as verbs, Completion, QpSizes, QueuePair, SendOp, SendWr, SharedRecv};
 
@@ -93,7 +93,7 @@ struct Keyed {
 #[derive(Default)]
 struct Slot {
     cid: u16,
-    /// The command holds its CID in `active` (not so for a CID conflict's answer).
+    /// The command holds its CID in the books (not so for a CID conflict's answer).
     counted: bool,
     keyed: Option<Keyed>,
     /// The rkey to invalidate with the response SEND (the host asked, data was mapped).
@@ -118,15 +118,10 @@ pub struct Connection {
     free_chunks: Vec<u32>,
     /// Slots waiting for pool chunks, oldest first: (slot, for an RDMA READ).
     waiting: VecDeque<(usize, bool)>,
-    active: HashSet<u16>,
-    /// Asynchronous Event Requests parked until an event: they do not hold up a shutdown.
-    parked: ParkedEvents,
-    sq_head: u32,
+    /// SQ head, CIDs in flight, parked AERs.
+    books: QueueBooks,
     sends_outstanding: usize,
     close_after_send: bool,
-    qid: u16,
-    entries: u32,
-    sq_flow_disabled: bool,
 }
 
 impl Connection {
@@ -146,14 +141,10 @@ impl Connection {
             free_slots: (0..sizes.recv_slots as usize).rev().collect(),
             free_chunks: (0..chunks).rev().collect(),
             waiting: VecDeque::new(),
-            active: HashSet::new(),
-            parked: ParkedEvents::default(),
-            sq_head: 0,
+            // Until Connect binds the queue, the CM request's QID and size.
+            books: QueueBooks::new(qid, entries),
             sends_outstanding: 0,
             close_after_send: false,
-            qid,
-            entries,
-            sq_flow_disabled: false,
         }
     }
 
@@ -179,7 +170,7 @@ impl Connection {
     ) -> Result<(), ConnError> {
         let mut inflight: Inflight<'q> = FuturesUnordered::new();
         let result = self.serve(queue, events, stop, &mut inflight).await;
-        self.parked.retire_all();
+        self.books.retire_parked();
         while inflight.next().await.is_some() {}
         result
     }
@@ -211,7 +202,7 @@ impl Connection {
             if self.close_after_send && self.sends_outstanding == 0 {
                 return Ok(());
             }
-            if stopping && inflight.len() <= self.parked.len() && self.sends_outstanding == 0 {
+            if stopping && inflight.len() <= self.books.parked() && self.sends_outstanding == 0 {
                 return Ok(());
             }
             let teardown = queue
@@ -277,7 +268,7 @@ impl Connection {
         match kind {
             WR_READ => {
                 self.data_read(slot, queue, inflight);
-                self.serve_waiting()
+                self.serve_waiting(queue)
             }
             WR_SEND => {
                 self.sends_outstanding -= 1;
@@ -285,7 +276,7 @@ impl Connection {
                 self.free_chunks.extend(chunks);
                 self.slots[slot] = Slot::default();
                 self.free_slots.push(slot);
-                self.serve_waiting()
+                self.serve_waiting(queue)
             }
             _ => Ok(()),
         }
@@ -354,25 +345,33 @@ impl Connection {
             raw[SGL_AT + 12..SGL_AT + 15].fill(0);
         }
         let sqe = Sqe::decode(&raw).map_err(|_| ConnError::Protocol("bad SQE"))?;
-        self.sq_head = self.sq_head.wrapping_add(1);
         let cid = sqe.cid;
         self.slots[slot].cid = cid;
-        if !self.active.insert(cid) {
-            if !self.parked.retire(cid) {
+        match self.books.arrived(queue, cid) {
+            Ok(Arrival::New) => {}
+            Ok(Arrival::RetiredEvent) => {
+                // The retired AER's slot is free: it holds no data and is never answered.
+                if let Some(old) = (0..self.slots.len())
+                    .find(|&s| s != slot && self.slots[s].counted && self.slots[s].cid == cid)
+                {
+                    self.slots[old] = Slot::default();
+                    self.free_slots.push(old);
+                }
+            }
+            Ok(Arrival::CidConflict) => {
                 // The other command with this CID stays in flight; this one is answered as such.
                 tracing::warn!(cid, "command identifier conflict");
                 return self.post_response(
+                    queue,
                     slot,
                     Response::status(Status::CID_CONFLICT),
                     Vec::new(),
                 );
             }
-            // The retired AER's slot is free: it holds no data and is never answered.
-            if let Some(old) = (0..self.slots.len())
-                .find(|&s| s != slot && self.slots[s].counted && self.slots[s].cid == cid)
-            {
-                self.slots[old] = Slot::default();
-                self.free_slots.push(old);
+            Err(_) => {
+                return Err(ConnError::Protocol(
+                    "more commands outstanding than the queue size allows",
+                ))
             }
         }
         self.slots[slot].counted = true;
@@ -412,7 +411,7 @@ impl Connection {
         match queue.route(&sqe, length, inline) {
             Route::Execute(cmd, data) => {
                 if cmd.waits_for_an_event() {
-                    let aer = self.parked.park(cid, queue.execute(cmd, data));
+                    let aer = self.books.park(cid, queue.execute(cmd, data));
                     inflight.push(Box::pin(async move { (slot, aer.await) }));
                 } else {
                     inflight.push(Box::pin(async move {
@@ -423,7 +422,7 @@ impl Connection {
             Route::FetchData(cmd) => {
                 self.slots[slot].write = Some(cmd);
                 self.waiting.push_back((slot, true));
-                self.serve_waiting()?;
+                self.serve_waiting(queue)?;
             }
             Route::Fail(status) => {
                 // Nothing was mapped: the host invalidates its key itself.
@@ -436,7 +435,7 @@ impl Connection {
 
     /// Starts the data movements waiting for pool chunks, oldest first (a large one is not
     /// overtaken for ever by small ones).
-    fn serve_waiting(&mut self) -> Result<(), ConnError> {
+    fn serve_waiting(&mut self, queue: &Queue) -> Result<(), ConnError> {
         while let Some(&(slot, read)) = self.waiting.front() {
             let need = if read {
                 self.slots[slot]
@@ -460,7 +459,7 @@ impl Connection {
                 self.post_reads(slot, need)?;
             } else {
                 let resp = self.slots[slot].response.take().expect("waiting response");
-                self.post_data_and_response(slot, resp)?;
+                self.post_data_and_response(queue, slot, resp)?;
             }
         }
         Ok(())
@@ -552,11 +551,9 @@ impl Connection {
 
     /// A command is done: it leaves the books and its answer goes out.
     fn respond(&mut self, queue: &Queue, slot: usize, resp: Response) -> Result<(), ConnError> {
-        self.sq_flow_disabled = queue.binding().is_some_and(|b| b.sq_flow_disabled);
         let s = &mut self.slots[slot];
         if s.counted {
-            self.active.remove(&s.cid);
-            self.parked.answered(s.cid);
+            self.books.answered(s.cid);
             s.counted = false;
         }
         if resp.close {
@@ -565,13 +562,18 @@ impl Connection {
         if resp.status.is_success() && !resp.data.is_empty() && s.keyed.is_some() {
             s.response = Some(resp);
             self.waiting.push_back((slot, false));
-            return self.serve_waiting();
+            return self.serve_waiting(queue);
         }
-        self.post_response(slot, resp, Vec::new())
+        self.post_response(queue, slot, resp, Vec::new())
     }
 
     /// RDMA WRITEs the answer's data into the host's buffer, then the response.
-    fn post_data_and_response(&mut self, slot: usize, resp: Response) -> Result<(), ConnError> {
+    fn post_data_and_response(
+        &mut self,
+        queue: &Queue,
+        slot: usize,
+        resp: Response,
+    ) -> Result<(), ConnError> {
         let k = self.slots[slot].keyed.expect("read data goes by keyed SGL");
         let len = resp.data.len().min(k.length as usize);
         let region = self.qp.region.as_ref().expect("region");
@@ -601,27 +603,18 @@ impl Connection {
                 wr
             })
             .collect();
-        self.post_response(slot, resp, wrs)
+        self.post_response(queue, slot, resp, wrs)
     }
 
     /// Posts `wrs` and the 16-byte response SEND (with invalidation where the host asked).
     fn post_response(
         &mut self,
+        queue: &Queue,
         slot: usize,
         resp: Response,
         mut wrs: Vec<SendWr>,
     ) -> Result<(), ConnError> {
-        let cqe = Cqe {
-            result: resp.result,
-            sqhd: if self.sq_flow_disabled {
-                0xffff
-            } else {
-                (self.sq_head % self.entries) as u16
-            },
-            sqid: self.qid,
-            cid: self.slots[slot].cid,
-            status: resp.status,
-        };
+        let cqe = self.books.completion(queue, self.slots[slot].cid, &resp);
         let off = self.cqe_off(slot);
         // SAFETY: the slot's response buffer is not in use by any work request (one response
         // per slot, its SEND completes before the slot is reused).

@@ -14,11 +14,11 @@ use std::future::Future;
 use futures_util::future::{AbortHandle, Abortable};
 
 #[derive(Default)]
-pub(crate) struct ParkedEvents(HashMap<u16, AbortHandle>);
+pub(super) struct ParkedEvents(HashMap<u16, AbortHandle>);
 
 impl ParkedEvents {
     /// Parks the AER `cid`: the future yields its answer, or None once it was retired.
-    pub(crate) fn park<F: Future>(
+    pub(super) fn park<F: Future>(
         &mut self,
         cid: u16,
         request: F,
@@ -29,14 +29,14 @@ impl ParkedEvents {
     }
 
     /// The command `cid` was answered (an AER or not).
-    pub(crate) fn answered(&mut self, cid: u16) {
+    pub(super) fn answered(&mut self, cid: u16) {
         self.0.remove(&cid);
     }
 
     /// A new command came with `cid`: if a parked AER holds it, that AER is retired (its
     /// future yields None at once and its answer is never sent) and the CID is the new
     /// command's. False if no AER holds the CID.
-    pub(crate) fn retire(&mut self, cid: u16) -> bool {
+    pub(super) fn retire(&mut self, cid: u16) -> bool {
         match self.0.remove(&cid) {
             Some(handle) => {
                 handle.abort();
@@ -51,13 +51,13 @@ impl ParkedEvents {
     }
 
     /// The queue ends: every parked AER is retired (they hold nothing at the backend).
-    pub(crate) fn retire_all(&mut self) {
+    pub(super) fn retire_all(&mut self) {
         for (_, handle) in self.0.drain() {
             handle.abort();
         }
     }
 
-    pub(crate) fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.0.len()
     }
 }

@@ -1,0 +1,267 @@
+//! The controller and a queue's books driven in memory, as a transport drives them: commands
+//! in, completions out, no socket and no queue pair.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use fabrik_proto::fabrics::nqn::Nqn;
+use fabrik_proto::fabrics::property::offset;
+use fabrik_proto::fabrics::{ConnectData, FabricsCommand, CATTR_DISABLE_SQ_FLOW};
+use fabrik_proto::nvme::admin::{cns, AdminCommand};
+use fabrik_proto::nvme::io::IoCommand;
+use fabrik_proto::{Cqe, Sqe, Status};
+
+use super::books::{Arrival, QueueBooks, QueueOverrun};
+use super::limits;
+use super::queue::{Queue, Response, Route};
+use crate::backend::ram::RamDrive;
+use crate::model::{Namespace, Port, Subsystem, TargetState, TransportType};
+
+const SUBNQN: &str = "nqn.2024-01.io.fabrik:test:drive-00";
+const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000001";
+
+fn target() -> Arc<TargetState> {
+    let target = Arc::new(TargetState::new("test".into()));
+    let sub = Subsystem::new(
+        Nqn::new(SUBNQN).unwrap(),
+        "serial".into(),
+        "model".into(),
+        None,
+    );
+    let drive = Arc::new(RamDrive::new(1 << 20, 4096).unwrap());
+    sub.add_namespace(Arc::new(Namespace::new(1, "00", drive, "seed")));
+    target.add_subsystem(Arc::new(sub));
+    target
+}
+
+/// One queue as a transport holds it: the controller's view and the books.
+struct TestQueue {
+    queue: Queue,
+    books: QueueBooks,
+}
+
+impl TestQueue {
+    fn new(target: &Arc<TargetState>, unbound_qid: u16, unbound_entries: u32) -> TestQueue {
+        let addr: SocketAddr = "127.0.0.1:4420".parse().unwrap();
+        let port = Port {
+            id: 1,
+            transport: TransportType::Tcp,
+            addr,
+        };
+        TestQueue {
+            queue: Queue::new(
+                target.clone(),
+                port,
+                addr,
+                "127.0.0.1:50000".parse().unwrap(),
+            ),
+            books: QueueBooks::new(unbound_qid, unbound_entries),
+        }
+    }
+
+    /// Submits a command with the data it carries (or, for one whose SGL points at host
+    /// memory, the data the transport fetched) and returns its completion and data.
+    async fn submit(&mut self, sqe: Sqe, data: Bytes) -> (Cqe, Bytes) {
+        assert_eq!(self.books.arrived(&self.queue, sqe.cid), Ok(Arrival::New));
+        let len = data.len() as u32;
+        let in_capsule = (!data.is_empty()).then(|| data.clone());
+        let resp = match self.queue.route(&sqe, len, in_capsule) {
+            Route::Execute(cmd, d) => self.queue.execute(cmd, d).await,
+            Route::FetchData(cmd) => self.queue.execute(cmd, data).await,
+            Route::Fail(status) => Response::status(status),
+        };
+        self.books.answered(sqe.cid);
+        (
+            self.books.completion(&self.queue, sqe.cid, &resp),
+            resp.data,
+        )
+    }
+
+    /// A read command moving `len` bytes to the host.
+    async fn submit_read(&mut self, sqe: Sqe, len: u32) -> (Cqe, Bytes) {
+        assert_eq!(self.books.arrived(&self.queue, sqe.cid), Ok(Arrival::New));
+        let resp = match self.queue.route(&sqe, len, None) {
+            Route::Execute(cmd, d) => self.queue.execute(cmd, d).await,
+            Route::Fail(status) => Response::status(status),
+            other => panic!("a read never fetches data: {other:?}"),
+        };
+        self.books.answered(sqe.cid);
+        (
+            self.books.completion(&self.queue, sqe.cid, &resp),
+            resp.data,
+        )
+    }
+
+    async fn connect(&mut self, qid: u16, sqsize: u16, cattr: u8, cntlid: u16) -> Cqe {
+        let sqe = FabricsCommand::Connect {
+            recfmt: 0,
+            qid,
+            sqsize,
+            cattr,
+            kato: if qid == 0 { 30_000 } else { 0 },
+        }
+        .to_sqe(100 + qid);
+        let data = ConnectData {
+            host_id: [7; 16],
+            cntlid,
+            subnqn: Nqn::new(SUBNQN).unwrap(),
+            hostnqn: Some(Nqn::new(HOSTNQN).unwrap()),
+        };
+        self.submit(sqe, Bytes::copy_from_slice(&data.to_bytes()[..]))
+            .await
+            .0
+    }
+}
+
+/// An admin queue connected and enabled; its controller's ID.
+async fn enabled_controller(target: &Arc<TargetState>) -> (TestQueue, u16) {
+    let mut admin = TestQueue::new(target, 0, limits::MAX_ADMIN_QUEUE_ENTRIES);
+    let cqe = admin.connect(0, 31, 0, 0xffff).await;
+    assert_eq!(cqe.status, Status::SUCCESS);
+    let cntlid = cqe.result as u16;
+    let enable = FabricsCommand::PropertySet {
+        size8: false,
+        offset: offset::CC,
+        // EN, IOSQES 6 (64 B), IOCQES 4 (16 B).
+        value: 1 | 6 << 16 | 4 << 20,
+    };
+    let (cqe, _) = admin.submit(enable.to_sqe(1), Bytes::new()).await;
+    assert_eq!(cqe.status, Status::SUCCESS);
+    (admin, cntlid)
+}
+
+#[tokio::test]
+async fn an_admin_queue_connects_enables_and_identifies_without_a_transport() {
+    let target = target();
+    let (mut admin, cntlid) = enabled_controller(&target).await;
+    let csts = FabricsCommand::PropertyGet {
+        size8: false,
+        offset: offset::CSTS,
+    };
+    let (cqe, _) = admin.submit(csts.to_sqe(2), Bytes::new()).await;
+    assert_eq!(cqe.result & 1, 1, "CSTS.RDY");
+    let identify = AdminCommand::Identify {
+        nsid: 0,
+        cns: cns::CONTROLLER,
+        cntid: 0,
+        csi: 0,
+    };
+    let (cqe, data) = admin.submit_read(identify.to_sqe(3), 4096).await;
+    assert_eq!(cqe.status, Status::SUCCESS);
+    assert_eq!(data.len(), 4096);
+    assert_eq!(u16::from_le_bytes([data[78], data[79]]), cntlid, "CNTLID");
+    assert!(data[768..].starts_with(SUBNQN.as_bytes()), "SUBNQN");
+    // Four commands fetched from a 32-entry admin queue: SQHD 4, SQID 0.
+    assert_eq!((cqe.sqhd, cqe.sqid, cqe.cid), (4, 0, 3));
+}
+
+#[tokio::test]
+async fn data_written_through_an_io_queue_reads_back() {
+    let target = target();
+    let (_admin, cntlid) = enabled_controller(&target).await;
+    let mut io = TestQueue::new(&target, 1, 4);
+    assert_eq!(io.connect(1, 3, 0, cntlid).await.status, Status::SUCCESS);
+    let data: Bytes = (0..8192u32).map(|i| (i * 7 % 251) as u8).collect();
+    let write = IoCommand::Write {
+        nsid: 1,
+        slba: 5,
+        nlb: 2,
+        fua: false,
+    };
+    let (cqe, _) = io.submit(write.to_sqe(1), data.clone()).await;
+    assert_eq!(cqe.status, Status::SUCCESS);
+    let read = IoCommand::Read {
+        nsid: 1,
+        slba: 5,
+        nlb: 2,
+        fua: false,
+    };
+    let (cqe, back) = io.submit_read(read.to_sqe(2), 8192).await;
+    assert_eq!(cqe.status, Status::SUCCESS);
+    assert_eq!(back, data);
+    // Connect, write, read on a 4-entry queue: SQHD wraps to 3 % 4; SQID is the queue's.
+    assert_eq!((cqe.sqhd, cqe.sqid), (3, 1));
+    let beyond = IoCommand::Read {
+        nsid: 1,
+        slba: 256,
+        nlb: 1,
+        fua: false,
+    };
+    let (cqe, _) = io.submit_read(beyond.to_sqe(3), 4096).await;
+    assert_eq!(cqe.status, Status::LBA_OUT_OF_RANGE);
+    assert_eq!(cqe.sqhd, 0, "the fourth command fetched wraps SQHD to 0");
+}
+
+#[tokio::test]
+async fn a_queue_takes_as_many_commands_as_it_holds_and_no_more() {
+    let target = target();
+    let (_admin, cntlid) = enabled_controller(&target).await;
+    let mut io = TestQueue::new(&target, 1, 4);
+    io.connect(1, 3, 0, cntlid).await;
+    for cid in 0..4 {
+        assert_eq!(io.books.arrived(&io.queue, cid), Ok(Arrival::New));
+    }
+    assert_eq!(
+        io.books.arrived(&io.queue, 4),
+        Err(QueueOverrun { entries: 4 })
+    );
+    io.books.answered(2);
+    assert_eq!(io.books.arrived(&io.queue, 4), Ok(Arrival::New));
+    assert_eq!(io.books.outstanding(), 4);
+}
+
+#[tokio::test]
+async fn a_cid_in_use_conflicts_and_stays_with_its_command() {
+    let target = target();
+    let mut q = TestQueue::new(&target, 0, 32);
+    assert_eq!(q.books.arrived(&q.queue, 9), Ok(Arrival::New));
+    assert_eq!(q.books.arrived(&q.queue, 9), Ok(Arrival::CidConflict));
+    assert_eq!(
+        q.books.outstanding(),
+        1,
+        "the conflicting command is not counted"
+    );
+    q.books.answered(9);
+    assert_eq!(q.books.outstanding(), 0);
+    assert_eq!(q.books.arrived(&q.queue, 9), Ok(Arrival::New));
+}
+
+#[tokio::test]
+async fn a_command_reusing_a_parked_event_request_s_cid_retires_it() {
+    use futures_util::FutureExt;
+    let target = target();
+    let mut q = TestQueue::new(&target, 0, 32);
+    assert_eq!(q.books.arrived(&q.queue, 3), Ok(Arrival::New));
+    let aer = q.books.park(3, std::future::pending::<Response>());
+    assert_eq!(q.books.parked(), 1);
+    assert_eq!(q.books.arrived(&q.queue, 3), Ok(Arrival::RetiredEvent));
+    assert_eq!(q.books.parked(), 0);
+    assert_eq!(
+        q.books.outstanding(),
+        1,
+        "the new command took the AER's place"
+    );
+    assert!(matches!(aer.now_or_never(), Some(None)), "never answered");
+    q.books.answered(3);
+    assert_eq!(q.books.outstanding(), 0);
+}
+
+#[tokio::test]
+async fn completions_follow_the_queue_s_size_and_flow_control() {
+    let target = target();
+    // Before Connect: the transport's own view of the queue (an NVMe/RDMA CM request's).
+    let unbound = TestQueue::new(&target, 3, 8);
+    let cqe = unbound.books.completion(&unbound.queue, 1, &Response::ok());
+    assert_eq!((cqe.sqid, cqe.sqhd), (3, 0));
+
+    let (_admin, cntlid) = enabled_controller(&target).await;
+    let mut io = TestQueue::new(&target, 2, 8);
+    let cqe = io.connect(2, 7, CATTR_DISABLE_SQ_FLOW, cntlid).await;
+    assert_eq!(cqe.status, Status::SUCCESS);
+    assert_eq!(
+        (cqe.sqid, cqe.sqhd),
+        (2, 0xffff),
+        "SQ flow control disabled"
+    );
+}
