@@ -39,6 +39,8 @@ pub struct ConfigFile {
     pub hosts: Option<Vec<String>>,
     pub api: Option<String>,
     pub api_token: Option<String>,
+    /// Cores for the I/O reactors, as `taskset -c` writes them: "0-3,8".
+    pub cores: Option<String>,
     pub drives: Option<GeneratedDrives>,
     #[serde(default, rename = "drive")]
     pub drive: Vec<DriveEntry>,

@@ -68,6 +68,8 @@ pub struct Config {
     pub api_token: Option<String>,
     /// The management API address from the config file (`--api` overrides it).
     pub api: Option<String>,
+    /// Cores the reactors (I/O threads) run on; empty: every core fabrikd may use.
+    pub cores: Vec<usize>,
 }
 
 /// Settings given explicitly rather than defaulted.
@@ -98,6 +100,7 @@ impl Config {
             explicit: Explicit::default(),
             api_token: None,
             api: None,
+            cores: Vec::new(),
         }
     }
 
@@ -109,6 +112,10 @@ impl Config {
         }
         if file.api_token.is_some() {
             self.api_token = file.api_token.clone();
+        }
+        if let Some(cores) = &file.cores {
+            self.cores = crate::reactor::parse_cores(cores)
+                .map_err(|e| anyhow::anyhow!("cores = {cores:?}: {e}"))?;
         }
         if file.api.is_some() {
             self.api = file.api.clone();
@@ -251,6 +258,10 @@ impl Config {
     pub fn validate(&self) -> anyhow::Result<()> {
         if self.listen.is_empty() && self.rdma_listen.is_empty() {
             bail!("no listener: give at least one --listen ADDR:PORT");
+        }
+        let allowed = crate::reactor::allowed_cores();
+        if let Some(c) = self.cores.iter().find(|c| !allowed.contains(c)) {
+            bail!("core {c} (--cores / cores) is not one fabrikd may run on: {allowed:?}");
         }
         if let Some(t) = &self.api_token {
             // An empty or guessable token would open every change to anyone who reaches the API.

@@ -11,6 +11,7 @@ pub mod files;
 pub mod management;
 pub mod metrics;
 pub mod model;
+pub mod reactor;
 pub mod state;
 pub mod transport;
 
@@ -84,7 +85,8 @@ impl Target {
             state::save(path, &persisted)
                 .with_context(|| format!("cannot write the state file {}", path.display()))?;
         }
-        let target = Arc::new(TargetState::new(persisted.box_name.clone()));
+        let target =
+            Arc::new(TargetState::new(persisted.box_name.clone()).with_cores(config.cores.clone()));
         let ports = persisted.ports.clone();
         let stop = CancellationToken::new();
         let manager = Arc::new(management::Manager::new(

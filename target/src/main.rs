@@ -65,6 +65,10 @@ struct Args {
     /// Allow only this host NQN (repeatable); other hosts are refused and see no subsystems.
     #[arg(long = "host", value_name = "NQN")]
     host: Vec<String>,
+    /// Cores for the I/O reactors, one pinned thread each, as `taskset -c` writes them
+    /// ("0-3,8") [default: every core fabrikd may run on].
+    #[arg(long, value_name = "LIST")]
+    cores: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -208,6 +212,10 @@ fn build_config(args: &Args) -> anyhow::Result<Config> {
     }
     if let Some(api) = &args.api {
         config.api = Some(api.clone());
+    }
+    if let Some(cores) = &args.cores {
+        config.cores = fabrik_target::reactor::parse_cores(cores)
+            .map_err(|e| anyhow::anyhow!("--cores {cores:?}: {e}"))?;
     }
     Ok(config)
 }

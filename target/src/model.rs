@@ -281,6 +281,11 @@ pub struct TargetState {
     /// Set when fabrikd is shutting down: queues stop taking new commands.
     pub shutting_down: AtomicBool,
     pub metrics: crate::metrics::TargetMetrics,
+    /// The I/O threads queues are placed on.
+    pub reactors: crate::reactor::Reactors,
+    /// The control runtime (the one the target was made on): keep-alive timers and other
+    /// background work of a controller go there, not onto a reactor.
+    control: Option<tokio::runtime::Handle>,
 }
 
 impl TargetState {
@@ -296,6 +301,27 @@ impl TargetState {
             next_controller_id: AtomicU64::new(1),
             shutting_down: AtomicBool::new(false),
             metrics: crate::metrics::TargetMetrics::default(),
+            reactors: crate::reactor::Reactors::new(Vec::new()),
+            control: tokio::runtime::Handle::try_current().ok(),
+        }
+    }
+
+    /// Queues run on reactors on these cores (empty: every core this process may use).
+    pub fn with_cores(mut self, cores: Vec<usize>) -> TargetState {
+        self.reactors = crate::reactor::Reactors::new(cores);
+        self
+    }
+
+    /// Runs background work of the control plane (timers, a shutdown's flush) on the control
+    /// runtime, wherever it is started from.
+    pub fn spawn_control<F>(&self, work: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        match &self.control {
+            Some(handle) => handle.spawn(work),
+            None => tokio::spawn(work),
         }
     }
 

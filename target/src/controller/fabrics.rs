@@ -259,7 +259,7 @@ impl Controller {
             st.csts.shst = SHST_OCCURRING;
             drop(st);
             let ctrl = self.clone();
-            tokio::spawn(async move {
+            self.target.spawn_control(async move {
                 let flushed = ctrl.flush_all().await;
                 let mut st = ctrl.state.lock().unwrap();
                 if flushed.is_success() {

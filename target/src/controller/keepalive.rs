@@ -12,7 +12,7 @@ use super::Controller;
 pub(super) fn start(ctrl: &Arc<Controller>) {
     let weak = Arc::downgrade(ctrl);
     let teardown = ctrl.teardown.clone();
-    tokio::spawn(async move {
+    ctrl.target.spawn_control(async move {
         loop {
             let Some(ctrl) = weak.upgrade() else { return };
             let kato = ctrl.kato_ms();

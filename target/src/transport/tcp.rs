@@ -93,25 +93,36 @@ impl Listener for TcpListenerPort {
                             backoff.accepted(&what);
                             // Past a cap the connection is closed at once (dropped).
                             let Some(place) = admission.admit(peer.ip()) else { continue };
-                            let (target, port, stop) = (target.clone(), port.clone(), close_connections.clone());
-                            connections.spawn(async move {
+                            // The socket moves to the reactor that serves it for its life.
+                            let stream = match stream.into_std() {
+                                Ok(s) => s,
+                                Err(e) => {
+                                    tracing::warn!(%peer, "cannot hand the connection to a reactor: {e}");
+                                    continue;
+                                }
+                            };
+                            let (t, port, stop) = (target.clone(), port.clone(), close_connections.clone());
+                            let served = target.reactors.place(async move {
                                 let _place = place;
-                                if let Err(e) = serve_connection(stream, peer, target, port, stop).await {
+                                let result = match TcpStream::from_std(stream) {
+                                    Ok(stream) => serve_connection(stream, peer, t, port, stop).await,
+                                    Err(e) => Err(e.into()),
+                                };
+                                if let Err(e) = result {
                                     tracing::debug!(%peer, "connection ended: {e}");
                                 }
                             });
+                            connections.spawn(async move { report_panic(served.await) });
                         }
                         Err(e) => backoff.failed(&what, &e).await,
                     },
-                    Some(done) = connections.join_next(), if !connections.is_empty() => report_panic(done),
+                    Some(_) = connections.join_next(), if !connections.is_empty() => {}
                 }
             }
             drop(listener);
             close_connections.cancel();
             // Let every connection finish its in-flight commands.
-            while let Some(done) = connections.join_next().await {
-                report_panic(done);
-            }
+            while connections.join_next().await.is_some() {}
         })
     }
 }
