@@ -340,7 +340,7 @@ impl Controller {
                 }
             }
             fid::VOLATILE_WRITE_CACHE if !self.is_discovery() => {
-                (self.has_volatile_cache() && st.write_cache_choice.unwrap_or(true)) as u32
+                (self.has_volatile_cache() && self.write_cache_choice().unwrap_or(true)) as u32
             }
             fid::ARBITRATION
             | fid::POWER_MANAGEMENT
@@ -393,7 +393,7 @@ impl Controller {
             }
             fid::KEEP_ALIVE_TIMER => {
                 st.kato_ms = cdw11;
-                st.last_keep_alive = std::time::Instant::now();
+                self.keep_alive();
                 Response::ok()
             }
             fid::ASYNC_EVENT_CONFIG => {
@@ -413,7 +413,7 @@ impl Controller {
                     return Response::status(Status::FEATURE_NOT_CHANGEABLE);
                 }
                 // With the cache off every write is made durable before it completes.
-                st.write_cache_choice = Some(cdw11 & 1 != 0);
+                self.set_write_cache_choice(cdw11 & 1 != 0);
                 Response::ok()
             }
             fid::HOST_IDENTIFIER => Response::status(Status::COMMAND_SEQUENCE_ERROR),

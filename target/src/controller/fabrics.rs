@@ -245,13 +245,13 @@ impl Controller {
             let valid =
                 new.iosqes == 6 && new.iocqes == 4 && new.mps == 0 && new.ams == 0 && new.css == 0;
             if valid {
-                st.csts.rdy = true;
+                self.set_ready(&mut st, true);
             } else {
                 tracing::warn!(cntlid = self.cntlid, cc = value, "invalid CC on enable");
                 st.csts.cfs = true;
             }
         } else if !new.en && old.en {
-            st.csts.rdy = false;
+            self.set_ready(&mut st, false);
             st.csts.shst = 0;
             st.io_queues_granted = None;
         }

@@ -25,7 +25,7 @@ pub(super) fn start(ctrl: &Arc<Controller>) {
                 }
             }
             let kato = Duration::from_millis(kato as u64);
-            let since = ctrl.state.lock().unwrap().last_keep_alive.elapsed();
+            let since = ctrl.silent_for();
             if since >= kato {
                 ctrl.shut_down(&format!(
                     "keep-alive timer expired ({} ms without a command)",

@@ -101,20 +101,35 @@ pub struct Controller {
     live_queues: std::sync::atomic::AtomicUsize,
     /// Woken when the last of them has.
     drained: Notify,
+    /// What every I/O command asks, kept outside `state` so that queues on several cores
+    /// read them without taking its lock (see `LiveFlags`).
+    live: LiveFlags,
 }
+
+/// Controller state every I/O command reads: atomics, written rarely.
+#[derive(Default)]
+struct LiveFlags {
+    /// CSTS.RDY (also in `ControllerState::csts`, set together under its lock).
+    ready: std::sync::atomic::AtomicBool,
+    /// Set Features Volatile Write Cache: 0 not set, 1 off, 2 on.
+    write_cache_choice: std::sync::atomic::AtomicU8,
+    /// When a command last came, in ms since `connected_at` (keep-alive). Written only
+    /// when it moved by KEEP_ALIVE_RESOLUTION_MS, so that busy queues on several cores do not
+    /// all write one cache line per command.
+    last_command_ms: std::sync::atomic::AtomicU64,
+}
+
+/// How finely the keep-alive timer tells when a host was last heard from.
+const KEEP_ALIVE_RESOLUTION_MS: u64 = 50;
 
 struct ControllerState {
     cc: Cc,
     csts: Csts,
     kato_ms: u32,
-    last_keep_alive: Instant,
     async_event_config: u32,
     /// I/O queues granted by Set Features Number of Queues (None until negotiated).
     io_queues_granted: Option<u32>,
     io_queues: HashSet<u16>,
-    /// What the host set with Set Features Volatile Write Cache (None: not set; the cache is
-    /// on wherever a namespace has one, also one added after the host connected).
-    write_cache_choice: Option<bool>,
     error_count: u64,
     error_log: VecDeque<ErrorLogEntry>,
     changed_namespaces: Vec<u32>,
@@ -152,11 +167,9 @@ impl Controller {
                 cc: Cc::default(),
                 csts: Csts::default(),
                 kato_ms,
-                last_keep_alive: Instant::now(),
                 async_event_config: 0,
                 io_queues_granted: None,
                 io_queues: HashSet::new(),
-                write_cache_choice: None,
                 error_count: 0,
                 error_log: VecDeque::new(),
                 changed_namespaces: Vec::new(),
@@ -169,6 +182,7 @@ impl Controller {
             io_counters: Default::default(),
             live_queues: std::sync::atomic::AtomicUsize::new(0),
             drained: Notify::new(),
+            live: LiveFlags::default(),
         }
     }
 
@@ -209,23 +223,63 @@ impl Controller {
 
     /// CC.EN = 1 and CSTS.RDY = 1: the controller takes admin and I/O commands.
     pub fn is_ready(&self) -> bool {
-        self.state.lock().unwrap().csts.rdy
+        self.live.ready.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Whether writes may complete before they are durable: the subsystem has a volatile cache
     /// (Identify's VWC) and the host has not turned it off. Identify and Get Features agree.
     pub fn volatile_write_cache(&self) -> bool {
-        let choice = self.state.lock().unwrap().write_cache_choice;
-        self.has_volatile_cache() && choice.unwrap_or(true)
+        self.has_volatile_cache() && self.write_cache_choice().unwrap_or(true)
     }
 
     pub fn kato_ms(&self) -> u32 {
         self.state.lock().unwrap().kato_ms
     }
 
+    /// What the host set with Set Features Volatile Write Cache (None: not set; the cache is
+    /// on wherever a namespace has one, also one added after the host connected).
+    fn write_cache_choice(&self) -> Option<bool> {
+        match self
+            .live
+            .write_cache_choice
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            0 => None,
+            choice => Some(choice == 2),
+        }
+    }
+
+    fn set_write_cache_choice(&self, on: bool) {
+        self.live
+            .write_cache_choice
+            .store(if on { 2 } else { 1 }, std::sync::atomic::Ordering::Release);
+    }
+
+    fn set_ready(&self, st: &mut ControllerState, ready: bool) {
+        st.csts.rdy = ready;
+        self.live
+            .ready
+            .store(ready, std::sync::atomic::Ordering::Release);
+    }
+
     /// Restarts the keep-alive timer.
     pub fn keep_alive(&self) {
-        self.state.lock().unwrap().last_keep_alive = Instant::now();
+        use std::sync::atomic::Ordering::Relaxed;
+        let now = self.connected_at.elapsed().as_millis() as u64;
+        let last = &self.live.last_command_ms;
+        if now >= last.load(Relaxed) + KEEP_ALIVE_RESOLUTION_MS {
+            last.store(now, Relaxed);
+        }
+    }
+
+    /// How long since the host was last heard from (a command, or Keep Alive).
+    fn silent_for(&self) -> std::time::Duration {
+        let now = self.connected_at.elapsed().as_millis() as u64;
+        let last = self
+            .live
+            .last_command_ms
+            .load(std::sync::atomic::Ordering::Relaxed);
+        std::time::Duration::from_millis(now.saturating_sub(last))
     }
 
     /// Binds I/O queue `qid`; false if it is already bound.

@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# fabrikd against SPDK's nvmf_tgt, side by side: the same initiator (SPDK's spdk_nvme_perf on
+# cores of their own), the targets pinned to the same cores, alternated round by round; the
+# medians of the rounds, the ratios to SPDK, and each target's CPU use. Never in CI: it needs the
+# prebuilt SPDK of ../shared/spdk and a machine with cores to spare (the H200 machine: 16).
+#
+#   tests/benches/spdk-ab.sh [ROUNDS [SECS]]        (default 3 rounds of 5 s per figure)
+#
+# SPDK=dir of the prebuilt SPDK (default ../shared/spdk beside the repo).
+# TARGETS="spdk fabrikd=PATH [base=PATH ...]": what to alternate; "spdk" is nvmf_tgt, any
+#   other LABEL=PATH a fabrikd binary (default: spdk and build/release/fabrikd).
+# CORE_SETS="0 0-3": target cores per table (taskset lists).   PERF_CORES=0xFF00: initiator.
+# BACKEND=null (fabrikd null, SPDK null bdevs) or ram (fabrikd ram, SPDK malloc: needs 4 GiB
+#   of hugepages for SPDK, set up here when run as root).
+# N=4 namespaces, one subsystem each.
+set -euo pipefail
+ROUNDS=${1:-3}
+SECS=${2:-5}
+REPO=$(cd "$(dirname "$(readlink -f "$0")")/../.." && pwd)
+SPDK=${SPDK:-$REPO/../shared/spdk}
+TARGETS=${TARGETS:-"spdk fabrikd=$REPO/build/release/fabrikd"}
+CORE_SETS=${CORE_SETS:-"0 0-3"}
+PERF_CORES=${PERF_CORES:-0xFF00}
+BACKEND=${BACKEND:-null}
+N=${N:-4}
+[ -x "$SPDK/bin/nvmf_tgt" ] || { echo "no SPDK in $SPDK (set SPDK=...)"; exit 1; }
+if [ "$BACKEND" = ram ] && [ "$(id -u)" = 0 ]; then
+  # malloc bdevs live in hugepages: 4 x 1 GiB and SPDK's own pools.
+  mkdir -p /dev/hugepages; mountpoint -q /dev/hugepages || mount -t hugetlbfs nodev /dev/hugepages
+  echo 4096 >/proc/sys/vm/nr_hugepages
+fi
+# shellcheck source=/dev/null
+. "$SPDK/env.sh"
+work=$(mktemp -d)
+port=$((20000 + RANDOM % 20000))
+pid=
+stop_target() {
+  [ -n "$pid" ] || return 0
+  kill -INT "$pid" 2>/dev/null || true
+  for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  pid=
+}
+trap 'stop_target; rm -rf "$work"' EXIT
+
+mask_of() { # taskset list -> hex mask
+  python3 -c 'import sys
+m=0
+for p in sys.argv[1].split(","):
+    a,_,b=p.partition("-"); b=b or a
+    for c in range(int(a),int(b)+1): m|=1<<c
+print(hex(m))' "$1"
+}
+
+start_target() { # LABEL CORES
+  local label=$1 cores=$2 bin=${1#*=}
+  port=$((port + 1))
+  if [ "$label" = spdk ]; then
+    local bdev=null; [ "$BACKEND" = ram ] && bdev=malloc
+    export SPDK_LOG=$work/nvmf_tgt.log
+    pid=$("$SPDK/tgt.sh" "$(mask_of "$cores")" "$N" "$port" box "$bdev")
+  else
+    rm -rf "$work/data"; mkdir -p "$work/data"
+    taskset -c "$cores" "$bin" --data-dir "$work/data" --listen "127.0.0.1:$port" \
+      --backend "$BACKEND" --drives "$N" --drive-size 1G --box-name box \
+      --api off --api-socket off --metrics off >"$work/fabrikd.log" 2>&1 &
+    pid=$!
+    for _ in $(seq 100); do grep -q "listener" "$work/fabrikd.log" && break; sleep 0.1; done
+    grep -q "listener" "$work/fabrikd.log" || { cat "$work/fabrikd.log"; exit 1; }
+  fi
+  if [ "$BACKEND" = ram ]; then # reads should touch written memory
+    "$SPDK/perf.sh" "$N" "$port" box -c "$PERF_CORES" -q 8 -o 1048576 -w write -t 2 >/dev/null 2>&1 || true
+  fi
+}
+
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+figures=(
+  "4k-randread-qd32|$N|-q 32 -o 4096 -w randread"
+  "4k-randwrite-qd32|$N|-q 32 -o 4096 -w randwrite"
+  "128k-read-qd8|$N|-q 8 -o 131072 -w read"
+  "128k-write-qd8|$N|-q 8 -o 131072 -w write"
+  "4k-randread-qd1|1|-q 1 -o 4096 -w randread"
+)
+hz=$(getconf CLK_TCK)
+: >"$work/results.tsv"
+for cores in $CORE_SETS; do
+  for round in $(seq "$ROUNDS"); do
+    # Alternate: this round's order is the last round's reversed.
+    order=($TARGETS)
+    if [ $((round % 2)) = 0 ]; then order=($(printf '%s\n' "${order[@]}" | tac)); fi
+    for t in "${order[@]}"; do
+      label=${t%%=*}
+      start_target "$t" "$cores"
+      sleep 1
+      t0=$(cpu_ticks "$pid")
+      sleep 3
+      idle=$(( $(cpu_ticks "$pid") - t0 ))
+      printf '%s\t%s\t%s\t%s\t%s\n' "$cores" idle-no-hosts "$label" \
+        "$(awk -v t="$idle" -v hz="$hz" 'BEGIN{print t/hz/3*100}')" 0 >>"$work/results.tsv"
+      # 24 hosts connected (admin and one I/O queue each), sending only keep-alives.
+      python3 "$REPO/tests/benches/idle-hosts.py" 127.0.0.1 "$port" nqn.2024-01.io.fabrik:box:drive-00 24 9 \
+        >"$work/idle-hosts.log" 2>&1 &
+      idler=$!
+      for _ in $(seq 50); do grep -q connected "$work/idle-hosts.log" && break; sleep 0.1; done
+      sleep 1
+      t0=$(cpu_ticks "$pid")
+      sleep 5
+      idle=$(( $(cpu_ticks "$pid") - t0 ))
+      wait "$idler" || { echo "idle hosts failed:"; cat "$work/idle-hosts.log"; }
+      printf '%s\t%s\t%s\t%s\t%s\n' "$cores" idle-24-hosts "$label" \
+        "$(awk -v t="$idle" -v hz="$hz" 'BEGIN{print t/hz/5*100}')" 0 >>"$work/results.tsv"
+      for f in "${figures[@]}"; do
+        IFS='|' read -r name n args <<<"$f"
+        t0=$(cpu_ticks "$pid")
+        # shellcheck disable=SC2086
+        out=$("$SPDK/perf.sh" "$n" "$port" box -c "$PERF_CORES" $args -t "$SECS" 2>&1) || true
+        ticks=$(( $(cpu_ticks "$pid") - t0 ))
+        total=$(grep -E '^Total' <<<"$out" | tail -1)
+        [ -n "$total" ] || { echo "no result from perf for $label $name:"; tail -5 <<<"$out"; total="Total : 0 0 0"; }
+        # IOPS, MiB/s, average us; CPU in cores (% of one).
+        read -r iops mibs avg <<<"$(awk -F: '{print $2}' <<<"$total" | awk '{print $1, $2, $3}')"
+        cpu=$(awk -v t="$ticks" -v hz="$hz" -v s="$SECS" 'BEGIN{printf "%.0f", t/hz/s*100}')
+        case $name in
+          *qd1) v=$avg ;;
+          128k*) v=$(awk -v m="$mibs" 'BEGIN{printf "%.2f", m*1048576/1e9}') ;;
+          *) v=$iops ;;
+        esac
+        printf '%s\t%s\t%s\t%s\t%s\n' "$cores" "$name" "$label" "$v" "$cpu" >>"$work/results.tsv"
+        echo "cores $cores round $round $label $name: $v (target CPU ${cpu}%)" >&2
+      done
+      stop_target
+    done
+  done
+done
+
+echo
+echo "Medians of $ROUNDS alternated rounds, $SECS s each; backend $BACKEND; $N namespaces;"
+echo "4k QD32/128k: IOPS / GB/s (higher is better); qd1: average latency in us (lower is better);"
+echo "idle: target CPU (% of one core) with no host, and with 24 hosts sending only keep-alives;"
+echo "cpu: the target's CPU during the figure (% of one core)."
+python3 - "$work/results.tsv" $TARGETS <<'EOF'
+import sys, statistics, collections
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
+labels = [t.split("=")[0] for t in sys.argv[2:]]
+vals = collections.defaultdict(list); cpus = collections.defaultdict(list)
+order = []
+for cores, name, label, v, cpu in rows:
+    if (cores, name) not in order: order.append((cores, name))
+    vals[cores, name, label].append(float(v)); cpus[cores, name, label].append(float(cpu))
+ref = labels[0]
+head = ["cores", "figure"] + [f"{l}" for l in labels] + [f"{l}/{ref}" for l in labels[1:]] + [f"cpu {l}" for l in labels]
+print("| " + " | ".join(head) + " |"); print("|" + "---|" * len(head))
+for cores, name in order:
+    med = {l: statistics.median(vals[cores, name, l]) if vals[cores, name, l] else float("nan") for l in labels}
+    cpu = {l: statistics.median(cpus[cores, name, l]) if cpus[cores, name, l] else float("nan") for l in labels}
+    fmt = (lambda x: f"{x:.1f}") if name.endswith("qd1") or name.startswith("idle") else (lambda x: f"{x:.2f}" if x < 1000 else f"{x/1000:.0f}K")
+    ratio = []
+    for l in labels[1:]:
+        r = med[l] / med[ref] if med[ref] else float("nan")
+        ratio.append(f"{r:.2f}x")
+    line = [cores, name] + [fmt(med[l]) for l in labels] + ratio + [f"{cpu[l]:.0f}%" for l in labels]
+    print("| " + " | ".join(line) + " |")
+EOF
