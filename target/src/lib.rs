@@ -12,6 +12,7 @@ pub mod management;
 pub mod metrics;
 pub mod model;
 pub mod state;
+pub mod stats;
 pub mod transport;
 
 use std::collections::BTreeMap;
@@ -24,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 use backend::guard::{Fault, Guarded};
 use backend::{BackendKind, Drive};
 use config::{Config, DriveSpec};
-use model::TargetState;
+use controller::TargetState;
 use state::State;
 
 /// A running target.

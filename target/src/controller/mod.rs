@@ -2,7 +2,8 @@
 //! feed them. One file per concern, like Linux `drivers/nvme/target`:
 //! `queue` (binding a transport queue to a controller, dispatch), `fabrics` (Connect, Property
 //! Get/Set, Disconnect), `admin` (Identify, Get Log Page, Features, Abort), `io` (NVM commands),
-//! `discovery` (the discovery log), `events` (asynchronous events), `keepalive`.
+//! `discovery` (the discovery log), `events` (asynchronous events), `keepalive`, and `registry`
+//! (the subsystems and the target state, where controllers are registered).
 //! No code here knows which transport it runs on.
 
 mod admin;
@@ -12,6 +13,7 @@ mod fabrics;
 mod io;
 mod keepalive;
 pub mod queue;
+mod registry;
 
 use std::collections::{HashSet, VecDeque};
 use std::net::SocketAddr;
@@ -23,9 +25,10 @@ use fabrik_proto::nvme::log::ErrorLogEntry;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::model::{Subsystem, TargetState, TransportType};
+use crate::model::TransportType;
 
 pub use queue::{Admitted, Queue, Response, Route};
+pub use registry::{Subsystem, TargetState};
 
 /// Limits this target advertises.
 pub mod limits {
@@ -90,7 +93,7 @@ pub struct Controller {
     /// shutdown): every queue bound to it closes.
     pub teardown: CancellationToken,
     /// What this host read and wrote through this controller (metrics).
-    pub io_counters: crate::metrics::Striped<crate::metrics::ControllerCounters>,
+    pub io_counters: crate::stats::Striped<crate::stats::ControllerCounters>,
     /// Queue connections bound to this controller that have not yet finished their commands.
     live_queues: std::sync::atomic::AtomicUsize,
     /// Woken when the last of them has.
