@@ -2,6 +2,24 @@
 //!
 //! Drives (backends) are exported as Namespaces of Subsystems, reachable through Ports
 //! (transport listeners). Hosts connect and get a Controller each (dynamic model).
+//!
+//! # Layers
+//!
+//! Bottom first: a module uses only modules listed on earlier lines, never one of its own line
+//! or a later one, so the crate has no import circles. `tests/layers.rs` checks the code against
+//! this list; a new module gets a place in it.
+//!
+//! - `stats`, `files`: the counters the I/O path increments; private files and directories
+//! - `backend`: drives (file, block device, RAM, null) and the lost-write guard
+//! - `model`: namespaces and ports
+//! - `controller`: controllers, their queues, and the subsystems that register them
+//! - `transport`: the NVMe/TCP and NVMe/RDMA listeners that feed controller queues
+//! - `config`: fabrikd's settings
+//! - `state`: the configuration persisted across restarts
+//! - `management`: the operations the REST API calls
+//! - `metrics`: the scrape of the counters
+//! - `crate`: `Target` (this file), which starts and stops a target
+//! - `endpoints`: where the REST API and `/metrics` are served
 
 pub mod backend;
 pub mod config;
