@@ -26,7 +26,8 @@ use crate::backend::guard::{Fault, Guarded};
 use crate::backend::{BackendKind, Drive};
 use crate::config::NQN_PREFIX;
 use crate::controller::limits::MAX_NAMESPACES;
-use crate::model::{Namespace, Subsystem, TargetState};
+use crate::controller::{Subsystem, TargetState};
+use crate::model::Namespace;
 use crate::state::{self, CompositionState, HostState, NamespaceState, State, SubsystemState};
 
 pub struct Manager {

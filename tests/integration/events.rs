@@ -27,7 +27,7 @@ const MIB: u64 = 1 << 20;
 async fn connected() -> (
     tempfile::TempDir,
     fabrik_target::Target,
-    Arc<fabrik_target::model::Subsystem>,
+    Arc<fabrik_target::controller::Subsystem>,
     fabrik_initiator::Controller,
 ) {
     let dir = tempfile::tempdir().unwrap();

@@ -4,7 +4,8 @@
 //! keeps the same per queue: SQ head, CIDs in flight, parked AERs, each completion entry),
 //! `fabrics` (Connect, Property Get/Set, Disconnect), `admin` (Identify, Get Log Page, Features,
 //! Abort), `io` (NVM commands), `discovery` (the discovery log), `events` (asynchronous events),
-//! `keepalive`.
+//! `keepalive`, and `registry` (the subsystems and the target state, where controllers are
+//! registered).
 //! No code here knows which transport it runs on.
 
 mod admin;
@@ -16,6 +17,7 @@ mod io;
 mod keepalive;
 mod parked;
 pub mod queue;
+mod registry;
 #[cfg(test)]
 mod tests;
 
@@ -29,9 +31,10 @@ use fabrik_proto::nvme::log::ErrorLogEntry;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::model::{Subsystem, TargetState, TransportType};
+use crate::model::TransportType;
 
 pub use queue::{Admitted, Queue, Response, Route};
+pub use registry::{Subsystem, TargetState};
 
 /// Limits this target advertises.
 pub mod limits {
@@ -96,7 +99,7 @@ pub struct Controller {
     /// shutdown): every queue bound to it closes.
     pub teardown: CancellationToken,
     /// What this host read and wrote through this controller (metrics).
-    pub io_counters: crate::metrics::Striped<crate::metrics::ControllerCounters>,
+    pub io_counters: crate::stats::Striped<crate::stats::ControllerCounters>,
     /// Queue connections bound to this controller that have not yet finished their commands.
     live_queues: std::sync::atomic::AtomicUsize,
     /// Woken when the last of them has.

@@ -13,8 +13,8 @@ use fabrik_proto::nvme::io::IoCommand;
 use fabrik_proto::nvme::{admin_opcode, data_direction, DataDirection};
 use fabrik_proto::{Sqe, Status};
 
-use super::{limits, Controller, PortInfo};
-use crate::model::{Port, TargetState};
+use super::{limits, Controller, PortInfo, TargetState};
+use crate::model::Port;
 
 /// A queue bound to its controller by Connect.
 pub struct Binding {

@@ -15,8 +15,9 @@ use fabrik_proto::{Cqe, Sqe, Status};
 use super::books::{Arrival, QueueBooks, QueueOverrun};
 use super::limits;
 use super::queue::{Queue, Response, Route};
+use super::{Subsystem, TargetState};
 use crate::backend::ram::RamDrive;
-use crate::model::{Namespace, Port, Subsystem, TargetState, TransportType};
+use crate::model::{Namespace, Port, TransportType};
 
 const SUBNQN: &str = "nqn.2024-01.io.fabrik:test:drive-00";
 const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000001";

@@ -11,7 +11,8 @@ use fabrik_proto::nvme::log::critical;
 use super::Manager;
 use crate::backend::guard::Guarded;
 use crate::backend::Drive;
-use crate::model::{Namespace, TargetState, TransportType};
+use crate::controller::TargetState;
+use crate::model::{Namespace, TransportType};
 use crate::state::{self, Access, CompositionState, State, SubsystemState};
 
 impl Manager {

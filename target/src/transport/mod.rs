@@ -11,7 +11,8 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::model::{Port, TargetState};
+use crate::controller::TargetState;
+use crate::model::Port;
 
 /// A listening transport endpoint, serving connections until `stop` is cancelled and then
 /// letting every connection finish the commands it has in flight.

@@ -31,9 +31,9 @@ use super::admission::{
 };
 use super::Listener;
 use crate::controller::books::{Arrival, QueueBooks};
-use crate::controller::{limits, Admitted, Queue, Response, Route};
-use crate::metrics::ConnectionGuard;
-use crate::model::{Port, TargetState, TransportType};
+use crate::controller::{limits, Admitted, Queue, Response, Route, TargetState};
+use crate::model::{Port, TransportType};
+use crate::stats::ConnectionGuard;
 
 /// Largest H2CData payload we accept: a whole maximum transfer in one PDU.
 const MAX_H2C_DATA: u32 = limits::MAX_TRANSFER;

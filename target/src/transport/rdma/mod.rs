@@ -18,8 +18,8 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio_util::sync::CancellationToken;
 
 use super::{Listener, RdmaUnavailable};
-use crate::controller::Queue;
-use crate::model::{Port, TargetState, TransportType};
+use crate::controller::{Queue, TargetState};
+use crate::model::{Port, TransportType};
 use queue::Connection;
 use verbs::{CmEvent, EventChannel, QueuePair, Raw, SharedRecv};
 use wire::{reject, CmRequest};

@@ -1,0 +1,356 @@
+//! Subsystems (NQN, identity, allowed hosts, namespaces) and the target state that holds them,
+//! with the controllers registered in them so I/O queues can find them.
+//!
+//! They live here, with the controllers, rather than in `model`: a subsystem tears down,
+//! notifies and fences its controllers, and a controller serves its subsystem, so each uses
+//! the other. A trait object in the registry would not cut that: the queues, the management
+//! API and the metrics take `Controller`s out of it. Namespaces and ports know no controller
+//! and stay in `model`, a layer below.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::time::Instant;
+
+use fabrik_proto::fabrics::nqn::Nqn;
+
+use super::Controller;
+use crate::model::{Namespace, Port};
+use crate::reactor::Reactors;
+use crate::stats::TargetMetrics;
+
+/// An NVM subsystem: what a host connects to by NQN.
+pub struct Subsystem {
+    pub nqn: Nqn,
+    pub serial: String,
+    pub model: String,
+    /// None: any host may connect. Some(list): only these host NQNs. Changed live by the
+    /// management API.
+    allowed_hosts: RwLock<Option<Vec<String>>>,
+    namespaces: RwLock<BTreeMap<u32, Arc<Namespace>>>,
+    controllers: Mutex<HashMap<u16, Weak<Controller>>>,
+    /// Controllers torn down whose queues may still have commands at the backend: a host
+    /// connects again only once its old controllers' commands are done (see `fence`).
+    retiring: Mutex<Vec<Weak<Controller>>>,
+    next_cntlid: AtomicU16,
+}
+
+/// Highest dynamic controller ID (0xFFF0..0xFFFF are reserved).
+const MAX_CNTLID: u16 = 0xFFEF;
+
+impl Subsystem {
+    pub fn new(
+        nqn: Nqn,
+        serial: String,
+        model: String,
+        allowed_hosts: Option<Vec<String>>,
+    ) -> Subsystem {
+        Subsystem {
+            nqn,
+            serial,
+            model,
+            allowed_hosts: RwLock::new(allowed_hosts),
+            namespaces: RwLock::new(BTreeMap::new()),
+            controllers: Mutex::new(HashMap::new()),
+            retiring: Mutex::new(Vec::new()),
+            next_cntlid: AtomicU16::new(1),
+        }
+    }
+
+    /// Whether `hostnqn` may connect. A host without a host NQN (None) may only where any host
+    /// may, as Linux nvmet compares the (empty) string with its allow list.
+    pub fn host_allowed(&self, hostnqn: Option<&str>) -> bool {
+        match &*self.allowed_hosts.read().unwrap() {
+            None => true,
+            Some(list) => hostnqn.is_some_and(|nqn| list.iter().any(|h| h == nqn)),
+        }
+    }
+
+    pub fn allowed_hosts(&self) -> Option<Vec<String>> {
+        self.allowed_hosts.read().unwrap().clone()
+    }
+
+    /// Changes who may connect. Controllers of hosts no longer allowed are torn down; the caller
+    /// tells discovery controllers (`TargetState::discovery_changed`).
+    pub fn set_allowed_hosts(&self, hosts: Option<Vec<String>>) {
+        *self.allowed_hosts.write().unwrap() = hosts;
+        for ctrl in self.controllers() {
+            if !self.host_allowed(ctrl.hostnqn.as_deref()) {
+                ctrl.shut_down("the host's access to the subsystem was removed");
+            }
+        }
+    }
+
+    /// Adds (or replaces) a namespace; connected controllers get a Namespace Attribute Changed
+    /// event and find the NSID in their Changed Namespace List.
+    pub fn add_namespace(&self, ns: Arc<Namespace>) {
+        let nsid = ns.nsid;
+        self.namespaces.write().unwrap().insert(nsid, ns);
+        self.namespace_changed(nsid);
+    }
+
+    /// Removes a namespace, telling connected controllers as `add_namespace` does.
+    pub fn remove_namespace(&self, nsid: u32) -> Option<Arc<Namespace>> {
+        let removed = self.namespaces.write().unwrap().remove(&nsid);
+        if removed.is_some() {
+            self.namespace_changed(nsid);
+        }
+        removed
+    }
+
+    fn namespace_changed(&self, nsid: u32) {
+        for ctrl in self.controllers() {
+            ctrl.namespace_changed(nsid);
+        }
+    }
+
+    pub fn namespace(&self, nsid: u32) -> Option<Arc<Namespace>> {
+        self.namespaces.read().unwrap().get(&nsid).cloned()
+    }
+
+    pub fn namespaces(&self) -> Vec<Arc<Namespace>> {
+        self.namespaces.read().unwrap().values().cloned().collect()
+    }
+
+    /// Whether any namespace's drive acknowledges writes before they are durable.
+    pub fn has_volatile_cache(&self) -> bool {
+        self.namespaces()
+            .iter()
+            .any(|ns| ns.drive.info().volatile_write_cache)
+    }
+
+    /// Registers a controller under a fresh CNTLID, unique among this subsystem's live controllers.
+    pub fn register_controller(
+        &self,
+        make: impl FnOnce(u16) -> Arc<Controller>,
+    ) -> Option<Arc<Controller>> {
+        register(
+            &mut self.controllers.lock().unwrap(),
+            &self.next_cntlid,
+            make,
+        )
+    }
+
+    pub fn controller(&self, cntlid: u16) -> Option<Arc<Controller>> {
+        self.controllers
+            .lock()
+            .unwrap()
+            .get(&cntlid)
+            .and_then(Weak::upgrade)
+    }
+
+    pub fn unregister_controller(&self, cntlid: u16) {
+        let gone = self.controllers.lock().unwrap().remove(&cntlid);
+        if let Some(ctrl) = gone {
+            let mut retiring = self.retiring.lock().unwrap();
+            retiring.retain(|c| c.upgrade().is_some_and(|c| !c.drained()));
+            retiring.push(ctrl);
+        }
+    }
+
+    /// Waits until every torn-down controller of `hostnqn` has finished the commands its
+    /// queues had passed to the backend, so that a write of the old association cannot land
+    /// after the host, reconnected, wrote the same blocks anew (Linux nvmet likewise frees a
+    /// controller only once its queues' requests are done). False if that takes longer than
+    /// `limit` (a hung drive): the caller refuses the Connect, and the host retries.
+    pub async fn fence(&self, hostnqn: Option<&str>, limit: std::time::Duration) -> bool {
+        let old: Vec<Arc<Controller>> = self
+            .retiring
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(Weak::upgrade)
+            .filter(|c| c.hostnqn.as_deref() == hostnqn && !c.drained())
+            .collect();
+        let all = futures_util::future::join_all(old.iter().map(|c| c.wait_drained()));
+        tokio::time::timeout(limit, all).await.is_ok()
+    }
+
+    pub fn controllers(&self) -> Vec<Arc<Controller>> {
+        self.controllers
+            .lock()
+            .unwrap()
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect()
+    }
+}
+
+/// Everything a queue needs to find: subsystems by NQN, the discovery generation counter.
+pub struct TargetState {
+    pub box_name: String,
+    subsystems: RwLock<BTreeMap<String, Arc<Subsystem>>>,
+    ports: RwLock<Vec<Port>>,
+    discovery_genctr: AtomicU64,
+    discovery_controllers: Mutex<HashMap<u16, Weak<Controller>>>,
+    next_discovery_cntlid: AtomicU16,
+    pub started: Instant,
+    /// Source of `Controller::id`: unique over fabrikd's lifetime.
+    next_controller_id: AtomicU64,
+    /// Set when fabrikd is shutting down: queues stop taking new commands.
+    pub shutting_down: AtomicBool,
+    pub metrics: TargetMetrics,
+    /// The I/O threads queues are placed on.
+    pub reactors: Reactors,
+    /// The control runtime (the one the target was made on): keep-alive timers and other
+    /// background work of a controller go there, not onto a reactor.
+    control: Option<tokio::runtime::Handle>,
+}
+
+impl TargetState {
+    pub fn new(box_name: String) -> TargetState {
+        TargetState {
+            box_name,
+            subsystems: RwLock::new(BTreeMap::new()),
+            ports: RwLock::new(Vec::new()),
+            discovery_genctr: AtomicU64::new(1),
+            discovery_controllers: Mutex::new(HashMap::new()),
+            next_discovery_cntlid: AtomicU16::new(1),
+            started: Instant::now(),
+            next_controller_id: AtomicU64::new(1),
+            shutting_down: AtomicBool::new(false),
+            metrics: TargetMetrics::default(),
+            reactors: Reactors::new(Vec::new()),
+            control: tokio::runtime::Handle::try_current().ok(),
+        }
+    }
+
+    /// Queues run on reactors on these cores (empty: every core this process may use).
+    pub fn with_cores(mut self, cores: Vec<usize>) -> TargetState {
+        self.reactors = Reactors::new(cores);
+        self
+    }
+
+    /// Runs background work of the control plane (timers, a shutdown's flush) on the control
+    /// runtime, wherever it is started from.
+    pub fn spawn_control<F>(&self, work: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        match &self.control {
+            Some(handle) => handle.spawn(work),
+            None => tokio::spawn(work),
+        }
+    }
+
+    pub fn add_subsystem(&self, s: Arc<Subsystem>) {
+        self.subsystems
+            .write()
+            .unwrap()
+            .insert(s.nqn.as_str().to_string(), s);
+        self.discovery_changed();
+    }
+
+    /// Removes a subsystem, tearing its controllers down.
+    pub fn remove_subsystem(&self, nqn: &str) -> Option<Arc<Subsystem>> {
+        let removed = self.subsystems.write().unwrap().remove(nqn);
+        if let Some(sub) = &removed {
+            for ctrl in sub.controllers() {
+                ctrl.shut_down("the subsystem was removed");
+            }
+            self.discovery_changed();
+        }
+        removed
+    }
+
+    pub fn subsystem(&self, nqn: &str) -> Option<Arc<Subsystem>> {
+        self.subsystems.read().unwrap().get(nqn).cloned()
+    }
+
+    pub fn subsystems(&self) -> Vec<Arc<Subsystem>> {
+        self.subsystems.read().unwrap().values().cloned().collect()
+    }
+
+    pub fn add_port(&self, p: Port) {
+        self.ports.write().unwrap().push(p);
+        self.discovery_changed();
+    }
+
+    pub fn remove_port(&self, id: u16) {
+        self.ports.write().unwrap().retain(|p| p.id != id);
+        self.discovery_changed();
+    }
+
+    pub fn ports(&self) -> Vec<Port> {
+        self.ports.read().unwrap().clone()
+    }
+
+    pub fn next_port_id(&self) -> u16 {
+        self.ports.read().unwrap().len() as u16 + 1
+    }
+
+    pub fn next_controller_id(&self) -> u64 {
+        self.next_controller_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub fn discovery_genctr(&self) -> u64 {
+        self.discovery_genctr.load(Ordering::Acquire)
+    }
+
+    /// Bumps the discovery log generation and tells connected discovery controllers.
+    pub fn discovery_changed(&self) {
+        self.discovery_genctr.fetch_add(1, Ordering::AcqRel);
+        let ctrls: Vec<_> = self
+            .discovery_controllers
+            .lock()
+            .unwrap()
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect();
+        for c in ctrls {
+            c.discovery_log_changed();
+        }
+    }
+
+    pub fn register_discovery_controller(
+        &self,
+        make: impl FnOnce(u16) -> Arc<Controller>,
+    ) -> Option<Arc<Controller>> {
+        register(
+            &mut self.discovery_controllers.lock().unwrap(),
+            &self.next_discovery_cntlid,
+            make,
+        )
+    }
+
+    pub fn unregister_discovery_controller(&self, cntlid: u16) {
+        self.discovery_controllers.lock().unwrap().remove(&cntlid);
+    }
+
+    /// Every live controller, I/O and discovery.
+    pub fn controllers(&self) -> Vec<Arc<Controller>> {
+        let mut all: Vec<_> = self
+            .subsystems()
+            .iter()
+            .flat_map(|s| s.controllers())
+            .collect();
+        all.extend(
+            self.discovery_controllers
+                .lock()
+                .unwrap()
+                .values()
+                .filter_map(Weak::upgrade),
+        );
+        all
+    }
+}
+
+/// Registers a controller under the next free CNTLID (1..=0xFFEF, unique among live controllers
+/// of `ctrls`); None when every ID is taken.
+fn register(
+    ctrls: &mut HashMap<u16, Weak<Controller>>,
+    next: &AtomicU16,
+    make: impl FnOnce(u16) -> Arc<Controller>,
+) -> Option<Arc<Controller>> {
+    ctrls.retain(|_, c| c.strong_count() > 0);
+    for _ in 0..MAX_CNTLID {
+        let id = (next.fetch_add(1, Ordering::Relaxed) % MAX_CNTLID).max(1);
+        if let std::collections::hash_map::Entry::Vacant(slot) = ctrls.entry(id) {
+            let ctrl = make(id);
+            slot.insert(Arc::downgrade(&ctrl));
+            return Some(ctrl);
+        }
+    }
+    None
+}
