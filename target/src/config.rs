@@ -70,6 +70,8 @@ pub struct Config {
     pub api: Option<String>,
     /// Cores the reactors (I/O threads) run on; empty: every core fabrikd may use.
     pub cores: Vec<usize>,
+    /// When a reactor stops polling and sleeps.
+    pub polling: crate::reactor::Polling,
 }
 
 /// Settings given explicitly rather than defaulted.
@@ -101,6 +103,7 @@ impl Config {
             api_token: None,
             api: None,
             cores: Vec::new(),
+            polling: Default::default(),
         }
     }
 
@@ -116,6 +119,9 @@ impl Config {
         if let Some(cores) = &file.cores {
             self.cores = crate::reactor::parse_cores(cores)
                 .map_err(|e| anyhow::anyhow!("cores = {cores:?}: {e}"))?;
+        }
+        if let Some(us) = file.poll_idle_us {
+            self.polling.idle_after = std::time::Duration::from_micros(us);
         }
         if file.api.is_some() {
             self.api = file.api.clone();

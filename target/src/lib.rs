@@ -105,8 +105,10 @@ impl Target {
             state::save(path, &persisted)
                 .with_context(|| format!("cannot write the state file {}", path.display()))?;
         }
-        let target =
-            Arc::new(TargetState::new(persisted.box_name.clone()).with_cores(config.cores.clone()));
+        let target = Arc::new(
+            TargetState::new(persisted.box_name.clone())
+                .with_reactors(config.cores.clone(), config.polling),
+        );
         let ports = persisted.ports.clone();
         let stop = CancellationToken::new();
         let manager = Arc::new(management::Manager::new(

@@ -69,6 +69,10 @@ struct Args {
     /// ("0-3,8") [default: every core fabrikd may run on].
     #[arg(long, value_name = "LIST")]
     cores: Option<String>,
+    /// Microseconds a reactor keeps polling for events after its last one before it sleeps in
+    /// epoll; 0: it always sleeps between events [default: 200].
+    #[arg(long, value_name = "US")]
+    poll_idle_us: Option<u64>,
 }
 
 fn main() -> ExitCode {
@@ -212,6 +216,9 @@ fn build_config(args: &Args) -> anyhow::Result<Config> {
     }
     if let Some(api) = &args.api {
         config.api = Some(api.clone());
+    }
+    if let Some(us) = args.poll_idle_us {
+        config.polling.idle_after = std::time::Duration::from_micros(us);
     }
     if let Some(cores) = &args.cores {
         config.cores = fabrik_target::reactor::parse_cores(cores)

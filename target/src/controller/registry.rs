@@ -16,7 +16,7 @@ use fabrik_proto::fabrics::nqn::Nqn;
 
 use super::Controller;
 use crate::model::{Namespace, Port};
-use crate::reactor::Reactors;
+use crate::reactor::{Polling, Reactors};
 use crate::stats::TargetMetrics;
 
 /// An NVM subsystem: what a host connects to by NQN.
@@ -210,14 +210,15 @@ impl TargetState {
             next_controller_id: AtomicU64::new(1),
             shutting_down: AtomicBool::new(false),
             metrics: TargetMetrics::default(),
-            reactors: Reactors::new(Vec::new()),
+            reactors: Reactors::new(Vec::new(), Polling::default()),
             control: tokio::runtime::Handle::try_current().ok(),
         }
     }
 
-    /// Queues run on reactors on these cores (empty: every core this process may use).
-    pub fn with_cores(mut self, cores: Vec<usize>) -> TargetState {
-        self.reactors = Reactors::new(cores);
+    /// Queues run on reactors on these cores (empty: every core this process may use), with
+    /// this polling policy.
+    pub fn with_reactors(mut self, cores: Vec<usize>, polling: Polling) -> TargetState {
+        self.reactors = Reactors::new(cores, polling);
         self
     }
 

@@ -265,6 +265,7 @@ impl Connection {
         let connect_deadline = tokio::time::Instant::now() + CONNECT_TIMEOUT;
         let mut stopping = false;
         loop {
+            crate::reactor::active();
             // Everything already buffered first: PDUs, then completions that are ready.
             loop {
                 match self.decoder.decode(&mut self.rbuf) {
