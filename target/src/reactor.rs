@@ -360,4 +360,45 @@ mod tests {
         }
         assert_eq!(reactors.loads(), vec![(0, 0), (0, 0)]);
     }
+
+    /// CPU time of the calling thread.
+    fn thread_cpu() -> Duration {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime writes one timespec.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+    }
+
+    /// The reactor's CPU time over 100 ms after one event, with this polling policy.
+    fn cpu_after_an_event(idle_after: Duration) -> Duration {
+        let reactors = Reactors::new(vec![allowed_cores()[0]], Polling { idle_after });
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(reactors.place(async {
+            let start = thread_cpu();
+            active();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            thread_cpu() - start
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_reactor_polls_after_an_event_and_sleeps_once_idle() {
+        // Polling for longer than the pause: the reactor keeps its core busy meanwhile.
+        let polled = cpu_after_an_event(Duration::from_secs(5));
+        assert!(polled > Duration::from_millis(20), "{polled:?}");
+        // Polling for 200 µs, or not at all: it sleeps through the pause.
+        for idle_after in [Duration::from_micros(200), Duration::ZERO] {
+            let slept = cpu_after_an_event(idle_after);
+            assert!(
+                slept < Duration::from_millis(10),
+                "{idle_after:?}: {slept:?}"
+            );
+        }
+    }
 }
