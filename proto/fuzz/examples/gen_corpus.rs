@@ -15,6 +15,7 @@ use fabrik_proto::nvme::features::{fid, NumberOfQueues};
 use fabrik_proto::nvme::identify::*;
 use fabrik_proto::nvme::io::{DsmRange, IoCommand};
 use fabrik_proto::nvme::log::*;
+use fabrik_proto::rdma::{CmAccept, CmReject, CmRequest, RejectStatus};
 use fabrik_proto::tcp::*;
 use fabrik_proto::{Cqe, SglDescriptor, Sqe, Status};
 
@@ -30,6 +31,7 @@ fn main() {
     identify(&root.join("identify"));
     log_pages(&root.join("log_pages"));
     cqe_sgl(&root.join("cqe_sgl"));
+    rdma_cm(&root.join("rdma_cm"));
 }
 
 fn write(dir: &Path, name: &str, bytes: &[u8]) {
@@ -710,4 +712,33 @@ fn cqe_sgl(dir: &Path) {
         invalidate: true,
     };
     write(dir, "sgl-rdma-keyed", &keyed.encode());
+}
+
+// ---- rdma_cm: NVMe/RDMA CM private data (request, accept, reject) ----
+
+fn rdma_cm(dir: &Path) {
+    // The Linux host's admin queue request, padded by the CM to 56 bytes.
+    let admin = CmRequest {
+        recfmt: 0,
+        qid: 0,
+        hrqsize: 32,
+        hsqsize: 31,
+        cntlid: 0,
+    };
+    let mut padded = admin.to_bytes().to_vec();
+    padded.resize(56, 0);
+    assert_eq!(CmRequest::parse(&padded), Ok(admin));
+    write(dir, "request-admin-padded", &padded);
+    let io = CmRequest {
+        qid: 1,
+        hrqsize: 128,
+        hsqsize: 127,
+        cntlid: 1,
+        ..admin
+    };
+    write(dir, "request-io", &io.to_bytes());
+    write(dir, "accept-128", &CmAccept::new(128).to_bytes());
+    let reject = CmReject::new(RejectStatus::INVALID_HSQSIZE);
+    assert_eq!(CmReject::parse(&reject.to_bytes()), Ok(reject));
+    write(dir, "reject-hsqsize", &reject.to_bytes());
 }

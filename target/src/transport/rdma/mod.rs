@@ -14,6 +14,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use fabrik_proto::rdma::{CmAccept, CmReject, CmRequest, RejectStatus};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio_util::sync::CancellationToken;
 
@@ -22,7 +23,6 @@ use crate::controller::Queue;
 use crate::model::{Port, TargetState, TransportType};
 use queue::Connection;
 use verbs::{CmEvent, EventChannel, QueuePair, Raw, SharedRecv};
-use wire::{reject, CmRequest};
 
 /// Checks that the RDMA libraries can be loaded, so a missing rdma-core says so up front.
 pub fn available() -> Result<(), String> {
@@ -146,19 +146,15 @@ fn on_event(ev: &CmEvent, routes: &Routes, devices: &mut Devices, stopping: bool
         return Outcome::None;
     }
     let qp = QueuePair::new(ev.id);
-    let req = match CmRequest::parse(&ev.private_data) {
+    let req = match wire::check_request(&ev.private_data) {
         Ok(r) if !stopping => r,
-        Ok(_) => {
-            qp.reject(&wire::reject_data(reject::NO_RESOURCES));
-            return Outcome::Drop(qp);
-        }
+        Ok(_) => return reject(qp, RejectStatus::NO_RESOURCES),
         Err(status) => {
             tracing::warn!(
-                status,
-                "NVMe/RDMA connect request rejected: bad private data"
+                status = status.code(),
+                "NVMe/RDMA connect request rejected: bad private data ({status})"
             );
-            qp.reject(&wire::reject_data(status));
-            return Outcome::Drop(qp);
+            return reject(qp, status);
         }
     };
     // SAFETY: the connect request's id is valid and bound to its device.
@@ -177,8 +173,7 @@ fn on_event(ev: &CmEvent, routes: &Routes, devices: &mut Devices, stopping: bool
             }
             Err(e) => {
                 tracing::warn!("NVMe/RDMA connect request failed: no shared receive queue: {e}");
-                qp.reject(&wire::reject_data(reject::NO_RESOURCES));
-                return Outcome::Drop(qp);
+                return reject(qp, RejectStatus::NO_RESOURCES);
             }
         },
     };
@@ -186,10 +181,14 @@ fn on_event(ev: &CmEvent, routes: &Routes, devices: &mut Devices, stopping: bool
         Ok(conn) => Outcome::Accepted(Box::new(conn), req),
         Err((qp, e)) => {
             tracing::warn!(qid = req.qid, "NVMe/RDMA connect request failed: {e}");
-            qp.reject(&wire::reject_data(reject::NO_RESOURCES));
-            Outcome::Drop(qp)
+            reject(qp, RejectStatus::NO_RESOURCES)
         }
     }
+}
+
+fn reject(qp: QueuePair, status: RejectStatus) -> Outcome {
+    qp.reject(&CmReject::new(status).to_bytes());
+    Outcome::Drop(qp)
 }
 
 fn accept(
@@ -212,11 +211,8 @@ fn accept(
     // stall them), as nvmet-rdma uses them.
     let responder = ev.responder_resources.min(limits.max_qp_rd_atom);
     let initiator = ev.initiator_depth.min(limits.max_qp_init_rd_atom);
-    let crqsize = req.entries() as u16;
-    if let Err(e) = conn
-        .qp
-        .accept(&wire::accept_data(crqsize), responder, initiator)
-    {
+    let accept = CmAccept::new(req.entries() as u16);
+    if let Err(e) = conn.qp.accept(&accept.to_bytes(), responder, initiator) {
         return Err((conn.qp, e));
     }
     Ok(conn)
