@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use crate::backend::Drive;
 use crate::controller::ANONYMOUS_HOST;
 use crate::management::Manager;
-use crate::model::{Port, TargetState, TransportType};
+use crate::model::{Port, TargetState};
 
 /// Bucket bounds of [`LATENCY_BUCKETS`] in nanoseconds, so an observation is integer compares.
 const BOUNDS_NS: [u64; LATENCY_BUCKETS.len()] = {
@@ -331,11 +331,7 @@ fn port_metrics(target: &TargetState, port: &Port) -> PortMetrics {
     let (accepted, open, rx, tx) = target.metrics.port(port.id).totals();
     PortMetrics {
         port: port.id,
-        transport: match port.transport {
-            TransportType::Tcp => "tcp",
-            TransportType::Rdma => "rdma",
-        }
-        .to_string(),
+        transport: port.transport.to_string(),
         address: port.addr.to_string(),
         connections_accepted: accepted,
         connections_open: open,

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Instant;
 
 use fabrik_proto::fabrics::nqn::Nqn;
+pub use fabrik_proto::fabrics::Transport;
 
 use crate::backend::Drive;
 use crate::controller::Controller;
@@ -252,18 +253,11 @@ impl Subsystem {
     }
 }
 
-/// Transport types as the discovery log names them.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum TransportType {
-    Tcp,
-    Rdma,
-}
-
 /// A listener: transport, address, and the port ID the discovery log reports.
 #[derive(Clone, Debug)]
 pub struct Port {
     pub id: u16,
-    pub transport: TransportType,
+    pub transport: Transport,
     pub addr: SocketAddr,
 }
 

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use bytes::{Bytes, BytesMut};
 use fabrik_proto::fabrics::discovery::*;
 use fabrik_proto::fabrics::nqn::Nqn;
-use fabrik_proto::fabrics::{ConnectData, FabricsCommand, CATTR_DISABLE_SQ_FLOW};
+use fabrik_proto::fabrics::{ConnectData, FabricsCommand, Transport, CATTR_DISABLE_SQ_FLOW};
 use fabrik_proto::nvme::admin::{cns, AdminCommand};
 use fabrik_proto::nvme::features::{fid, NumberOfQueues};
 use fabrik_proto::nvme::identify::*;
@@ -619,7 +619,7 @@ fn log_pages(dir: &Path) {
         param_error_location: 0xffff,
         lba: 0x10_0000,
         nsid: 1,
-        trtype: trtype::TCP,
+        trtype: Transport::Tcp.trtype(),
         ..ErrorLogEntry::default()
     };
     let mut buf = [0u8; ERROR_LOG_ENTRY_LEN];
@@ -641,7 +641,7 @@ fn log_pages(dir: &Path) {
 
     let entries = [
         DiscoveryLogEntry {
-            trtype: trtype::TCP,
+            trtype: Transport::Tcp.trtype(),
             adrfam: adrfam::IPV4,
             subtype: subtype::CURRENT_DISCOVERY,
             treq: 0x02,
@@ -655,7 +655,7 @@ fn log_pages(dir: &Path) {
             tsas: Tsas::Tcp { sectype: 0 },
         },
         DiscoveryLogEntry {
-            trtype: trtype::TCP,
+            trtype: Transport::Tcp.trtype(),
             adrfam: adrfam::IPV6,
             subtype: subtype::NVM,
             treq: 0x02,

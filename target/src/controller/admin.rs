@@ -18,7 +18,7 @@ use fabrik_proto::Status;
 use super::fabrics::NVME_VERSION;
 use super::queue::Response;
 use super::{limits, Controller};
-use crate::model::TransportType;
+use crate::model::Transport;
 
 const FIRMWARE_REVISION: &str = env!("CARGO_PKG_VERSION");
 
@@ -175,8 +175,8 @@ impl Controller {
             ),
         };
         let sgls = match self.port.transport {
-            TransportType::Tcp => 1 << 0 | 1 << 20,
-            TransportType::Rdma => 1 << 0 | 1 << 2 | 1 << 20,
+            Transport::Tcp => 1 << 0 | 1 << 20,
+            Transport::Rdma => 1 << 0 | 1 << 2 | 1 << 20,
         };
         let vwc = self.has_volatile_cache();
         IdentifyController {

@@ -4,11 +4,11 @@
 use std::net::SocketAddr;
 
 use fabrik_proto::fabrics::discovery::{
-    adrfam, encode_discovery_log, subtype, trtype, DiscoveryLogEntry, Tsas,
+    adrfam, encode_discovery_log, subtype, DiscoveryLogEntry, Tsas,
 };
 
 use super::Controller;
-use crate::model::TransportType;
+use crate::model::Transport;
 
 impl Controller {
     pub(super) fn discovery_log_page(&self) -> Vec<u8> {
@@ -26,10 +26,7 @@ impl Controller {
                     continue;
                 }
                 entries.push(DiscoveryLogEntry {
-                    trtype: match port.transport {
-                        TransportType::Tcp => trtype::TCP,
-                        TransportType::Rdma => trtype::RDMA,
-                    },
+                    trtype: port.transport.trtype(),
                     adrfam: if addr.is_ipv4() {
                         adrfam::IPV4
                     } else {
@@ -45,8 +42,8 @@ impl Controller {
                     subnqn: sub.nqn.to_string(),
                     traddr: addr.ip().to_string(),
                     tsas: match port.transport {
-                        TransportType::Tcp => Tsas::Tcp { sectype: 0 },
-                        TransportType::Rdma => Tsas::Rdma {
+                        Transport::Tcp => Tsas::Tcp { sectype: 0 },
+                        Transport::Rdma => Tsas::Rdma {
                             qptype: 1,
                             prtype: 1,
                             cms: 1,

@@ -23,7 +23,7 @@ use fabrik_proto::nvme::log::ErrorLogEntry;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::model::{Subsystem, TargetState, TransportType};
+use crate::model::{Subsystem, TargetState, Transport};
 
 pub use queue::{Admitted, Queue, Response, Route};
 
@@ -62,7 +62,7 @@ pub enum ControllerKind {
 #[derive(Clone, Debug)]
 pub struct PortInfo {
     pub port_id: u16,
-    pub transport: TransportType,
+    pub transport: Transport,
     /// The local address the host connected to (a concrete address even for wildcard listeners).
     pub local_addr: SocketAddr,
     pub peer_addr: SocketAddr,
@@ -256,10 +256,7 @@ impl Controller {
             // Which parameter and LBA are not tracked: 0xFFFF / 0 say "not applicable".
             param_error_location: 0xffff,
             nsid,
-            trtype: match self.port.transport {
-                TransportType::Tcp => fabrik_proto::fabrics::discovery::trtype::TCP,
-                TransportType::Rdma => fabrik_proto::fabrics::discovery::trtype::RDMA,
-            },
+            trtype: self.port.transport.trtype(),
             ..ErrorLogEntry::default()
         };
         st.error_log.push_front(entry);

@@ -33,7 +33,7 @@ use super::parked::ParkedEvents;
 use super::Listener;
 use crate::controller::{limits, Admitted, Queue, Response, Route};
 use crate::metrics::ConnectionGuard;
-use crate::model::{Port, TargetState, TransportType};
+use crate::model::{Port, TargetState, Transport};
 
 /// Largest H2CData payload we accept: a whole maximum transfer in one PDU.
 const MAX_H2C_DATA: u32 = limits::MAX_TRANSFER;
@@ -59,7 +59,7 @@ impl TcpListenerPort {
             listener,
             port: Port {
                 id: port_id,
-                transport: TransportType::Tcp,
+                transport: Transport::Tcp,
                 addr,
             },
         })

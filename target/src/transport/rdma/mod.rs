@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Listener, RdmaUnavailable};
 use crate::controller::Queue;
-use crate::model::{Port, TargetState, TransportType};
+use crate::model::{Port, TargetState, Transport};
 use queue::Connection;
 use verbs::{CmEvent, EventChannel, QueuePair, Raw, SharedRecv};
 
@@ -54,7 +54,7 @@ impl RdmaListenerPort {
             channel,
             port: Port {
                 id: port_id,
-                transport: TransportType::Rdma,
+                transport: Transport::Rdma,
                 addr,
             },
         })
