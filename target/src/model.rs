@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Instant;
 
+use fabrik_proto::fabrics::discovery::Tsas;
 use fabrik_proto::fabrics::nqn::Nqn;
 pub use fabrik_proto::fabrics::Transport;
 
@@ -259,6 +260,22 @@ pub struct Port {
     pub id: u16,
     pub transport: Transport,
     pub addr: SocketAddr,
+    pub caps: TransportCaps,
+}
+
+/// What a port's transport offers hosts, as Identify and the discovery log report it. The
+/// transport's listener fills it in when it binds, so controllers read it and never ask which
+/// transport they run on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TransportCaps {
+    /// Data may be described by keyed SGLs: host memory the controller reads and writes
+    /// remotely (Identify SGLS bit 2).
+    pub keyed_sgls: bool,
+    /// Bytes of data an I/O command capsule may carry after its SQE (Identify IOCCSZ; 0: none,
+    /// and no SGL offsets either).
+    pub in_capsule_data: u32,
+    /// The transport specific address subtype of the port's discovery log entries.
+    pub tsas: Tsas,
 }
 
 /// Everything a queue needs to find: subsystems by NQN, the discovery generation counter.

@@ -3,12 +3,9 @@
 
 use std::net::SocketAddr;
 
-use fabrik_proto::fabrics::discovery::{
-    adrfam, encode_discovery_log, subtype, DiscoveryLogEntry, Tsas,
-};
+use fabrik_proto::fabrics::discovery::{adrfam, encode_discovery_log, subtype, DiscoveryLogEntry};
 
 use super::Controller;
-use crate::model::Transport;
 
 impl Controller {
     pub(super) fn discovery_log_page(&self) -> Vec<u8> {
@@ -41,15 +38,7 @@ impl Controller {
                     trsvcid: addr.port().to_string(),
                     subnqn: sub.nqn.to_string(),
                     traddr: addr.ip().to_string(),
-                    tsas: match port.transport {
-                        Transport::Tcp => Tsas::Tcp { sectype: 0 },
-                        Transport::Rdma => Tsas::Rdma {
-                            qptype: 1,
-                            prtype: 1,
-                            cms: 1,
-                            pkey: 0,
-                        },
-                    },
+                    tsas: port.caps.tsas,
                 });
             }
         }

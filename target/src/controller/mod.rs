@@ -12,6 +12,8 @@ mod fabrics;
 mod io;
 mod keepalive;
 pub mod queue;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{HashSet, VecDeque};
 use std::net::SocketAddr;
@@ -23,7 +25,7 @@ use fabrik_proto::nvme::log::ErrorLogEntry;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::model::{Subsystem, TargetState, Transport};
+use crate::model::{Subsystem, TargetState, Transport, TransportCaps};
 
 pub use queue::{Admitted, Queue, Response, Route};
 
@@ -38,7 +40,7 @@ pub mod limits {
     /// Maximum data transfer size: 2^MDTS minimum pages (4 KiB) = 1 MiB.
     pub const MDTS: u8 = 8;
     pub const MAX_TRANSFER: u32 = 4096 << MDTS;
-    /// In-capsule data on I/O queues (NVMe/TCP), as the Linux target's default.
+    /// In-capsule data on I/O queues, as the Linux target's default (both listeners offer it).
     pub const IO_INLINE_DATA: u32 = 16384;
     /// Fabrics commands and admin commands may carry this much in-capsule (Linux host's admin limit).
     pub const ADMIN_INLINE_DATA: u32 = 8192;
@@ -62,7 +64,9 @@ pub enum ControllerKind {
 #[derive(Clone, Debug)]
 pub struct PortInfo {
     pub port_id: u16,
+    /// For the error log's TRTYPE only: what the port offers is `caps`.
     pub transport: Transport,
+    pub caps: TransportCaps,
     /// The local address the host connected to (a concrete address even for wildcard listeners).
     pub local_addr: SocketAddr,
     pub peer_addr: SocketAddr,

@@ -33,7 +33,7 @@ use super::parked::ParkedEvents;
 use super::Listener;
 use crate::controller::{limits, Admitted, Queue, Response, Route};
 use crate::metrics::ConnectionGuard;
-use crate::model::{Port, TargetState, Transport};
+use crate::model::{Port, TargetState, Transport, TransportCaps};
 
 /// Largest H2CData payload we accept: a whole maximum transfer in one PDU.
 const MAX_H2C_DATA: u32 = limits::MAX_TRANSFER;
@@ -45,6 +45,14 @@ const IC_TIMEOUT: Duration = Duration::from_secs(10);
 /// A queue not connected to a controller this long after its ICResp is closed: hosts send
 /// Connect at once, and a connection that never does only holds a descriptor.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What NVMe/TCP offers: data in the byte stream (in-capsule or by R2T and C2HData), no
+/// access to host memory, no security (SECTYPE 0).
+pub const CAPS: TransportCaps = TransportCaps {
+    keyed_sgls: false,
+    in_capsule_data: limits::IO_INLINE_DATA,
+    tsas: fabrik_proto::fabrics::discovery::Tsas::Tcp { sectype: 0 },
+};
 
 pub struct TcpListenerPort {
     listener: TcpListener,
@@ -61,6 +69,7 @@ impl TcpListenerPort {
                 id: port_id,
                 transport: Transport::Tcp,
                 addr,
+                caps: CAPS,
             },
         })
     }

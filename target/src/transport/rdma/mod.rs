@@ -14,13 +14,14 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use fabrik_proto::fabrics::discovery::Tsas;
 use fabrik_proto::rdma::{CmAccept, CmReject, CmRequest, RejectStatus};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio_util::sync::CancellationToken;
 
 use super::{Listener, RdmaUnavailable};
-use crate::controller::Queue;
-use crate::model::{Port, TargetState, Transport};
+use crate::controller::{limits, Queue};
+use crate::model::{Port, TargetState, Transport, TransportCaps};
 use queue::Connection;
 use verbs::{CmEvent, EventChannel, QueuePair, Raw, SharedRecv};
 
@@ -28,6 +29,20 @@ use verbs::{CmEvent, EventChannel, QueuePair, Raw, SharedRecv};
 pub fn available() -> Result<(), String> {
     verbs::check_libraries()
 }
+
+/// What NVMe/RDMA offers: keyed SGLs (we RDMA-READ and -WRITE host memory), in-capsule data
+/// up to what a receive buffer holds after the SQE (`queue::CAPSULE_SIZE`), and connected
+/// queue pairs set up through rdma_cm on any RDMA fabric.
+pub const CAPS: TransportCaps = TransportCaps {
+    keyed_sgls: true,
+    in_capsule_data: limits::IO_INLINE_DATA,
+    tsas: Tsas::Rdma {
+        qptype: 1, // reliable connected
+        prtype: 1, // not specified
+        cms: 1,    // rdma_cm
+        pkey: 0,
+    },
+};
 
 pub struct RdmaListenerPort {
     channel: EventChannel,
@@ -56,6 +71,7 @@ impl RdmaListenerPort {
                 id: port_id,
                 transport: Transport::Rdma,
                 addr,
+                caps: CAPS,
             },
         })
     }
