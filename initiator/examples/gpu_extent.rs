@@ -26,10 +26,12 @@ async fn main() -> Result<()> {
         (i < args.len()).then(|| args.remove(i))
     };
     let mem = take("--mem").unwrap_or_else(|| "gpu".into());
-    let transport = match take("-t").as_deref() {
-        None | Some("tcp") => Transport::Tcp,
-        Some("rdma") => Transport::Rdma,
-        Some(other) => bail!("-t {other}: tcp or rdma"),
+    let transport = match take("-t") {
+        None => Transport::Tcp,
+        Some(name) => match name.parse() {
+            Ok(t) => t,
+            Err(_) => bail!("-t {name}: tcp or rdma"),
+        },
     };
     let [addr, size, nqns @ ..] = &args[..] else {
         bail!(

@@ -1,4 +1,4 @@
-//! fabrik-proto: the NVMe, NVMe over Fabrics and NVMe/TCP wire formats, sans-IO.
+//! fabrik-proto: the NVMe, NVMe over Fabrics, NVMe/TCP and NVMe/RDMA wire formats, sans-IO.
 //!
 //! Pure data: typed structures, exhaustive validation on decode (a malformed input is a
 //! [`DecodeError`], never a panic), encoders for both directions so the target and the host share
@@ -8,6 +8,7 @@ pub mod error;
 pub mod fabrics;
 mod le;
 pub mod nvme;
+pub mod rdma;
 pub mod tcp;
 
 pub use error::DecodeError;

@@ -8,6 +8,7 @@ use anyhow::{bail, Context};
 use fabrik_api::config::{parse_size, ConfigFile};
 
 use crate::backend::BackendKind;
+use crate::model::Transport;
 
 pub const DEFAULT_DRIVES: u32 = 24;
 pub const DEFAULT_DRIVE_SIZE: u64 = 64 << 30;
@@ -253,9 +254,10 @@ impl Config {
         self.listen.clear();
         self.rdma_listen.clear();
         for s in specs {
-            match parse_listen(s)? {
-                Listen::Tcp(a) => self.listen.push(a),
-                Listen::Rdma(a) => self.rdma_listen.push(a),
+            let l = parse_listen(s)?;
+            match l.transport {
+                Transport::Tcp => self.listen.push(l.addr),
+                Transport::Rdma => self.rdma_listen.push(l.addr),
             }
         }
         Ok(())
@@ -339,25 +341,22 @@ pub fn parse_backend(s: &str) -> anyhow::Result<BackendKind> {
 
 /// A listener given on the command line or in the config file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Listen {
-    Tcp(SocketAddr),
-    Rdma(SocketAddr),
+pub struct Listen {
+    pub transport: Transport,
+    pub addr: SocketAddr,
 }
 
 /// `ADDR:PORT` or `tcp:ADDR:PORT` (NVMe/TCP), `rdma:ADDR:PORT` (NVMe/RDMA).
 pub fn parse_listen(s: &str) -> anyhow::Result<Listen> {
-    let (rdma, addr) = match s.strip_prefix("rdma:") {
-        Some(a) => (true, a),
-        None => (false, s.strip_prefix("tcp:").unwrap_or(s)),
-    };
+    let named = Transport::ALL.into_iter().find_map(|t| {
+        let addr = s.strip_prefix(t.as_str())?.strip_prefix(':')?;
+        Some((t, addr))
+    });
+    let (transport, addr) = named.unwrap_or((Transport::Tcp, s));
     let addr: SocketAddr = addr.parse().with_context(|| {
         format!("listener {s:?}: expected [tcp:|rdma:]ADDR:PORT, e.g. rdma:10.0.0.1:4420")
     })?;
-    Ok(if rdma {
-        Listen::Rdma(addr)
-    } else {
-        Listen::Tcp(addr)
-    })
+    Ok(Listen { transport, addr })
 }
 
 /// The machine's host name, cut down to what an NQN and a serial number can carry.

@@ -46,6 +46,7 @@ use backend::guard::{Fault, Guarded};
 use backend::{BackendKind, Drive};
 use config::{Config, DriveSpec};
 use controller::TargetState;
+use model::Transport;
 use state::State;
 
 /// A running target.
@@ -131,7 +132,7 @@ impl Target {
         });
         let mut listen_addrs = Vec::new();
         let mut rdma_listen_addrs = Vec::new();
-        let has_tcp = ports.iter().any(|p| p.transport == "tcp");
+        let has_tcp = ports.iter().any(|p| p.transport == Transport::Tcp);
         for p in &ports {
             let addr = match manager.listen(p).await {
                 Ok(addr) => addr,
@@ -147,13 +148,13 @@ impl Target {
                     return Err(e.context(format!(
                         "cannot listen on {} ({})",
                         p.address,
-                        transport::transport_name(&p.transport)
+                        p.transport.human_name()
                     )))
                 }
             };
-            match p.transport.as_str() {
-                "rdma" => rdma_listen_addrs.push(addr),
-                _ => listen_addrs.push(addr),
+            match p.transport {
+                Transport::Rdma => rdma_listen_addrs.push(addr),
+                Transport::Tcp => listen_addrs.push(addr),
             }
         }
         Ok(Target {

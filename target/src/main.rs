@@ -11,6 +11,7 @@ use fabrik_api::config::{parse_size, ConfigFile};
 use fabrik_target::config::{default_data_dir, parse_backend, Config};
 use fabrik_target::endpoints::ApiEndpoint;
 use fabrik_target::metrics::MetricsEndpoint;
+use fabrik_target::model::Transport;
 use fabrik_target::Target;
 
 #[derive(Parser, Debug)]
@@ -323,6 +324,9 @@ async fn run(config: Config, endpoints: Endpoints) -> anyhow::Result<()> {
 fn print_banner(config: &Config, target: &Target, drives: usize) {
     let tcp = target.listen_addrs();
     let rdma = target.rdma_listen_addrs();
+    let listeners: Vec<(Transport, SocketAddr)> = (tcp.into_iter().map(|a| (Transport::Tcp, a)))
+        .chain(rdma.into_iter().map(|a| (Transport::Rdma, a)))
+        .collect();
     let nqns = target.subsystem_nqns();
     let state = target.manager().state();
     // The opened drive's capacity: a block device has its own size, not the configured one.
@@ -345,11 +349,11 @@ fn print_banner(config: &Config, target: &Target, drives: usize) {
             "  note: ram and null drives keep no data across a restart (benchmarks only); their namespaces get a new NGUID/UUID at every start"
         );
     }
-    for a in &tcp {
-        eprintln!("  NVMe/TCP listener {a} (discovery: nqn.2014-08.org.nvmexpress.discovery)");
-    }
-    for a in &rdma {
-        eprintln!("  NVMe/RDMA listener {a} (discovery: nqn.2014-08.org.nvmexpress.discovery)");
+    for (t, a) in &listeners {
+        eprintln!(
+            "  {} listener {a} (discovery: nqn.2014-08.org.nvmexpress.discovery)",
+            t.human_name()
+        );
     }
     let open = state
         .subsystems
@@ -364,10 +368,9 @@ fn print_banner(config: &Config, target: &Target, drives: usize) {
             state.subsystems.len()
         );
     }
-    let (kind, first) = match (tcp.first(), rdma.first()) {
-        (Some(a), _) => ("tcp", *a),
-        (None, Some(a)) => ("rdma", *a),
-        (None, None) => return,
+    // The first listener, NVMe/TCP ones first.
+    let Some(&(kind, first)) = listeners.first() else {
+        return;
     };
     eprintln!("Connect from a Linux host (nvme-cli):");
     eprintln!(

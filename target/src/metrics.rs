@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::backend::Drive;
 use crate::controller::{TargetState, ANONYMOUS_HOST};
 use crate::management::Manager;
-use crate::model::{Port, TransportType};
+use crate::model::Port;
 
 /// Takes the figures a scrape reports. Drives come from the drive registry (every drive of the
 /// box once, exported or not); their health from [`Manager::drive_health`], as the REST API's.
@@ -118,11 +118,7 @@ fn port_metrics(target: &TargetState, port: &Port) -> PortMetrics {
     let (accepted, open, rx, tx) = target.metrics.port(port.id).totals();
     PortMetrics {
         port: port.id,
-        transport: match port.transport {
-            TransportType::Tcp => "tcp",
-            TransportType::Rdma => "rdma",
-        }
-        .to_string(),
+        transport: port.transport.to_string(),
         address: port.addr.to_string(),
         connections_accepted: accepted,
         connections_open: open,

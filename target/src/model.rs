@@ -6,6 +6,9 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use fabrik_proto::fabrics::discovery::Tsas;
+pub use fabrik_proto::fabrics::Transport;
+
 use crate::backend::Drive;
 use crate::stats::NamespaceStats;
 
@@ -54,19 +57,28 @@ impl Namespace {
     }
 }
 
-/// Transport types as the discovery log names them.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum TransportType {
-    Tcp,
-    Rdma,
-}
-
 /// A listener: transport, address, and the port ID the discovery log reports.
 #[derive(Clone, Debug)]
 pub struct Port {
     pub id: u16,
-    pub transport: TransportType,
+    pub transport: Transport,
     pub addr: SocketAddr,
+    pub caps: TransportCaps,
+}
+
+/// What a port's transport offers hosts, as Identify and the discovery log report it. The
+/// transport's listener fills it in when it binds, so controllers read it and never ask which
+/// transport they run on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TransportCaps {
+    /// Data may be described by keyed SGLs: host memory the controller reads and writes
+    /// remotely (Identify SGLS bit 2).
+    pub keyed_sgls: bool,
+    /// Bytes of data an I/O command capsule may carry after its SQE (Identify IOCCSZ; 0: none,
+    /// and no SGL offsets either).
+    pub in_capsule_data: u32,
+    /// The transport specific address subtype of the port's discovery log entries.
+    pub tsas: Tsas,
 }
 
 /// A stable 16-byte identifier derived from a name (FNV-1a, 128-bit): NGUIDs and UUIDs stay the

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::backend::BackendKind;
 use crate::config::{parse_backend, Config, DriveSpec};
-use crate::model;
+use crate::model::{self, Transport};
 
 /// Bounds on what the management API may add (`State::check_limits`).
 pub mod limits {
@@ -155,7 +155,8 @@ pub struct HostState {
 #[serde(deny_unknown_fields)]
 pub struct PortState {
     pub id: u16,
-    pub transport: String,
+    /// By its lowercase name ("tcp", "rdma").
+    pub transport: Transport,
     pub address: SocketAddr,
 }
 
@@ -456,13 +457,13 @@ impl Access<'_> {
 }
 
 fn seed_ports(config: &Config) -> Vec<PortState> {
-    let tcp = config.listen.iter().map(|a| ("tcp", a));
-    let rdma = config.rdma_listen.iter().map(|a| ("rdma", a));
+    let tcp = config.listen.iter().map(|a| (Transport::Tcp, a));
+    let rdma = config.rdma_listen.iter().map(|a| (Transport::Rdma, a));
     tcp.chain(rdma)
         .enumerate()
         .map(|(i, (transport, a))| PortState {
             id: i as u16 + 1,
-            transport: transport.into(),
+            transport,
             address: *a,
         })
         .collect()

@@ -4,8 +4,9 @@
 mod common;
 
 use common::*;
-use fabrik_initiator::proto::fabrics::discovery::{adrfam, subtype, trtype, Tsas};
+use fabrik_initiator::proto::fabrics::discovery::{adrfam, subtype, Tsas};
 use fabrik_initiator::proto::fabrics::nqn::DISCOVERY_NQN;
+use fabrik_initiator::proto::fabrics::Transport;
 use fabrik_initiator::proto::Status;
 use fabrik_initiator::{discover, ConnectOptions, Controller, HostError, HostIdentity};
 use fabrik_target::backend::BackendKind;
@@ -21,7 +22,7 @@ async fn discovery_lists_all_24_subsystems() {
     listed.sort();
     assert_eq!(listed, nqns(&target));
     for entry in &log.entries {
-        assert_eq!(entry.trtype, trtype::TCP);
+        assert_eq!(entry.trtype, Transport::Tcp.trtype());
         assert_eq!(entry.adrfam, adrfam::IPV4);
         assert_eq!(entry.subtype, subtype::NVM);
         assert_eq!(entry.traddr, addr.ip().to_string());

@@ -92,11 +92,8 @@ pub fn transport(target: &TargetArgs) -> Result<Transport> {
 
 /// `-t tcp|rdma`.
 pub fn parse_transport(name: &str) -> Result<Transport> {
-    match name {
-        "tcp" => Ok(Transport::Tcp),
-        "rdma" => Ok(Transport::Rdma),
-        other => anyhow::bail!("-t {other}: unknown transport (tcp or rdma)"),
-    }
+    name.parse()
+        .map_err(|_| anyhow::anyhow!("-t {name}: unknown transport (tcp or rdma)"))
 }
 
 pub async fn connect_controller(args: &ConnectArgs) -> Result<Controller> {

@@ -4,6 +4,7 @@
 use anyhow::{Context, Result};
 use clap::Args;
 use fabrik_initiator::proto::fabrics::discovery::{adrfam, subtype, trtype, DiscoveryLogEntry};
+use fabrik_initiator::proto::fabrics::Transport;
 use fabrik_initiator::{discover_with, ConnectOptions, DiscoveryLog};
 
 use super::args::{host_identity, resolve, HostBindArgs, TargetArgs, DISCOVERY_PORT};
@@ -80,11 +81,10 @@ fn log_json(log: &DiscoveryLog) -> serde_json::Value {
 }
 
 fn trtype_name(t: u8) -> &'static str {
-    match t {
-        trtype::TCP => "tcp",
-        trtype::RDMA => "rdma",
-        trtype::FC => "fc",
-        _ => "?",
+    match (Transport::from_trtype(t), t) {
+        (Some(t), _) => t.as_str(),
+        (None, trtype::FC) => "fc",
+        (None, _) => "?",
     }
 }
 

@@ -26,6 +26,7 @@ pub async fn run(args: RdmaProbeArgs) -> Result<()> {
     use fabrik_initiator::proto::fabrics::connect::ConnectData;
     use fabrik_initiator::proto::fabrics::nqn::Nqn;
     use fabrik_initiator::proto::fabrics::FabricsCommand;
+    use fabrik_initiator::proto::rdma::{CmRequest, RejectStatus};
     use fabrik_initiator::proto::{SglDescriptor, Status};
     use fabrik_initiator::transport::rdma::{connect_request, RdmaQueue, SglChoice};
     use fabrik_initiator::HostIdentity;
@@ -46,28 +47,46 @@ pub async fn run(args: RdmaProbeArgs) -> Result<()> {
     };
 
     // Wrong private data: each is rejected with its NVMe/RDMA status.
-    let with = |f: &dyn Fn(&mut [u8; 32])| {
-        let mut p = connect_request(0, 32);
-        f(&mut p);
-        p
-    };
-    let cases: [(&str, [u8; 32], u16); 4] = [
-        ("RECFMT 1", with(&|p| p[0] = 1), 2),
+    let admin = connect_request(0, 32);
+    let cases: [(&str, CmRequest, RejectStatus); 4] = [
+        (
+            "RECFMT 1",
+            CmRequest { recfmt: 1, ..admin },
+            RejectStatus::INVALID_RECFMT,
+        ),
         (
             "QID 65535",
-            with(&|p| p[2..4].copy_from_slice(&[0xff, 0xff])),
-            3,
+            CmRequest {
+                qid: 0xffff,
+                ..admin
+            },
+            RejectStatus::INVALID_QID,
         ),
-        ("admin HSQSIZE 32 (33 entries)", with(&|p| p[6] = 32), 4),
-        ("HRQSIZE 0", with(&|p| p[4..6].copy_from_slice(&[0, 0])), 5),
+        (
+            "admin HSQSIZE 32 (33 entries)",
+            CmRequest {
+                hsqsize: 32,
+                ..admin
+            },
+            RejectStatus::INVALID_HSQSIZE,
+        ),
+        (
+            "HRQSIZE 0",
+            CmRequest {
+                hrqsize: 0,
+                ..admin
+            },
+            RejectStatus::INVALID_HRQSIZE,
+        ),
     ];
-    for (what, private, want) in cases {
-        match RdmaQueue::connect_with(addr, 0, 32, private).await? {
+    let code = |s: Option<RejectStatus>| s.map_or(0, RejectStatus::code);
+    for (what, request, want) in cases {
+        match RdmaQueue::connect_with(addr, 0, 32, request).await? {
             Ok(_) => check(&format!("reject {what}"), false, "accepted".into()),
             Err(got) => check(
                 &format!("reject {what}"),
-                got == want,
-                format!("NVMe/RDMA status {got}, expected {want}"),
+                got == Some(want),
+                format!("NVMe/RDMA status {}, expected {}", code(got), want.code()),
             ),
         }
     }
@@ -75,7 +94,10 @@ pub async fn run(args: RdmaProbeArgs) -> Result<()> {
     // Bad SGLs on an admin queue: the right status, the queue stays up (Connect works after).
     let queue = match RdmaQueue::connect_with(addr, 0, 32, connect_request(0, 32)).await? {
         Ok(q) => q,
-        Err(status) => bail!("a valid admin queue was rejected with status {status}"),
+        Err(status) => bail!(
+            "a valid admin queue was rejected with status {}",
+            code(status)
+        ),
     };
     let host = HostIdentity::random();
     let data = ConnectData {
@@ -143,7 +165,10 @@ pub async fn run(args: RdmaProbeArgs) -> Result<()> {
     // RC queue pair in the error state): no NVMe status can come back.
     let queue = match RdmaQueue::connect_with(addr, 0, 32, connect_request(0, 32)).await? {
         Ok(q) => q,
-        Err(status) => bail!("a valid admin queue was rejected with status {status}"),
+        Err(status) => bail!(
+            "a valid admin queue was rejected with status {}",
+            code(status)
+        ),
     };
     let got = tokio::time::timeout(
         std::time::Duration::from_secs(15),

@@ -5,14 +5,14 @@
 use std::net::{IpAddr, SocketAddr};
 
 use fabrik_proto::fabrics::discovery::{
-    decode_discovery_log, subtype, trtype, DiscoveryLogEntry, DiscoveryLogHeader,
-    DISCOVERY_ENTRY_LEN, DISCOVERY_HEADER_LEN,
+    decode_discovery_log, subtype, DiscoveryLogEntry, DiscoveryLogHeader, DISCOVERY_ENTRY_LEN,
+    DISCOVERY_HEADER_LEN,
 };
 use fabrik_proto::nvme::log::lid;
 
 use crate::error::HostError;
 use crate::host::controller::Controller;
-use crate::host::options::{ConnectOptions, HostIdentity, Transport};
+use crate::host::options::{ConnectOptions, HostIdentity};
 
 /// Attempts before giving up on a log that keeps changing (libnvme's default `max_retries`).
 const MAX_ATTEMPTS: usize = 10;
@@ -119,10 +119,7 @@ pub struct OfferedSubsystem {
 /// same connect options for each). The target lists only what the host NQN may use; entries of
 /// other transports are left out.
 pub async fn discover_all(opts: ConnectOptions) -> Result<Vec<OfferedSubsystem>, HostError> {
-    let wanted = match opts.transport {
-        Transport::Tcp => trtype::TCP,
-        Transport::Rdma => trtype::RDMA,
-    };
+    let wanted = opts.transport.trtype();
     let first = opts.addr;
     let mut offered: Vec<OfferedSubsystem> = Vec::new();
     let mut pending = vec![first];

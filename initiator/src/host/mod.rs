@@ -12,5 +12,6 @@ pub mod session;
 
 pub use controller::Controller;
 pub use discovery::{discover, discover_all, discover_with, DiscoveryLog, OfferedSubsystem};
+pub use fabrik_proto::fabrics::Transport;
 pub use io::IoQueue;
-pub use options::{ConnectOptions, HostIdentity, Transport};
+pub use options::{ConnectOptions, HostIdentity};

@@ -4,6 +4,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use fabrik_proto::fabrics::nqn::DISCOVERY_NQN;
+use fabrik_proto::fabrics::Transport;
 use fabrik_proto::tcp::Digests;
 
 /// Options of one controller association (the `nvme connect` options that matter here).
@@ -40,14 +41,6 @@ pub struct ConnectOptions {
     /// Local interface every NVMe/TCP queue connects through (nvme-cli `--host-iface`,
     /// SO_BINDTODEVICE: kernels before 5.7 allow it only with CAP_NET_RAW).
     pub host_iface: Option<String>,
-}
-
-/// Which NVMe-oF transport binding a controller's queues use.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Transport {
-    #[default]
-    Tcp,
-    Rdma,
 }
 
 /// Defaults of the Linux host (`fabrics.h`): 128 entries per queue, 5 s keep-alive.

@@ -10,7 +10,7 @@ use fabrik_proto::fabrics::fctype;
 use fabrik_proto::nvme::{admin_opcode, io_opcode};
 use fabrik_proto::Sqe;
 
-use super::options::Transport;
+use super::Transport;
 use crate::error::HostError;
 use crate::transport::peer::{PeerMemory, Registration};
 #[cfg(feature = "rdma")]

@@ -8,7 +8,7 @@ use std::net::{IpAddr, SocketAddr};
 use fabrik_api::client::{Client, ClientError};
 use fabrik_api::models::{Composition, CompositionRequest, Drive as ApiDrive, Port as ApiPort};
 
-use crate::host::{ConnectOptions, Controller, HostIdentity, Transport as HostTransport};
+use crate::host::{ConnectOptions, Controller, HostIdentity};
 use crate::HostError;
 
 use super::{Connection, Plan, TargetPort, Transport};
@@ -189,10 +189,7 @@ pub async fn connect_options(
             SessionError::Resolve(format!("{}:{}", c.target.traddr, c.target.trsvcid))
         })?;
     let mut opts = ConnectOptions::new(addr, c.nqn.clone()).with_host(host);
-    opts.transport = match c.target.trtype {
-        Transport::Tcp => HostTransport::Tcp,
-        Transport::Rdma => HostTransport::Rdma,
-    };
+    opts.transport = c.target.trtype;
     opts.host_traddr = c.host_traddr;
     if c.target.trtype == Transport::Tcp {
         opts.host_iface = c.host_iface.clone();

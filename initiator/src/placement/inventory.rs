@@ -1,28 +1,13 @@
 //! What the box offers: its ports and drives, from a file, its REST API or discovery.
 
-use fabrik_proto::fabrics::discovery::{subtype, trtype, DiscoveryLogEntry};
+use fabrik_proto::fabrics::discovery::{subtype, DiscoveryLogEntry};
+use fabrik_proto::fabrics::Transport;
 use serde::{Deserialize, Serialize};
-
-/// NVMe-oF transport of a target port.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Transport {
-    Tcp,
-    Rdma,
-}
-
-impl Transport {
-    pub fn as_str(&self) -> &'static str {
-        match self {
-            Transport::Tcp => "tcp",
-            Transport::Rdma => "rdma",
-        }
-    }
-}
 
 /// A port of the box (fabrikd listener).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TargetPort {
+    /// By its lowercase name ("tcp", "rdma").
     pub trtype: Transport,
     pub traddr: String,
     #[serde(default = "default_trsvcid")]
@@ -60,10 +45,8 @@ impl BoxInventory {
     ) -> BoxInventory {
         let mut inv = BoxInventory::default();
         for p in ports.iter().filter(|p| p.state == "listening") {
-            let trtype = match p.transport.as_str() {
-                "tcp" => Transport::Tcp,
-                "rdma" => Transport::Rdma,
-                _ => continue,
+            let Ok(trtype) = p.transport.parse::<Transport>() else {
+                continue;
             };
             let wildcard = p
                 .address
@@ -99,10 +82,8 @@ impl BoxInventory {
     pub fn from_discovery(entries: &[DiscoveryLogEntry]) -> BoxInventory {
         let mut inv = BoxInventory::default();
         for e in entries.iter().filter(|e| e.subtype == subtype::NVM) {
-            let trtype = match e.trtype {
-                trtype::TCP => Transport::Tcp,
-                trtype::RDMA => Transport::Rdma,
-                _ => continue,
+            let Some(trtype) = Transport::from_trtype(e.trtype) else {
+                continue;
             };
             let Ok(trsvcid) = e.trsvcid.trim().parse::<u16>() else {
                 continue;
@@ -152,35 +133,35 @@ mod tests {
     fn discovery_log_gives_ports_and_drives() {
         let log = [
             entry(
-                trtype::TCP,
+                Transport::Tcp.trtype(),
                 subtype::CURRENT_DISCOVERY,
                 "10.0.0.1",
                 "8009",
                 "nqn.2014-08.org.nvmexpress.discovery",
             ),
             entry(
-                trtype::TCP,
+                Transport::Tcp.trtype(),
                 subtype::NVM,
                 "10.0.0.1",
                 "4420",
                 "nqn.box:drive-00",
             ),
             entry(
-                trtype::RDMA,
+                Transport::Rdma.trtype(),
                 subtype::NVM,
                 "10.0.1.1",
                 "4420",
                 "nqn.box:drive-00",
             ),
             entry(
-                trtype::TCP,
+                Transport::Tcp.trtype(),
                 subtype::NVM,
                 "10.0.0.1",
                 "4420",
                 "nqn.box:drive-01",
             ),
             entry(
-                trtype::TCP,
+                Transport::Tcp.trtype(),
                 subtype::NVM,
                 "10.0.0.1",
                 "not-a-port",

@@ -21,7 +21,8 @@ use crate::topology::{Distance, PciAddr, Topology};
 
 pub use ceiling::{Bottleneck, Ceiling, Term};
 pub use connect::{nvme_connect_args, Connection};
-pub use inventory::{BoxInventory, Drive, TargetPort, Transport};
+pub use fabrik_proto::fabrics::Transport;
+pub use inventory::{BoxInventory, Drive, TargetPort};
 
 #[derive(Debug, Clone, Default)]
 pub struct PlaceOptions {

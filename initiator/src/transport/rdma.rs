@@ -14,6 +14,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use fabrik_proto::rdma::cm::RECFMT;
+use fabrik_proto::rdma::{CmReject, CmRequest, RejectStatus};
 use fabrik_proto::{Cqe, SglDescriptor, Sqe};
 use fabrik_rdma::{
     self as verbs, Completion as Wc, EventChannel, QpSizes, QueuePair, SendOp, SendWr,
@@ -116,15 +118,15 @@ impl RdmaQueue {
         }
     }
 
-    /// Connects with the given CM private data; a target's reject gives its NVMe/RDMA status
-    /// (0 when the reject carried none).
+    /// Connects with the given CM request, which may be one the Linux host would never send;
+    /// a target's reject gives its NVMe/RDMA status (None when the reject carried none).
     pub async fn connect_with(
         addr: SocketAddr,
         qid: u16,
         depth: u16,
-        private: [u8; 32],
-    ) -> Result<Result<RdmaQueue, u16>, HostError> {
-        Self::connect_from(None, addr, qid, depth, private).await
+        request: CmRequest,
+    ) -> Result<Result<RdmaQueue, Option<RejectStatus>>, HostError> {
+        Self::connect_from(None, addr, qid, depth, request).await
     }
 
     async fn connect_from(
@@ -132,8 +134,8 @@ impl RdmaQueue {
         addr: SocketAddr,
         qid: u16,
         depth: u16,
-        private: [u8; 32],
-    ) -> Result<Result<RdmaQueue, u16>, HostError> {
+        request: CmRequest,
+    ) -> Result<Result<RdmaQueue, Option<RejectStatus>>, HostError> {
         verbs::check_libraries()
             .and_then(|_| verbs::check_devices())
             .map_err(|e| HostError::Invalid(format!("RDMA unavailable: {e}")))?;
@@ -169,7 +171,7 @@ impl RdmaQueue {
         }
         let connected = tokio::time::timeout(
             CONNECT_TIMEOUT,
-            qp.connect(&channel, &private, limits.max_qp_rd_atom, 0),
+            qp.connect(&channel, &request.to_bytes(), limits.max_qp_rd_atom, 0),
         )
         .await
         .map_err(|_| {
@@ -387,37 +389,34 @@ impl Drop for RdmaQueue {
     }
 }
 
-/// The NVMe/RDMA CM request: RECFMT 0, QID, HRQSIZE (our receives), HSQSIZE (0's based).
-pub fn connect_request(qid: u16, depth: u16) -> [u8; 32] {
-    let mut b = [0u8; 32];
-    b[2..4].copy_from_slice(&qid.to_le_bytes());
-    b[4..6].copy_from_slice(&depth.to_le_bytes());
-    b[6..8].copy_from_slice(&(depth - 1).to_le_bytes());
-    b
-}
-
-fn reject_status(ev: &verbs::CmEvent) -> u16 {
-    match ev.private_data.get(2..4) {
-        Some(s) if ev.kind == verbs::EV_REJECTED => u16::from_le_bytes([s[0], s[1]]),
-        _ => 0,
+/// The CM request for queue `qid` of `depth` entries: we take a response for every command
+/// we may have outstanding (HRQSIZE = depth, HSQSIZE = depth - 1, 0's based).
+pub fn connect_request(qid: u16, depth: u16) -> CmRequest {
+    CmRequest {
+        recfmt: RECFMT,
+        qid,
+        hrqsize: depth,
+        hsqsize: depth - 1,
+        cntlid: 0,
     }
 }
 
-fn rejected(qid: u16, status: u16) -> HostError {
-    let name = match status {
-        1 => "invalid private data length",
-        2 => "invalid RECFMT",
-        3 => "invalid QID",
-        4 => "invalid HSQSIZE",
-        5 => "invalid HRQSIZE",
-        6 => "no resources",
-        7 => "invalid IRD",
-        8 => "invalid ORD",
-        _ => "no NVMe/RDMA reason",
-    };
+/// The NVMe/RDMA status of a reject, if the event is one that carries it.
+fn reject_status(ev: &verbs::CmEvent) -> Option<RejectStatus> {
+    if ev.kind != verbs::EV_REJECTED {
+        return None;
+    }
+    CmReject::parse(&ev.private_data).ok().map(|r| r.status)
+}
+
+fn rejected(qid: u16, status: Option<RejectStatus>) -> HostError {
+    let code = status.map_or(0, RejectStatus::code);
+    let name = status
+        .and_then(RejectStatus::name)
+        .unwrap_or("no NVMe/RDMA reason");
     HostError::Protocol {
         qid,
-        reason: format!("connect rejected: NVMe/RDMA status {status} ({name})"),
+        reason: format!("connect rejected: NVMe/RDMA status {code} ({name})"),
     }
 }
 

@@ -9,12 +9,13 @@ use std::path::{Path, PathBuf};
 use bytes::{Bytes, BytesMut};
 use fabrik_proto::fabrics::discovery::*;
 use fabrik_proto::fabrics::nqn::Nqn;
-use fabrik_proto::fabrics::{ConnectData, FabricsCommand, CATTR_DISABLE_SQ_FLOW};
+use fabrik_proto::fabrics::{ConnectData, FabricsCommand, Transport, CATTR_DISABLE_SQ_FLOW};
 use fabrik_proto::nvme::admin::{cns, AdminCommand};
 use fabrik_proto::nvme::features::{fid, NumberOfQueues};
 use fabrik_proto::nvme::identify::*;
 use fabrik_proto::nvme::io::{DsmRange, IoCommand};
 use fabrik_proto::nvme::log::*;
+use fabrik_proto::rdma::{CmAccept, CmReject, CmRequest, RejectStatus};
 use fabrik_proto::tcp::*;
 use fabrik_proto::{Cqe, SglDescriptor, Sqe, Status};
 
@@ -30,6 +31,7 @@ fn main() {
     identify(&root.join("identify"));
     log_pages(&root.join("log_pages"));
     cqe_sgl(&root.join("cqe_sgl"));
+    rdma_cm(&root.join("rdma_cm"));
 }
 
 fn write(dir: &Path, name: &str, bytes: &[u8]) {
@@ -617,7 +619,7 @@ fn log_pages(dir: &Path) {
         param_error_location: 0xffff,
         lba: 0x10_0000,
         nsid: 1,
-        trtype: trtype::TCP,
+        trtype: Transport::Tcp.trtype(),
         ..ErrorLogEntry::default()
     };
     let mut buf = [0u8; ERROR_LOG_ENTRY_LEN];
@@ -639,7 +641,7 @@ fn log_pages(dir: &Path) {
 
     let entries = [
         DiscoveryLogEntry {
-            trtype: trtype::TCP,
+            trtype: Transport::Tcp.trtype(),
             adrfam: adrfam::IPV4,
             subtype: subtype::CURRENT_DISCOVERY,
             treq: 0x02,
@@ -653,7 +655,7 @@ fn log_pages(dir: &Path) {
             tsas: Tsas::Tcp { sectype: 0 },
         },
         DiscoveryLogEntry {
-            trtype: trtype::TCP,
+            trtype: Transport::Tcp.trtype(),
             adrfam: adrfam::IPV6,
             subtype: subtype::NVM,
             treq: 0x02,
@@ -710,4 +712,33 @@ fn cqe_sgl(dir: &Path) {
         invalidate: true,
     };
     write(dir, "sgl-rdma-keyed", &keyed.encode());
+}
+
+// ---- rdma_cm: NVMe/RDMA CM private data (request, accept, reject) ----
+
+fn rdma_cm(dir: &Path) {
+    // The Linux host's admin queue request, padded by the CM to 56 bytes.
+    let admin = CmRequest {
+        recfmt: 0,
+        qid: 0,
+        hrqsize: 32,
+        hsqsize: 31,
+        cntlid: 0,
+    };
+    let mut padded = admin.to_bytes().to_vec();
+    padded.resize(56, 0);
+    assert_eq!(CmRequest::parse(&padded), Ok(admin));
+    write(dir, "request-admin-padded", &padded);
+    let io = CmRequest {
+        qid: 1,
+        hrqsize: 128,
+        hsqsize: 127,
+        cntlid: 1,
+        ..admin
+    };
+    write(dir, "request-io", &io.to_bytes());
+    write(dir, "accept-128", &CmAccept::new(128).to_bytes());
+    let reject = CmReject::new(RejectStatus::INVALID_HSQSIZE);
+    assert_eq!(CmReject::parse(&reject.to_bytes()), Ok(reject));
+    write(dir, "reject-hsqsize", &reject.to_bytes());
 }

@@ -1,16 +1,16 @@
 //! The discovery log page (LID 70h): a 1024-byte header then 1024-byte entries.
 
 use crate::error::{need, DecodeError};
+use crate::fabrics::Transport;
 use crate::le::*;
 use crate::nvme::identify::ascii_field;
 
 pub const DISCOVERY_HEADER_LEN: usize = 1024;
 pub const DISCOVERY_ENTRY_LEN: usize = 1024;
 
+/// TRTYPE codes of transports fabrik does not speak; its own are `Transport::trtype`.
 pub mod trtype {
-    pub const RDMA: u8 = 1;
     pub const FC: u8 = 2;
-    pub const TCP: u8 = 3;
     pub const LOOP: u8 = 254;
 }
 pub mod adrfam {
@@ -113,9 +113,9 @@ impl DiscoveryLogHeader {
 impl Tsas {
     /// The TSAS layout for a transport type; `raw` holds at least the first 16 TSAS bytes.
     fn decode(trtype: u8, raw: &[u8]) -> Tsas {
-        match trtype {
-            trtype::TCP => Tsas::Tcp { sectype: raw[0] },
-            trtype::RDMA => Tsas::Rdma {
+        match Transport::from_trtype(trtype) {
+            Some(Transport::Tcp) => Tsas::Tcp { sectype: raw[0] },
+            Some(Transport::Rdma) => Tsas::Rdma {
                 qptype: raw[0],
                 prtype: raw[1],
                 cms: raw[2],
@@ -259,10 +259,10 @@ mod tests {
 
     fn any_entry() -> impl Strategy<Value = DiscoveryLogEntry> {
         let tsas = prop_oneof![
-            any::<u8>().prop_map(|sectype| (trtype::TCP, Tsas::Tcp { sectype })),
+            any::<u8>().prop_map(|sectype| (Transport::Tcp.trtype(), Tsas::Tcp { sectype })),
             (any::<[u8; 3]>(), any::<u16>()).prop_map(|(b, pkey)| {
                 (
-                    trtype::RDMA,
+                    Transport::Rdma.trtype(),
                     Tsas::Rdma {
                         qptype: b[0],
                         prtype: b[1],
@@ -272,8 +272,7 @@ mod tests {
                 )
             }),
             (
-                any::<u8>()
-                    .prop_filter("not TCP/RDMA", |t| *t != trtype::TCP && *t != trtype::RDMA),
+                any::<u8>().prop_filter("not TCP/RDMA", |t| Transport::from_trtype(*t).is_none()),
                 any::<[u8; 16]>()
             )
                 .prop_map(|(t, raw)| (t, Tsas::Other(raw))),
@@ -349,7 +348,7 @@ mod tests {
 
     fn tcp_entry() -> DiscoveryLogEntry {
         DiscoveryLogEntry {
-            trtype: trtype::TCP,
+            trtype: Transport::Tcp.trtype(),
             adrfam: adrfam::IPV4,
             subtype: subtype::NVM,
             treq: 0,
@@ -383,7 +382,7 @@ mod tests {
         assert_eq!(DiscoveryLogEntry::decode(&b), Ok(e));
 
         let rdma = DiscoveryLogEntry {
-            trtype: trtype::RDMA,
+            trtype: Transport::Rdma.trtype(),
             tsas: Tsas::Rdma {
                 qptype: rdma::QPTYPE_CONNECTED,
                 prtype: rdma::PRTYPE_ROCEV2,
@@ -462,7 +461,7 @@ mod tests {
             &page[0..18],
             &[7, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0]
         );
-        assert_eq!(page[1024], trtype::TCP);
+        assert_eq!(page[1024], Transport::Tcp.trtype());
         assert_eq!(page[2048 + 2], subtype::REFERRAL);
         assert_eq!(&page[2048 + 512..2048 + 524], b"192.168.1.10");
         let (h, entries) = decode_discovery_log(&page).unwrap();

@@ -1,12 +1,14 @@
 //! NVMe over Fabrics: the fabrics command set (Connect, Property Get/Set, Disconnect),
-//! the controller properties, NQNs and the discovery log page.
+//! the controller properties, NQNs, the discovery log page and the transports.
 
 pub mod connect;
 pub mod discovery;
 pub mod nqn;
 pub mod property;
+pub mod transport;
 
 pub use connect::{ConnectData, CONNECT_DATA_LEN};
+pub use transport::Transport;
 
 /// Fabrics command types (SQE byte 4 when the opcode is 0x7F).
 pub mod fctype {

@@ -49,7 +49,7 @@ pub struct IdentifyController {
     pub vwc: u8,          // 525
     pub awun: u16,        // 526
     pub awupf: u16,       // 528
-    pub sgls: u32,        // 536
+    pub sgls: u32,        // 536 (bits: `sgls`)
     pub mnan: u32,        // 540
     pub subnqn: String,   // 768..1024, NUL padded
     pub ioccsz: u32,      // 1792
@@ -60,6 +60,16 @@ pub struct IdentifyController {
     pub ofcs: u16,        // 1804
     /// Power state 0 descriptor (2048..2080): max power in centiwatts.
     pub ps0_max_power_cw: u16,
+}
+
+/// Identify Controller SGLS bits.
+pub mod sgls {
+    /// SGLs supported, without alignment requirements (bits 1:0 = 01b).
+    pub const SUPPORTED: u32 = 1 << 0;
+    /// Keyed SGL Data Block descriptors: host memory the controller accesses remotely.
+    pub const KEYED: u32 = 1 << 2;
+    /// SGL Data Block descriptors with an offset: data in the command capsule.
+    pub const OFFSET: u32 = 1 << 20;
 }
 
 impl IdentifyController {

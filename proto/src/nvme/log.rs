@@ -33,7 +33,8 @@ pub struct ErrorLogEntry {
     pub lba: u64,         // 16
     pub nsid: u32,        // 24
     pub vs: u8,           // 28
-    pub trtype: u8,       // 29
+    /// TRTYPE (`Transport::trtype`).
+    pub trtype: u8, // 29
     pub csi: u8,          // 30 (spec 2.0: reserved in 1.4)
     pub cs: u64,          // 32
     pub trtype_specific: u16, // 40
@@ -364,7 +365,7 @@ mod tests {
             param_error_location: 0x28,
             lba: 0x99,
             nsid: 5,
-            trtype: 3,
+            trtype: crate::fabrics::Transport::Tcp.trtype(),
             cs: 0x77,
             trtype_specific: 0x55,
             ..Default::default()

@@ -5,7 +5,7 @@ use bytes::{Bytes, BytesMut};
 use fabrik_proto::nvme::admin::{cns, csi, AdminCommand};
 use fabrik_proto::nvme::features::{aec, fid, sel, NumberOfQueues};
 use fabrik_proto::nvme::identify::{
-    encode_ns_descriptors, encode_ns_list, IdentifyController, IdentifyNamespace, LbaFormat,
+    encode_ns_descriptors, encode_ns_list, sgls, IdentifyController, IdentifyNamespace, LbaFormat,
     NsDescriptor, IDENTIFY_LEN,
 };
 use fabrik_proto::nvme::log::{
@@ -18,9 +18,9 @@ use fabrik_proto::Status;
 use super::fabrics::NVME_VERSION;
 use super::queue::Response;
 use super::{limits, Controller};
-use crate::model::TransportType;
 
 const FIRMWARE_REVISION: &str = env!("CARGO_PKG_VERSION");
+const SQE_LEN: u32 = 64;
 
 impl Controller {
     /// Checks that need no data: readiness, the discovery controller's command subset, AER limit.
@@ -174,10 +174,14 @@ impl Controller {
                 0,
             ),
         };
-        let sgls = match self.port.transport {
-            TransportType::Tcp => 1 << 0 | 1 << 20,
-            TransportType::Rdma => 1 << 0 | 1 << 2 | 1 << 20,
-        };
+        let caps = self.port.caps;
+        let mut sgls = sgls::SUPPORTED;
+        if caps.keyed_sgls {
+            sgls |= sgls::KEYED;
+        }
+        if caps.in_capsule_data > 0 {
+            sgls |= sgls::OFFSET;
+        }
         let vwc = self.has_volatile_cache();
         IdentifyController {
             serial,
@@ -214,7 +218,8 @@ impl Controller {
             vwc: if vwc { 0x7 } else { 0 }, // present; Flush to all namespaces supported
             sgls,
             subnqn: self.subnqn(),
-            ioccsz: (64 + limits::IO_INLINE_DATA) / 16,
+            // In 16-byte units, the SQE included.
+            ioccsz: (SQE_LEN + caps.in_capsule_data) / 16,
             iorcsz: 1,
             msdbd: 1,
             ps0_max_power_cw: 0,

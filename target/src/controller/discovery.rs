@@ -3,12 +3,9 @@
 
 use std::net::SocketAddr;
 
-use fabrik_proto::fabrics::discovery::{
-    adrfam, encode_discovery_log, subtype, trtype, DiscoveryLogEntry, Tsas,
-};
+use fabrik_proto::fabrics::discovery::{adrfam, encode_discovery_log, subtype, DiscoveryLogEntry};
 
 use super::Controller;
-use crate::model::TransportType;
 
 impl Controller {
     pub(super) fn discovery_log_page(&self) -> Vec<u8> {
@@ -26,10 +23,7 @@ impl Controller {
                     continue;
                 }
                 entries.push(DiscoveryLogEntry {
-                    trtype: match port.transport {
-                        TransportType::Tcp => trtype::TCP,
-                        TransportType::Rdma => trtype::RDMA,
-                    },
+                    trtype: port.transport.trtype(),
                     adrfam: if addr.is_ipv4() {
                         adrfam::IPV4
                     } else {
@@ -44,15 +38,7 @@ impl Controller {
                     trsvcid: addr.port().to_string(),
                     subnqn: sub.nqn.to_string(),
                     traddr: addr.ip().to_string(),
-                    tsas: match port.transport {
-                        TransportType::Tcp => Tsas::Tcp { sectype: 0 },
-                        TransportType::Rdma => Tsas::Rdma {
-                            qptype: 1,
-                            prtype: 1,
-                            cms: 1,
-                            pkey: 0,
-                        },
-                    },
+                    tsas: port.caps.tsas,
                 });
             }
         }

@@ -31,7 +31,7 @@ use fabrik_proto::nvme::log::ErrorLogEntry;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::model::TransportType;
+use crate::model::{Transport, TransportCaps};
 
 pub use queue::{Admitted, Queue, Response, Route};
 pub use registry::{Subsystem, TargetState};
@@ -47,7 +47,7 @@ pub mod limits {
     /// Maximum data transfer size: 2^MDTS minimum pages (4 KiB) = 1 MiB.
     pub const MDTS: u8 = 8;
     pub const MAX_TRANSFER: u32 = 4096 << MDTS;
-    /// In-capsule data on I/O queues (NVMe/TCP), as the Linux target's default.
+    /// In-capsule data on I/O queues, as the Linux target's default (both listeners offer it).
     pub const IO_INLINE_DATA: u32 = 16384;
     /// Fabrics commands and admin commands may carry this much in-capsule (Linux host's admin limit).
     pub const ADMIN_INLINE_DATA: u32 = 8192;
@@ -71,7 +71,9 @@ pub enum ControllerKind {
 #[derive(Clone, Debug)]
 pub struct PortInfo {
     pub port_id: u16,
-    pub transport: TransportType,
+    /// For the error log's TRTYPE only: what the port offers is `caps`.
+    pub transport: Transport,
+    pub caps: TransportCaps,
     /// The local address the host connected to (a concrete address even for wildcard listeners).
     pub local_addr: SocketAddr,
     pub peer_addr: SocketAddr,
@@ -319,10 +321,7 @@ impl Controller {
             // Which parameter and LBA are not tracked: 0xFFFF / 0 say "not applicable".
             param_error_location: 0xffff,
             nsid,
-            trtype: match self.port.transport {
-                TransportType::Tcp => fabrik_proto::fabrics::discovery::trtype::TCP,
-                TransportType::Rdma => fabrik_proto::fabrics::discovery::trtype::RDMA,
-            },
+            trtype: self.port.transport.trtype(),
             ..ErrorLogEntry::default()
         };
         st.error_log.push_front(entry);

@@ -150,6 +150,7 @@ impl Queue {
         PortInfo {
             port_id: self.port.id,
             transport: self.port.transport,
+            caps: self.port.caps,
             local_addr: self.local_addr,
             peer_addr: self.peer_addr,
         }

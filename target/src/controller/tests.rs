@@ -1,6 +1,8 @@
 //! The controller and a queue's books driven in memory, as a transport drives them: commands
 //! in, completions out, no socket and no queue pair.
 
+mod caps;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -17,7 +19,7 @@ use super::limits;
 use super::queue::{Queue, Response, Route};
 use super::{Subsystem, TargetState};
 use crate::backend::ram::RamDrive;
-use crate::model::{Namespace, Port, TransportType};
+use crate::model::{Namespace, Port, Transport, TransportCaps};
 
 const SUBNQN: &str = "nqn.2024-01.io.fabrik:test:drive-00";
 const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000001";
@@ -47,8 +49,13 @@ impl TestQueue {
         let addr: SocketAddr = "127.0.0.1:4420".parse().unwrap();
         let port = Port {
             id: 1,
-            transport: TransportType::Tcp,
+            transport: Transport::Tcp,
             addr,
+            caps: TransportCaps {
+                keyed_sgls: false,
+                in_capsule_data: limits::IO_INLINE_DATA,
+                tsas: fabrik_proto::fabrics::discovery::Tsas::Tcp { sectype: 0 },
+            },
         };
         TestQueue {
             queue: Queue::new(

@@ -7,6 +7,7 @@ use fabrik_api::{MgmtError, MgmtResult};
 use tokio_util::sync::CancellationToken;
 
 use super::{conflict, invalid, not_found, Manager};
+use crate::model::Transport;
 use crate::state::PortState;
 use crate::transport::{self, Listener};
 
@@ -27,7 +28,7 @@ impl Listening {
 impl Manager {
     /// Binds and serves a port of the state (at start); returns the address bound.
     pub async fn listen(&self, p: &PortState) -> anyhow::Result<SocketAddr> {
-        let port = transport::bind(&p.transport, p.address, p.id).await?;
+        let port = transport::bind(p.transport, p.address, p.id).await?;
         Ok(self.serve(port))
     }
 
@@ -55,13 +56,11 @@ impl Manager {
     /// Binds first (a taken address is a 409 and changes nothing), then records the port, then
     /// serves it.
     pub(super) fn add_listener(&self, req: api::PortRequest) -> MgmtResult<api::Port> {
-        let kind = match req.transport.as_deref().unwrap_or("tcp") {
-            t @ ("tcp" | "rdma") => t.to_string(),
-            other => {
-                return Err(invalid(format!(
-                    "unknown transport {other:?} (tcp or rdma)"
-                )))
-            }
+        let kind = match &req.transport {
+            Some(name) => name
+                .parse::<Transport>()
+                .map_err(|e| invalid(e.to_string()))?,
+            None => Transport::Tcp,
         };
         let ip: std::net::IpAddr = req
             .address
@@ -77,7 +76,7 @@ impl Manager {
             self.unused_port_id(&st)?
         };
         let bound = tokio::runtime::Handle::current()
-            .block_on(transport::bind(&kind, addr, id))
+            .block_on(transport::bind(kind, addr, id))
             .map_err(|e| {
                 let in_use = e
                     .downcast_ref::<std::io::Error>()

@@ -12,7 +12,7 @@ use super::Manager;
 use crate::backend::guard::Guarded;
 use crate::backend::Drive;
 use crate::controller::TargetState;
-use crate::model::{Namespace, TransportType};
+use crate::model::Namespace;
 use crate::state::{self, Access, CompositionState, State, SubsystemState};
 
 impl Manager {
@@ -186,7 +186,7 @@ impl Manager {
     pub(super) fn port_view(&self, p: &crate::model::Port) -> api::Port {
         api::Port {
             id: p.id,
-            transport: transport_name(p.transport).into(),
+            transport: p.transport.to_string(),
             address: p.addr.ip().to_string(),
             service_id: p.addr.port(),
             state: "listening".into(),
@@ -224,12 +224,12 @@ impl Manager {
         for p in &ports {
             let addr = reachable_addr(p.addr);
             for s in &subsystems {
-                let t = transport_name(p.transport);
+                let t = p.transport;
                 let (sub, port) = (shell_quote(s), p.addr.port());
                 connect.push(api::ConnectCommand {
                     subsystem: s.clone(),
                     port_id: p.id,
-                    transport: t.into(),
+                    transport: t.to_string(),
                     address: addr.clone(),
                     service_id: port,
                     nvme_cli: format!(
@@ -303,13 +303,6 @@ pub(super) fn uuid_string(u: &[u8; 16]) -> String {
         &h[16..20],
         &h[20..32]
     )
-}
-
-pub(super) fn transport_name(t: TransportType) -> &'static str {
-    match t {
-        TransportType::Tcp => "tcp",
-        TransportType::Rdma => "rdma",
-    }
 }
 
 /// The address a host should dial: the listener's, or this machine's name for a wildcard one.

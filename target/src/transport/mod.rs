@@ -12,7 +12,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use crate::controller::TargetState;
-use crate::model::Port;
+use crate::model::{Port, Transport};
 
 /// A listening transport endpoint, serving connections until `stop` is cancelled and then
 /// letting every connection finish the commands it has in flight.
@@ -32,20 +32,15 @@ pub trait Listener: Send + 'static {
 #[error("RDMA unavailable: {0}")]
 pub struct RdmaUnavailable(pub String);
 
-/// Binds a listener of `transport` ("tcp" or "rdma") for port `id` on `addr`.
-pub async fn bind(transport: &str, addr: SocketAddr, id: u16) -> anyhow::Result<Box<dyn Listener>> {
+/// Binds a listener of `transport` for port `id` on `addr`.
+pub async fn bind(
+    transport: Transport,
+    addr: SocketAddr,
+    id: u16,
+) -> anyhow::Result<Box<dyn Listener>> {
     match transport {
-        "tcp" => Ok(Box::new(tcp::TcpListenerPort::bind(addr, id).await?)),
-        "rdma" => bind_rdma(addr, id),
-        other => anyhow::bail!("unknown transport {other:?} (tcp or rdma)"),
-    }
-}
-
-/// How people name a transport: "NVMe/TCP", "NVMe/RDMA".
-pub fn transport_name(transport: &str) -> &'static str {
-    match transport {
-        "rdma" => "NVMe/RDMA",
-        _ => "NVMe/TCP",
+        Transport::Tcp => Ok(Box::new(tcp::TcpListenerPort::bind(addr, id).await?)),
+        Transport::Rdma => bind_rdma(addr, id),
     }
 }
 

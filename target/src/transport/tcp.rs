@@ -32,7 +32,7 @@ use super::admission::{
 use super::Listener;
 use crate::controller::books::{Arrival, QueueBooks};
 use crate::controller::{limits, Admitted, Queue, Response, Route, TargetState};
-use crate::model::{Port, TransportType};
+use crate::model::{Port, Transport, TransportCaps};
 use crate::stats::ConnectionGuard;
 
 /// Largest H2CData payload we accept: a whole maximum transfer in one PDU.
@@ -45,6 +45,14 @@ const IC_TIMEOUT: Duration = Duration::from_secs(10);
 /// A queue not connected to a controller this long after its ICResp is closed: hosts send
 /// Connect at once, and a connection that never does only holds a descriptor.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What NVMe/TCP offers: data in the byte stream (in-capsule or by R2T and C2HData), no
+/// access to host memory, no security (SECTYPE 0).
+pub const CAPS: TransportCaps = TransportCaps {
+    keyed_sgls: false,
+    in_capsule_data: limits::IO_INLINE_DATA,
+    tsas: fabrik_proto::fabrics::discovery::Tsas::Tcp { sectype: 0 },
+};
 
 pub struct TcpListenerPort {
     listener: TcpListener,
@@ -59,8 +67,9 @@ impl TcpListenerPort {
             listener,
             port: Port {
                 id: port_id,
-                transport: TransportType::Tcp,
+                transport: Transport::Tcp,
                 addr,
+                caps: CAPS,
             },
         })
     }

@@ -14,20 +14,35 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use fabrik_proto::fabrics::discovery::Tsas;
+use fabrik_proto::rdma::{CmAccept, CmReject, CmRequest, RejectStatus};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio_util::sync::CancellationToken;
 
 use super::{Listener, RdmaUnavailable};
-use crate::controller::{Queue, TargetState};
-use crate::model::{Port, TransportType};
+use crate::controller::{limits, Queue, TargetState};
+use crate::model::{Port, Transport, TransportCaps};
 use queue::Connection;
 use verbs::{CmEvent, EventChannel, QueuePair, Raw, SharedRecv};
-use wire::{reject, CmRequest};
 
 /// Checks that the RDMA libraries can be loaded, so a missing rdma-core says so up front.
 pub fn available() -> Result<(), String> {
     verbs::check_libraries()
 }
+
+/// What NVMe/RDMA offers: keyed SGLs (we RDMA-READ and -WRITE host memory), in-capsule data
+/// up to what a receive buffer holds after the SQE (`queue::CAPSULE_SIZE`), and connected
+/// queue pairs set up through rdma_cm on any RDMA fabric.
+pub const CAPS: TransportCaps = TransportCaps {
+    keyed_sgls: true,
+    in_capsule_data: limits::IO_INLINE_DATA,
+    tsas: Tsas::Rdma {
+        qptype: 1, // reliable connected
+        prtype: 1, // not specified
+        cms: 1,    // rdma_cm
+        pkey: 0,
+    },
+};
 
 pub struct RdmaListenerPort {
     channel: EventChannel,
@@ -54,8 +69,9 @@ impl RdmaListenerPort {
             channel,
             port: Port {
                 id: port_id,
-                transport: TransportType::Rdma,
+                transport: Transport::Rdma,
                 addr,
+                caps: CAPS,
             },
         })
     }
@@ -146,19 +162,15 @@ fn on_event(ev: &CmEvent, routes: &Routes, devices: &mut Devices, stopping: bool
         return Outcome::None;
     }
     let qp = QueuePair::new(ev.id);
-    let req = match CmRequest::parse(&ev.private_data) {
+    let req = match wire::check_request(&ev.private_data) {
         Ok(r) if !stopping => r,
-        Ok(_) => {
-            qp.reject(&wire::reject_data(reject::NO_RESOURCES));
-            return Outcome::Drop(qp);
-        }
+        Ok(_) => return reject(qp, RejectStatus::NO_RESOURCES),
         Err(status) => {
             tracing::warn!(
-                status,
-                "NVMe/RDMA connect request rejected: bad private data"
+                status = status.code(),
+                "NVMe/RDMA connect request rejected: bad private data ({status})"
             );
-            qp.reject(&wire::reject_data(status));
-            return Outcome::Drop(qp);
+            return reject(qp, status);
         }
     };
     // SAFETY: the connect request's id is valid and bound to its device.
@@ -177,8 +189,7 @@ fn on_event(ev: &CmEvent, routes: &Routes, devices: &mut Devices, stopping: bool
             }
             Err(e) => {
                 tracing::warn!("NVMe/RDMA connect request failed: no shared receive queue: {e}");
-                qp.reject(&wire::reject_data(reject::NO_RESOURCES));
-                return Outcome::Drop(qp);
+                return reject(qp, RejectStatus::NO_RESOURCES);
             }
         },
     };
@@ -186,10 +197,14 @@ fn on_event(ev: &CmEvent, routes: &Routes, devices: &mut Devices, stopping: bool
         Ok(conn) => Outcome::Accepted(Box::new(conn), req),
         Err((qp, e)) => {
             tracing::warn!(qid = req.qid, "NVMe/RDMA connect request failed: {e}");
-            qp.reject(&wire::reject_data(reject::NO_RESOURCES));
-            Outcome::Drop(qp)
+            reject(qp, RejectStatus::NO_RESOURCES)
         }
     }
+}
+
+fn reject(qp: QueuePair, status: RejectStatus) -> Outcome {
+    qp.reject(&CmReject::new(status).to_bytes());
+    Outcome::Drop(qp)
 }
 
 fn accept(
@@ -212,11 +227,8 @@ fn accept(
     // stall them), as nvmet-rdma uses them.
     let responder = ev.responder_resources.min(limits.max_qp_rd_atom);
     let initiator = ev.initiator_depth.min(limits.max_qp_init_rd_atom);
-    let crqsize = req.entries() as u16;
-    if let Err(e) = conn
-        .qp
-        .accept(&wire::accept_data(crqsize), responder, initiator)
-    {
+    let accept = CmAccept::new(req.entries() as u16);
+    if let Err(e) = conn.qp.accept(&accept.to_bytes(), responder, initiator) {
         return Err((conn.qp, e));
     }
     Ok(conn)
