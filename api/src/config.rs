@@ -41,7 +41,8 @@ pub struct ConfigFile {
     pub api_token: Option<String>,
     /// Cores for the I/O reactors, as `taskset -c` writes them: "0-3,8".
     pub cores: Option<String>,
-    /// Microseconds a reactor keeps polling after its last event before it sleeps (0: never polls).
+    /// Microseconds a busy reactor keeps polling after its last event before it sleeps (0, the
+    /// default: it sleeps between events).
     pub poll_idle_us: Option<u64>,
     pub drives: Option<GeneratedDrives>,
     #[serde(default, rename = "drive")]

@@ -484,6 +484,26 @@ mod tests {
     }
 
     #[test]
+    fn reactor_cores_and_polling_come_from_the_file() {
+        let core = crate::reactor::allowed_cores()[0];
+        let f = ConfigFile::parse(&format!("cores = \"{core}\"\npoll_idle_us = 50")).unwrap();
+        let mut c = Config::default_jbof("/tmp/x".into());
+        c.apply_file(&f).unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.cores, vec![core]);
+        assert_eq!(c.polling.idle_after, std::time::Duration::from_micros(50));
+        for bad in ["cores = \"3-1\"", "cores = \"x\""] {
+            let mut c = Config::default_jbof("/tmp/x".into());
+            let e = c.apply_file(&ConfigFile::parse(bad).unwrap()).unwrap_err();
+            assert!(e.to_string().starts_with("cores = "), "{e}");
+        }
+        let mut c = Config::default_jbof("/tmp/x".into());
+        c.cores = vec![crate::reactor::allowed_cores().last().unwrap() + 1];
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("is not one fabrikd may run on"), "{e}");
+    }
+
+    #[test]
     fn the_example_config_is_valid() {
         let file = ConfigFile::parse(include_str!("../../deploy/fabrikd.toml")).unwrap();
         let mut c = Config::default_jbof("/tmp/x".into());

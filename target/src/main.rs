@@ -70,8 +70,8 @@ struct Args {
     /// ("0-3,8") [default: every core fabrikd may run on].
     #[arg(long, value_name = "LIST")]
     cores: Option<String>,
-    /// Microseconds a reactor keeps polling for events after its last one before it sleeps in
-    /// epoll; 0: it always sleeps between events [default: 200].
+    /// Microseconds a busy reactor keeps polling for events after its last one before it sleeps
+    /// in epoll (200 bridges queue-depth-1 gaps); 0: it sleeps between events [default: 0].
     #[arg(long, value_name = "US")]
     poll_idle_us: Option<u64>,
 }

@@ -159,7 +159,10 @@ impl Queue {
     /// How many bytes a command may carry in-capsule on this queue.
     pub fn inline_data_limit(&self, sqe: &Sqe) -> u32 {
         match self.binding.get() {
-            Some(b) if b.qid != 0 && sqe.opcode != admin_opcode::FABRICS => limits::IO_INLINE_DATA,
+            // What Identify's IOCCSZ told the host.
+            Some(b) if b.qid != 0 && sqe.opcode != admin_opcode::FABRICS => {
+                self.port.caps.in_capsule_data
+            }
             _ => limits::ADMIN_INLINE_DATA,
         }
     }
