@@ -379,7 +379,7 @@ mod tests {
         Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
     }
 
-    /// The reactor's CPU time over 100 ms after one event, with this polling policy.
+    /// The reactor's CPU time over 200 ms after one event, with this polling policy.
     fn cpu_after_an_event(idle_after: Duration) -> Duration {
         let reactors = Reactors::new(vec![allowed_cores()[0]], Polling { idle_after });
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -388,7 +388,7 @@ mod tests {
         rt.block_on(reactors.place(async {
             let start = thread_cpu();
             active();
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
             thread_cpu() - start
         }))
         .unwrap()
@@ -396,15 +396,17 @@ mod tests {
 
     #[test]
     fn a_reactor_polls_after_an_event_and_sleeps_once_idle() {
-        // Polling for longer than the pause: the reactor keeps its core busy meanwhile.
+        // Polling for longer than the pause: the reactor keeps running meanwhile (how much of
+        // its core it gets depends on what else runs there: under a loaded CI machine as
+        // little as a tenth).
         let polled = cpu_after_an_event(Duration::from_secs(5));
-        assert!(polled > Duration::from_millis(20), "{polled:?}");
+        assert!(polled > Duration::from_millis(4), "{polled:?}");
         // Polling for 200 µs, or not at all: it sleeps through the pause.
         for idle_after in [Polling::SUGGESTED_IDLE_AFTER, Polling::default().idle_after] {
             let slept = cpu_after_an_event(idle_after);
             assert!(
-                slept < Duration::from_millis(10),
-                "{idle_after:?}: {slept:?}"
+                slept < Duration::from_millis(2) && slept * 2 < polled,
+                "{idle_after:?}: {slept:?} (polling: {polled:?})"
             );
         }
     }

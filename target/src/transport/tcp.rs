@@ -502,9 +502,7 @@ impl Connection {
                     let aer = self.books.park(cid, queue.execute(cmd, data));
                     inflight.push(Box::pin(async move { (cid, aer.await) }));
                 } else {
-                    inflight.push(Box::pin(async move {
-                        (cid, Some(queue.execute(cmd, data).await))
-                    }));
+                    self.start(queue, inflight, cid, cmd, data);
                 }
             }
             Route::FetchData(cmd) => {
@@ -594,11 +592,27 @@ impl Connection {
             self.r2t_outstanding -= total as u64;
             self.send_r2ts();
             let payload = done.whole.unwrap_or_else(|| done.buf.freeze());
-            inflight.push(Box::pin(async move {
-                (cid, Some(queue.execute(done.cmd, payload).await))
-            }));
+            self.start(queue, inflight, cid, done.cmd, payload);
         }
         Ok(())
+    }
+
+    /// Runs a command. One that completes when first polled (RAM and null drives, most admin
+    /// commands) is answered in this pass: no task in `inflight`, no wake-up to come back for.
+    fn start<'q>(
+        &mut self,
+        queue: &'q Queue,
+        inflight: &mut Inflight<'q>,
+        cid: u16,
+        cmd: Admitted,
+        data: Bytes,
+    ) {
+        let mut run = Box::pin(queue.execute(cmd, data));
+        match run.as_mut().now_or_never() {
+            Some(resp) => self.respond(queue, cid, resp),
+            // `inflight` polls it again at once, with a waker of its own.
+            None => inflight.push(Box::pin(async move { (cid, Some(run.await)) })),
+        }
     }
 
     /// Sends R2Ts for waiting writes, oldest first, while the budget allows (always at least
