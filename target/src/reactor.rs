@@ -33,7 +33,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use tokio::runtime::Handle;
-use tokio::task::JoinHandle;
+use tokio::task::{AbortHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 
 /// The reactors of one target, started on first use.
@@ -91,11 +91,6 @@ impl Reactors {
         }
     }
 
-    /// The cores the reactors run on.
-    pub fn cores(&self) -> &[usize] {
-        &self.cores
-    }
-
     fn reactors(&self) -> &[Reactor] {
         self.started.get_or_init(|| {
             self.cores
@@ -105,8 +100,9 @@ impl Reactors {
         })
     }
 
-    /// Runs a connection's future on the least loaded reactor, for its whole life.
-    pub fn place<F>(&self, connection: F) -> JoinHandle<F::Output>
+    /// Runs a connection's future on the least loaded reactor, for its whole life, as a task
+    /// of `set` (its owner waits for it there, and sees it panic).
+    pub fn place<F>(&self, set: &mut JoinSet<F::Output>, connection: F) -> AbortHandle
     where
         F: Future + Send + 'static,
         F::Output: Send + 'static,
@@ -119,14 +115,18 @@ impl Reactors {
         let load = reactor.load.clone();
         load.fetch_add(1, Ordering::Relaxed);
         tracing::trace!(core = reactor.core, "connection placed");
-        reactor.handle.spawn(async move {
-            let _placed = Placed(load);
-            connection.await
-        })
+        set.spawn_on(
+            async move {
+                let _placed = Placed(load);
+                connection.await
+            },
+            &reactor.handle,
+        )
     }
 
-    /// Connections on each reactor's core, for logs and tests.
-    pub fn loads(&self) -> Vec<(usize, usize)> {
+    /// Connections on each reactor's core.
+    #[cfg(test)]
+    fn loads(&self) -> Vec<(usize, usize)> {
         self.started.get().map_or_else(Vec::new, |rs| {
             rs.iter()
                 .map(|r| (r.core, r.load.load(Ordering::Relaxed)))
@@ -209,11 +209,12 @@ pub fn active() {
 /// and runs whatever became ready) for as long as events keep coming, sleeps once none came
 /// for `idle_after`.
 async fn poll_while_busy(polling: Polling) {
-    let activity = Rc::new(Activity::default());
-    ACTIVITY.with(|a| *a.borrow_mut() = Some(activity.clone()));
     if polling.idle_after.is_zero() {
+        // Nothing to wake: `active` stays a no-op on this thread.
         return std::future::pending().await;
     }
+    let activity = Rc::new(Activity::default());
+    ACTIVITY.with(|a| *a.borrow_mut() = Some(activity.clone()));
     loop {
         // Asleep until an event: epoll waits, the thread uses no CPU.
         let woken = activity.wake.notified();
@@ -324,12 +325,13 @@ mod tests {
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
-        let on = rt.block_on(reactors.place(async {
+        let mut set = JoinSet::new();
+        reactors.place(&mut set, async {
             let name = std::thread::current().name().map(str::to_string);
             // SAFETY: sched_getcpu has no preconditions.
             (name, unsafe { libc::sched_getcpu() })
-        }));
-        let (name, cpu) = on.unwrap();
+        });
+        let (name, cpu) = rt.block_on(set.join_next()).unwrap().unwrap();
         assert_eq!(
             name.as_deref(),
             Some(format!("reactor-{}", cores[0]).as_str())
@@ -350,23 +352,22 @@ mod tests {
             .unwrap();
         let (tx, rx) = std::sync::mpsc::channel::<()>();
         let rx = Arc::new(std::sync::Mutex::new(rx));
-        let held: Vec<_> = (0..4)
-            .map(|_| {
-                let rx = rx.clone();
-                // Each holds its reactor's place until told to end (blocking its thread is
-                // fine here: nothing else runs on these reactors).
-                reactors.place(async move {
-                    let _ = rx.lock().unwrap().recv();
-                })
-            })
-            .collect();
+        let mut held = JoinSet::new();
+        for _ in 0..4 {
+            let rx = rx.clone();
+            // Each holds its reactor's place until told to end (blocking its thread is fine
+            // here: nothing else runs on these reactors).
+            reactors.place(&mut held, async move {
+                let _ = rx.lock().unwrap().recv();
+            });
+        }
         let loads: Vec<usize> = reactors.loads().into_iter().map(|(_, n)| n).collect();
         assert_eq!(loads, vec![2, 2]);
         for _ in 0..4 {
             tx.send(()).unwrap();
         }
-        for h in held {
-            rt.block_on(h).unwrap();
+        while let Some(done) = rt.block_on(held.join_next()) {
+            done.unwrap();
         }
         assert_eq!(reactors.loads(), vec![(0, 0), (0, 0)]);
     }
@@ -388,13 +389,14 @@ mod tests {
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
-        rt.block_on(reactors.place(async {
+        let mut set = JoinSet::new();
+        reactors.place(&mut set, async {
             let start = thread_cpu();
             active();
             tokio::time::sleep(Duration::from_millis(200)).await;
             thread_cpu() - start
-        }))
-        .unwrap()
+        });
+        rt.block_on(set.join_next()).unwrap().unwrap()
     }
 
     #[test]

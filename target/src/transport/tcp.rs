@@ -111,7 +111,7 @@ impl Listener for TcpListenerPort {
                                 }
                             };
                             let (t, port, stop) = (target.clone(), port.clone(), close_connections.clone());
-                            let served = target.reactors.place(async move {
+                            target.reactors.place(&mut connections, async move {
                                 let _place = place;
                                 let result = match TcpStream::from_std(stream) {
                                     Ok(stream) => serve_connection(stream, peer, t, port, stop).await,
@@ -121,17 +121,18 @@ impl Listener for TcpListenerPort {
                                     tracing::debug!(%peer, "connection ended: {e}");
                                 }
                             });
-                            connections.spawn(async move { report_panic(served.await) });
                         }
                         Err(e) => backoff.failed(&what, &e).await,
                     },
-                    Some(_) = connections.join_next(), if !connections.is_empty() => {}
+                    Some(done) = connections.join_next(), if !connections.is_empty() => report_panic(done),
                 }
             }
             drop(listener);
             close_connections.cancel();
             // Let every connection finish its in-flight commands.
-            while connections.join_next().await.is_some() {}
+            while let Some(done) = connections.join_next().await {
+                report_panic(done);
+            }
         })
     }
 }
