@@ -89,11 +89,7 @@ impl Queue {
             }
         };
         let entries = sqsize as u32 + 1;
-        let max_entries = if qid == 0 {
-            limits::MAX_ADMIN_QUEUE_ENTRIES
-        } else {
-            limits::MAX_QUEUE_ENTRIES
-        };
+        let max_entries = limits::max_queue_entries(qid);
         if sqsize == 0 || entries > max_entries {
             return invalid_param(false, connect::SQE_OFFSET_SQSIZE);
         }

@@ -42,6 +42,15 @@ pub mod limits {
     pub const MAX_QUEUE_ENTRIES: u32 = 1024;
     /// Admin queue entries the host may ask for (NVME_AQ_DEPTH in Linux is 32).
     pub const MAX_ADMIN_QUEUE_ENTRIES: u32 = 32;
+
+    /// Entries queue `qid` may have (Connect SQSIZE + 1, NVMe/RDMA HSQSIZE + 1).
+    pub const fn max_queue_entries(qid: u16) -> u32 {
+        if qid == 0 {
+            MAX_ADMIN_QUEUE_ENTRIES
+        } else {
+            MAX_QUEUE_ENTRIES
+        }
+    }
     /// I/O queues per controller.
     pub const MAX_IO_QUEUES: u32 = 128;
     /// Maximum data transfer size: 2^MDTS minimum pages (4 KiB) = 1 MiB.

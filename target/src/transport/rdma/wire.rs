@@ -12,11 +12,7 @@ pub fn check_request(data: &[u8]) -> Result<CmRequest, RejectStatus> {
     if u32::from(req.qid) > limits::MAX_IO_QUEUES {
         return Err(RejectStatus::INVALID_QID);
     }
-    let max_entries = if req.qid == 0 {
-        limits::MAX_ADMIN_QUEUE_ENTRIES
-    } else {
-        limits::MAX_QUEUE_ENTRIES
-    };
+    let max_entries = limits::max_queue_entries(req.qid);
     // A queue holds at least 2 entries (one always empty), so HSQSIZE 0 is invalid too.
     if req.hsqsize == 0 || req.entries() > max_entries {
         return Err(RejectStatus::INVALID_HSQSIZE);
