@@ -12,6 +12,7 @@ use fabrik_proto::nvme::log::{
     critical, encode_changed_ns_list, lid, FirmwareSlotLog, SmartLog, CHANGED_NS_LIST_LEN,
     ERROR_LOG_ENTRY_LEN, SMART_LOG_LEN,
 };
+use fabrik_proto::nvme::sqe::SQE_LEN;
 use fabrik_proto::nvme::NSID_BROADCAST;
 use fabrik_proto::Status;
 
@@ -20,7 +21,6 @@ use super::queue::Response;
 use super::{limits, Controller};
 
 const FIRMWARE_REVISION: &str = env!("CARGO_PKG_VERSION");
-const SQE_LEN: u32 = 64;
 
 impl Controller {
     /// Checks that need no data: readiness, the discovery controller's command subset, AER limit.
@@ -219,7 +219,7 @@ impl Controller {
             sgls,
             subnqn: self.subnqn(),
             // In 16-byte units, the SQE included.
-            ioccsz: (SQE_LEN + caps.in_capsule_data) / 16,
+            ioccsz: (SQE_LEN as u32 + caps.in_capsule_data) / 16,
             iorcsz: 1,
             msdbd: 1,
             ps0_max_power_cw: 0,

@@ -18,6 +18,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
+use fabrik_proto::nvme::cqe::CQE_LEN;
+use fabrik_proto::nvme::sqe::SQE_LEN;
 use fabrik_proto::{SglDescriptor, Sqe, Status};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
@@ -30,8 +32,6 @@ use fabrik_rdma::{self as verbs, Completion, QpSizes, QueuePair, SendOp, SendWr,
 
 /// Unit of the data buffer pool: a transfer takes whole chunks, moved with one SGE each.
 pub const CHUNK: usize = 32 * 1024;
-const SQE_LEN: usize = 64;
-const CQE_LEN: usize = 16;
 /// Where the SGL descriptor (DPTR) sits in the SQE.
 const SGL_AT: usize = 24;
 
