@@ -68,7 +68,9 @@ s_both() {
   local out=/tmp/disc-both.out n_rdma n_tcp i d1 d2
   [ "$(ctrl_count)" = 0 ] || { timeout 60 nvme disconnect-all; wait_no_ctrls 30; }
   [ -z "$FPID" ] || target_stop || return 1
-  FABRIKD_ARGS="${FABRIKD_ARGS:-} --listen 127.0.0.1:4420" target_start || return 1
+  # With adaptive polling on (the reactors that serve NVMe/TCP keep polling while events come):
+  # NVMe/RDMA must be served alike meanwhile.
+  FABRIKD_ARGS="${FABRIKD_ARGS:-} --listen 127.0.0.1:4420 --poll-idle-us 200" target_start || return 1
   for i in $(seq 1 50); do (exec 3<>/dev/tcp/127.0.0.1/4420) 2>/dev/null && break; sleep 0.1; done
   modprobe nvme-tcp
   timeout 30 nvme discover "${FAB[@]}" > $out 2>&1
@@ -82,6 +84,7 @@ s_both() {
   nvme_connect_find "$(drive_nqn 0)" "${FAB[@]}" "${CONN_OPTS[@]}"; d1=$DEV
   assert "connect drive 0 over RDMA" [ -n "$d1" ] || return 1
   dd if=/dev/urandom of=/tmp/both bs=128k count=8 2>/dev/null
+  fio_verify polled-4k 4k 2 16 8 "$d1" || return 1
   dd if=/tmp/both of="$d1" bs=128k count=8 oflag=direct 2>/dev/null
   x timeout 60 nvme disconnect-all; wait_no_ctrls 30
   nvme_connect_find "$(drive_nqn 0)" -t tcp -a 127.0.0.1 -s 4420 "${CONN_OPTS[@]}"; d2=$DEV
@@ -231,8 +234,16 @@ s_perf() {
   echo "PERF rdma 128k read qd16: fabrikd $f128 MB/s, nvmet-rdma $k128 MB/s, ratio $(awk -v a="$f128" -v b="$k128" 'BEGIN{printf "%.2f", b ? a/b : 0}')"
   assert "fio measured both targets" [ "${f4:-0}" -gt 0 ] && [ "${k4:-0}" -gt 0 ]
 }
-# What the kernel host logs about a response it could not take (NVMEOF-FACTS 2.3).
-BAD_RESPONSE='Bogus remote invalidation|RECV for CQE|tag 0x[0-9a-f]+ on QP'
+# What the kernel host logs about a response it could not take (NVMEOF-FACTS 2.3): a receive
+# that failed (a response longer than the host's buffer), a response for no command, a remote
+# invalidation of the wrong key. A receive *flushed* says only that the host's queue pair had gone
+# into the error state, and under load Soft-RoCE here puts both ends' queue pairs there with no
+# error before (fabrikd sees its own work requests flushed at the same moment; the guest's rxe
+# then warns in rxe_completer): the host prints it when it sees the flush before the disconnect,
+# a race, so it is no verdict on the responses.
+bad_responses() {
+  dmesg | grep -E 'Bogus remote invalidation|RECV for CQE|tag 0x[0-9a-f]+ on QP' | grep -v 'status WR flushed'
+}
 s_log() {
   local n_err n_warn
   n_err=$(grep -cE '\bERROR\b' $LOGF); n_warn=$(grep -cE '\bWARN\b' $LOGF)
@@ -241,10 +252,10 @@ s_log() {
   assert "fabrikd never panicked" [ "$(grep -c 'panicked' $LOGF)" = 0 ] || { grep -A5 panicked $LOGF; return 1; }
   # The kernel host checks every response SEND and remote invalidation (NVMEOF-FACTS 2.3).
   assert "kernel host saw no bad response or bogus remote invalidation" \
-    [ "$(dmesg | grep -cE "$BAD_RESPONSE")" = 0 ] || { dmesg | grep -E "$BAD_RESPONSE" | head -5; return 1; }
+    [ "$(bad_responses | wc -l)" = 0 ] || { bad_responses | head -5; return 1; }
 }
 suite_extra_steps() {
-  skipped both || step "one fabrikd on TCP and RDMA: discovery lists both, same data" s_both
+  skipped both || step "one fabrikd on TCP and RDMA (polling): discovery lists both, fio verify, same data" s_both
   skipped host || step "fabrik's RDMA host: io-check, bench, discover, connect-all vs fabrikd; io-check vs nvmet-rdma" s_host
   skipped gpu || step "GPU memory (emulated GPU) over fabrik's host: p2p over RDMA (rxe), staged over TCP, verified both ways" s_gpu
   skipped probe || step "bad input over RDMA: rejects, SGL statuses, bystander undisturbed" s_probe
@@ -262,7 +273,7 @@ if [ $rc != 0 ]; then
   if grep -q panicked $LOGF; then
     echo "fabrikd panicked:"; grep -B2 -A8 panicked $LOGF | head -40 | sed 's/^/  fabrikd: /'
   fi
-  dmesg | grep -E "$BAD_RESPONSE" | head -5 | sed 's/^/  dmesg: /'
+  bad_responses | head -5 | sed 's/^/  dmesg: /'
 fi
 if [ -n "$OUT" ]; then cp $LOGF $OUT/; dmesg > $OUT/dmesg-rdma.txt; fi
 exit $rc
