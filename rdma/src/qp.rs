@@ -34,10 +34,68 @@ pub struct QpSizes {
     pub remote_access: bool,
 }
 
-/// A page-aligned buffer registered with the protection domain once, at connect time.
-pub struct Region {
+/// Page-aligned, zeroed memory that RDMA buffers live in. A `Region` registers it; a view of
+/// it handed elsewhere (a write's data on its way to a drive) holds an `Arc` of it, which keeps
+/// the memory, not the registration, alive: the region may go first.
+pub struct Memory {
     ptr: *mut u8,
     len: usize,
+}
+
+// SAFETY: plain memory; who may read or write which part is the owner's books' business, as
+// `slice` and `slice_mut` require.
+unsafe impl Send for Memory {}
+// SAFETY: as above.
+unsafe impl Sync for Memory {}
+
+impl Memory {
+    fn layout(len: usize) -> std::alloc::Layout {
+        std::alloc::Layout::from_size_align(len.max(1), 4096).expect("page-aligned layout")
+    }
+
+    pub fn zeroed(len: usize) -> io::Result<Memory> {
+        // SAFETY: the layout's size is non-zero.
+        let ptr = unsafe { std::alloc::alloc_zeroed(Memory::layout(len)) };
+        if ptr.is_null() {
+            return Err(io::Error::new(io::ErrorKind::OutOfMemory, "RDMA buffers"));
+        }
+        Ok(Memory { ptr, len })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// # Safety
+    /// No RDMA operation may be writing the range (the caller's books say who owns which part).
+    pub unsafe fn slice(&self, offset: usize, len: usize) -> &[u8] {
+        assert!(offset.checked_add(len).is_some_and(|end| end <= self.len));
+        std::slice::from_raw_parts(self.ptr.add(offset), len)
+    }
+
+    /// # Safety
+    /// As `slice`, and no other reference to the range exists.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn slice_mut(&self, offset: usize, len: usize) -> &mut [u8] {
+        assert!(offset.checked_add(len).is_some_and(|end| end <= self.len));
+        std::slice::from_raw_parts_mut(self.ptr.add(offset), len)
+    }
+}
+
+impl Drop for Memory {
+    fn drop(&mut self) {
+        // SAFETY: allocated in `zeroed` with this layout; the last reference is going.
+        unsafe { std::alloc::dealloc(self.ptr, Memory::layout(self.len)) }
+    }
+}
+
+/// Memory registered with the protection domain once, at connect time.
+pub struct Region {
+    mem: std::sync::Arc<Memory>,
     mr: *mut sys::ibv_mr,
 }
 
@@ -50,25 +108,23 @@ impl Region {
         len: usize,
         remote_access: bool,
     ) -> io::Result<Region> {
-        let layout = std::alloc::Layout::from_size_align(len.max(1), 4096)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
-        let ptr = std::alloc::alloc_zeroed(layout);
-        if ptr.is_null() {
-            return Err(io::Error::new(io::ErrorKind::OutOfMemory, "RDMA buffers"));
-        }
+        let mem = Memory::zeroed(len)?;
         let mut access = sys::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE;
         if remote_access {
             access = access
                 | sys::ibv_access_flags::IBV_ACCESS_REMOTE_READ
                 | sys::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE;
         }
-        let mr = sys::ibv_reg_mr(pd, ptr.cast(), len.max(1), access.0 as i32);
+        let mr = sys::ibv_reg_mr(pd, mem.ptr.cast(), len.max(1), access.0 as i32);
         if mr.is_null() {
-            let e = os_err("ibv_reg_mr (is the locked-memory limit high enough?)");
-            std::alloc::dealloc(ptr, layout);
-            return Err(e);
+            return Err(os_err(
+                "ibv_reg_mr (is the locked-memory limit high enough?)",
+            ));
         }
-        Ok(Region { ptr, len, mr })
+        Ok(Region {
+            mem: std::sync::Arc::new(mem),
+            mr,
+        })
     }
 
     pub fn lkey(&self) -> u32 {
@@ -80,35 +136,31 @@ impl Region {
         unsafe { (*self.mr).rkey }
     }
     pub fn addr(&self, offset: usize) -> u64 {
-        debug_assert!(offset <= self.len);
-        self.ptr as u64 + offset as u64
+        debug_assert!(offset <= self.mem.len);
+        self.mem.ptr as u64 + offset as u64
+    }
+    /// The registered memory, for views that may outlive the registration.
+    pub fn memory(&self) -> &std::sync::Arc<Memory> {
+        &self.mem
     }
     /// # Safety
     /// No RDMA operation may be writing the range (the caller's books say who owns which part).
     pub unsafe fn slice(&self, offset: usize, len: usize) -> &[u8] {
-        assert!(offset + len <= self.len);
-        std::slice::from_raw_parts(self.ptr.add(offset), len)
+        self.mem.slice(offset, len)
     }
     /// # Safety
     /// As `slice`, and no other reference to the range exists.
     #[allow(clippy::mut_from_ref)]
     pub unsafe fn slice_mut(&self, offset: usize, len: usize) -> &mut [u8] {
-        assert!(offset + len <= self.len);
-        std::slice::from_raw_parts_mut(self.ptr.add(offset), len)
+        self.mem.slice_mut(offset, len)
     }
 }
 
 impl Drop for Region {
     fn drop(&mut self) {
-        // SAFETY: the MR and the memory are ours; the queue pairs using them are gone.
-        unsafe {
-            sys::ibv_dereg_mr(self.mr);
-            std::alloc::dealloc(
-                self.ptr,
-                std::alloc::Layout::from_size_align(self.len.max(1), 4096)
-                    .expect("layout used at alloc"),
-            );
-        }
+        // SAFETY: the MR is ours; the queue pairs using it are gone. The memory goes with its
+        // last reference.
+        unsafe { sys::ibv_dereg_mr(self.mr) };
     }
 }
 
@@ -306,10 +358,7 @@ impl QueuePair {
         if qp.channel.is_null() {
             return Err(os_err("ibv_create_comp_channel"));
         }
-        let fd = (*qp.channel).fd;
-        set_nonblocking(fd)?;
-        // SAFETY: the channel's fd stays open until Drop, which deregisters it first.
-        qp.fd = Some(AsyncFd::register(Fd(fd))?);
+        set_nonblocking((*qp.channel).fd)?;
         let cqe = (sizes.recv_slots + sizes.send_wr).min(limits.max_cqe) as i32;
         qp.cq = sys::ibv_create_cq(verbs, cqe, ptr::null_mut(), qp.channel, 0);
         if qp.cq.is_null() {
@@ -494,68 +543,73 @@ impl QueuePair {
         )
     }
 
-    /// Posts a chain of send-queue work requests.
+    /// Posts a chain of send-queue work requests, in order, in batches of up to `POST_BATCH`
+    /// built on the stack: nothing is allocated per command.
     pub fn post_send(&self, wrs: &[SendWr]) -> io::Result<()> {
+        const POST_BATCH: usize = 8;
         let region = self.region.as_ref().expect("region");
         let lkey = region.lkey();
-        let mut sges: Vec<Vec<sys::ibv_sge>> = wrs
-            .iter()
-            .map(|w| {
-                w.local
-                    .iter()
-                    .map(|&(off, len)| sys::ibv_sge {
-                        addr: region.addr(off),
-                        length: len,
-                        lkey,
-                    })
-                    .collect()
-            })
-            .collect();
-        // SAFETY: all-zero is a valid (empty) work request.
-        let mut raw: Vec<sys::ibv_send_wr> =
-            wrs.iter().map(|_| unsafe { std::mem::zeroed() }).collect();
-        let n = raw.len();
-        let base = raw.as_mut_ptr();
-        for (i, (w, r)) in wrs.iter().zip(raw.iter_mut()).enumerate() {
-            r.wr_id = w.wr_id;
-            r.sg_list = sges[i].as_mut_ptr();
-            r.num_sge = sges[i].len() as i32;
-            r.send_flags = if w.signaled {
-                sys::ibv_send_flags::IBV_SEND_SIGNALED.0
-            } else {
-                0
-            };
-            match w.op {
-                SendOp::Send { invalidate: None } => r.opcode = sys::ibv_wr_opcode::IBV_WR_SEND,
-                SendOp::Send {
-                    invalidate: Some(rkey),
-                } => {
-                    r.opcode = sys::ibv_wr_opcode::IBV_WR_SEND_WITH_INV;
-                    r.imm_data_invalidated_rkey_union.invalidated_rkey = rkey;
-                }
-                SendOp::Read { remote, rkey } | SendOp::Write { remote, rkey } => {
-                    r.opcode = if matches!(w.op, SendOp::Read { .. }) {
-                        sys::ibv_wr_opcode::IBV_WR_RDMA_READ
-                    } else {
-                        sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE
-                    };
-                    r.wr.rdma = sys::rdma_t {
-                        remote_addr: remote,
-                        rkey,
-                    };
+        for batch in wrs.chunks(POST_BATCH) {
+            let mut sges = [sys::ibv_sge {
+                addr: 0,
+                length: 0,
+                lkey,
+            }; POST_BATCH];
+            // SAFETY: all-zero is a valid (empty) work request.
+            let mut raw: [sys::ibv_send_wr; POST_BATCH] = unsafe { std::mem::zeroed() };
+            for (i, w) in batch.iter().enumerate() {
+                let (off, len) = w.local;
+                sges[i].addr = region.addr(off);
+                sges[i].length = len;
+                let r = &mut raw[i];
+                r.wr_id = w.wr_id;
+                r.num_sge = 1;
+                r.send_flags = if w.signaled {
+                    sys::ibv_send_flags::IBV_SEND_SIGNALED.0
+                } else {
+                    0
+                };
+                match w.op {
+                    SendOp::Send { invalidate: None } => r.opcode = sys::ibv_wr_opcode::IBV_WR_SEND,
+                    SendOp::Send {
+                        invalidate: Some(rkey),
+                    } => {
+                        r.opcode = sys::ibv_wr_opcode::IBV_WR_SEND_WITH_INV;
+                        r.imm_data_invalidated_rkey_union.invalidated_rkey = rkey;
+                    }
+                    SendOp::Read { remote, rkey } | SendOp::Write { remote, rkey } => {
+                        r.opcode = if matches!(w.op, SendOp::Read { .. }) {
+                            sys::ibv_wr_opcode::IBV_WR_RDMA_READ
+                        } else {
+                            sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE
+                        };
+                        r.wr.rdma = sys::rdma_t {
+                            remote_addr: remote,
+                            rkey,
+                        };
+                    }
                 }
             }
-            if i + 1 < n {
-                // SAFETY: i + 1 is within the vector.
-                r.next = unsafe { base.add(i + 1) };
+            // Linked once filled, through pointers only.
+            let (base, sge) = (raw.as_mut_ptr(), sges.as_mut_ptr());
+            for i in 0..batch.len() {
+                // SAFETY: i (and i + 1 where linked) is within both arrays.
+                unsafe {
+                    (*base.add(i)).sg_list = sge.add(i);
+                    if i + 1 < batch.len() {
+                        (*base.add(i)).next = base.add(i + 1);
+                    }
+                }
             }
+            let mut bad = ptr::null_mut();
+            // SAFETY: valid QP; the chain, its SGEs and the registered buffers live across the
+            // call (the provider copies the requests into its send queue).
+            check(
+                unsafe { sys::ibv_post_send((*self.id.0).qp, base, &mut bad) },
+                "ibv_post_send",
+            )?;
         }
-        let mut bad = ptr::null_mut();
-        // SAFETY: valid QP; the chain, its SGEs and the registered buffers live across the call.
-        check(
-            unsafe { sys::ibv_post_send((*self.id.0).qp, base, &mut bad) },
-            "ibv_post_send",
-        )
+        Ok(())
     }
 
     /// Takes up to `wcs.len()` completions.
@@ -590,8 +644,21 @@ impl QueuePair {
     }
 
     /// Waits for the completion channel to signal and consumes the event.
+    ///
+    /// The channel's fd is registered with the runtime of the first wait, not at `setup`: a
+    /// target accepts a queue on its control thread and serves it on a reactor, whose own
+    /// event loop must be the one that watches the queue (a wake-up through another thread's
+    /// epoll is the hand-off the reactors exist to avoid).
     pub async fn wait(&mut self) -> io::Result<()> {
-        let fd = self.fd.as_ref().expect("completion channel");
+        if self.channel.is_null() {
+            return Err(io::Error::other("the queue pair has no completion channel"));
+        }
+        let fd = match &mut self.fd {
+            Some(fd) => fd,
+            // SAFETY: the channel (checked above) and its fd stay open until Drop, which
+            // deregisters the fd first.
+            none => none.insert(unsafe { AsyncFd::register(Fd((*self.channel).fd)) }?),
+        };
         loop {
             let mut guard = fd.readable().await?;
             let mut cq = ptr::null_mut();
@@ -684,7 +751,8 @@ pub enum SendOp {
 pub struct SendWr {
     pub wr_id: u64,
     pub op: SendOp,
-    pub local: Vec<(usize, u32)>,
+    /// The piece of the region it moves: (offset, length).
+    pub local: (usize, u32),
     pub signaled: bool,
 }
 

@@ -627,7 +627,7 @@ impl Driver {
             let wr = SendWr {
                 wr_id: wr_id(WR_SEND, slot),
                 op: SendOp::Send { invalidate: None },
-                local: vec![(self.layout.sqe_off(slot), SQE_LEN as u32)],
+                local: (self.layout.sqe_off(slot), SQE_LEN as u32),
                 signaled: true,
             };
             self.qp

@@ -4,6 +4,7 @@
 //! every queue arrive on the listener's event channel and are routed to their queue's task.
 //! The queue pairs of one device share a protection domain and a shared receive queue.
 
+mod pool;
 mod queue;
 pub mod wire;
 
@@ -213,7 +214,7 @@ fn accept(
     ev: &CmEvent,
     srq: Arc<SharedRecv>,
 ) -> Result<Connection, (QueuePair, std::io::Error)> {
-    let sizes = |l: &verbs::DeviceLimits| queue::queue_sizes(req.qid, req.entries(), l.max_sge);
+    let sizes = |_: &verbs::DeviceLimits| queue::queue_sizes(req.qid, req.entries());
     let (sizes, limits) = match qp.setup(sizes, Some(srq.clone())) {
         Ok(s) => s,
         Err(e) => return Err((qp, e)),

@@ -4,11 +4,11 @@
 //! Commands run concurrently; a single task drives the queue pair from its completion channel.
 //!
 //! Capsules arrive in the device's shared receive queue (SRQ): the SQE and any in-capsule data
-//! are copied out and the buffer goes straight back. Each command then takes a slot of this
-//! queue (its response buffer and data chunks) until its response SEND completes. There are
-//! twice as many slots as queue entries (a host may send the next command as soon as it sees
-//! a response, before our SEND completion is polled); a host with more commands outstanding
-//! than that breaks the queue-size contract and loses the queue.
+//! are copied out and the buffer goes straight back. Each command then takes a slot of this queue
+//! (its response buffer and data chunks) until its response SEND completes. There are twice as
+//! many slots as queue entries (a host may send the next command as soon as it sees a response,
+//! before our SEND completion is polled); a host with more commands outstanding than that breaks
+//! the queue-size contract and loses the queue.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -17,7 +17,7 @@ use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use fabrik_proto::nvme::cqe::CQE_LEN;
 use fabrik_proto::nvme::sqe::SQE_LEN;
 use fabrik_proto::{SglDescriptor, Sqe, Status};
@@ -26,12 +26,15 @@ use futures_util::FutureExt;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
 
+use super::pool::{Lease, Pool, Run};
 use crate::controller::books::{Arrival, QueueBooks};
 use crate::controller::{limits, Admitted, Queue, Response, Route};
 use fabrik_rdma::{self as verbs, Completion, QpSizes, QueuePair, SendOp, SendWr, SharedRecv};
 
-/// Unit of the data buffer pool: a transfer takes whole chunks, moved with one SGE each.
+/// Unit of the data buffer pool: a transfer takes a run of whole chunks (see `pool`).
 pub const CHUNK: usize = 32 * 1024;
+/// Where the pool starts in the region: page-aligned, after the response buffers.
+const PAGE: usize = 4096;
 /// Where the SGL descriptor (DPTR) sits in the SQE.
 const SGL_AT: usize = 24;
 
@@ -49,23 +52,23 @@ pub const SRQ_DEPTH: u32 = 1024;
 /// One receive buffer: a command and the largest in-capsule data (I/O queues; admin less).
 pub const CAPSULE_SIZE: usize = SQE_LEN + limits::IO_INLINE_DATA as usize;
 
-/// The sizes of one queue's resources, as the host's CM request and the device allow.
-pub fn queue_sizes(qid: u16, entries: u32, max_sge: u32) -> QpSizes {
+/// The sizes of one queue's resources, for the queue size the host's CM request asks.
+pub fn queue_sizes(qid: u16, entries: u32) -> QpSizes {
     let slots = 2 * entries;
-    let send_sge = max_sge.min(16);
-    let chunks_per_transfer = (limits::MAX_TRANSFER as usize).div_ceil(CHUNK) as u32;
-    // A slot has at most one command's RDMA READs, or its RDMA WRITEs and the SEND, posted.
-    let wrs_per_slot = 1 + chunks_per_transfer.div_ceil(send_sge);
+    // A transfer is one piece of memory (a run of the pool): one SGE, one work request. A slot
+    // has at most its RDMA READ, or its RDMA WRITE and the response SEND, posted.
+    let wrs_per_slot = 2;
     QpSizes {
         // Receives come from the SRQ: `recv_slots` only sizes the completion queue and the
         // response buffers.
         recv_slots: slots,
         recv_size: 0,
         send_wr: slots * wrs_per_slot,
-        send_sge,
-        // Room for one largest transfer on the admin queue, a few on I/O queues; commands
-        // beyond it wait for buffers (back-pressure).
-        pool_bytes: if qid == 0 { 1 } else { 4 } * limits::MAX_TRANSFER as usize,
+        send_sge: 1,
+        // Room for one largest transfer on the admin queue, a few on I/O queues (commands
+        // beyond it wait for buffers: back-pressure), and the page that aligns the pool after
+        // the response buffers.
+        pool_bytes: if qid == 0 { 1 } else { 4 } * limits::MAX_TRANSFER as usize + PAGE,
         remote_access: false,
     }
 }
@@ -98,7 +101,8 @@ struct Slot {
     keyed: Option<Keyed>,
     /// The rkey to invalidate with the response SEND (the host asked, data was mapped).
     invalidate: Option<u32>,
-    chunks: Vec<u32>,
+    /// The slot's data buffer while an RDMA READ or WRITE uses it.
+    run: Option<Run>,
     /// A write command waiting for its data.
     write: Option<Admitted>,
     /// A read command's answer waiting for buffers.
@@ -112,10 +116,9 @@ type Inflight<'q> =
 pub struct Connection {
     pub qp: QueuePair,
     srq: Arc<SharedRecv>,
-    sizes: QpSizes,
     slots: Vec<Slot>,
     free_slots: Vec<usize>,
-    free_chunks: Vec<u32>,
+    pool: Arc<Pool>,
     /// Slots waiting for pool chunks, oldest first: (slot, for an RDMA READ).
     waiting: VecDeque<(usize, bool)>,
     /// SQ head, CIDs in flight, parked AERs.
@@ -132,14 +135,14 @@ impl Connection {
         qid: u16,
         entries: u32,
     ) -> Connection {
-        let chunks = (sizes.pool_bytes / CHUNK) as u32;
+        let base = (sizes.recv_slots as usize * CQE_LEN).next_multiple_of(PAGE);
+        let chunks = ((sizes.pool_bytes - PAGE) / CHUNK) as u32;
         Connection {
             qp,
             srq,
-            sizes,
             slots: (0..sizes.recv_slots).map(|_| Slot::default()).collect(),
             free_slots: (0..sizes.recv_slots as usize).rev().collect(),
-            free_chunks: (0..chunks).rev().collect(),
+            pool: Arc::new(Pool::new(chunks, CHUNK, base)),
             waiting: VecDeque::new(),
             // Until Connect binds the queue, the CM request's QID and size.
             books: QueueBooks::new(qid, entries),
@@ -150,9 +153,6 @@ impl Connection {
 
     fn cqe_off(&self, slot: usize) -> usize {
         slot * CQE_LEN
-    }
-    fn chunk_off(&self, chunk: u32) -> usize {
-        self.sizes.recv_slots as usize * CQE_LEN + chunk as usize * CHUNK
     }
 
     /// Serves the queue until the host disconnects, the controller is torn down, a response
@@ -272,8 +272,9 @@ impl Connection {
             }
             WR_SEND => {
                 self.sends_outstanding -= 1;
-                let chunks = std::mem::take(&mut self.slots[slot].chunks);
-                self.free_chunks.extend(chunks);
+                if let Some(run) = self.slots[slot].run.take() {
+                    self.pool.give(run);
+                }
                 self.slots[slot] = Slot::default();
                 self.free_slots.push(slot);
                 self.serve_waiting(queue)
@@ -365,7 +366,7 @@ impl Connection {
                     queue,
                     slot,
                     Response::status(Status::CID_CONFLICT),
-                    Vec::new(),
+                    None,
                 );
             }
             Err(_) => {
@@ -443,18 +444,18 @@ impl Connection {
                     .as_ref()
                     .map_or(0, |c| c.transfer_len as usize)
             } else {
+                let keyed = self.slots[slot].keyed.map_or(0, |k| k.length as usize);
                 self.slots[slot]
                     .response
                     .as_ref()
-                    .map_or(0, |r| r.data.len())
+                    .map_or(0, |r| r.data.len().min(keyed))
             };
-            let n = need.div_ceil(CHUNK);
-            if self.free_chunks.len() < n {
+            // At most MAX_TRANSFER: the controller admits no longer command.
+            let Some(run) = self.pool.take(self.pool.chunks_for(need).max(1)) else {
                 return Ok(());
-            }
+            };
             self.waiting.pop_front();
-            let at = self.free_chunks.len() - n;
-            self.slots[slot].chunks = self.free_chunks.split_off(at);
+            self.slots[slot].run = Some(run);
             if read {
                 self.post_reads(slot, need)?;
             } else {
@@ -465,72 +466,44 @@ impl Connection {
         Ok(())
     }
 
-    /// The pieces of the slot's chunks that hold `len` bytes, grouped per work request.
-    fn pieces(&self, slot: usize, len: usize) -> Vec<Vec<(usize, u32)>> {
-        let mut left = len;
-        let pieces: Vec<(usize, u32)> = self.slots[slot]
-            .chunks
-            .iter()
-            .map(|&c| {
-                let n = left.min(CHUNK);
-                left -= n;
-                (self.chunk_off(c), n as u32)
-            })
-            .filter(|&(_, n)| n > 0)
-            .collect();
-        pieces
-            .chunks(self.sizes.send_sge as usize)
-            .map(|c| c.to_vec())
-            .collect()
+    /// Where the slot's run lies in the region.
+    fn run_offset(&self, slot: usize) -> usize {
+        self.pool
+            .offset(self.slots[slot].run.expect("a slot moving data has a run"))
     }
 
     fn post_reads(&mut self, slot: usize, len: usize) -> Result<(), ConnError> {
         let k = self.slots[slot]
             .keyed
             .expect("write data comes by keyed SGL");
-        let groups = self.pieces(slot, len);
-        let last = groups.len() - 1;
-        let mut remote = k.address;
-        let wrs: Vec<SendWr> = groups
-            .into_iter()
-            .enumerate()
-            .map(|(i, local)| {
-                let wr = SendWr {
-                    wr_id: wr_id(WR_READ, slot),
-                    op: SendOp::Read {
-                        remote,
-                        rkey: k.key,
-                    },
-                    signaled: i == last,
-                    local,
-                };
-                remote += wr.local.iter().map(|&(_, n)| u64::from(n)).sum::<u64>();
-                wr
-            })
-            .collect();
-        tracing::trace!(slot, len, wrs = wrs.len(), "RDMA READ posted");
-        self.qp.post_send(&wrs)?;
+        let wr = SendWr {
+            wr_id: wr_id(WR_READ, slot),
+            op: SendOp::Read {
+                remote: k.address,
+                rkey: k.key,
+            },
+            signaled: true,
+            local: (self.run_offset(slot), len as u32),
+        };
+        tracing::trace!(slot, len, "RDMA READ posted");
+        self.qp.post_send(&[wr])?;
         Ok(())
     }
 
-    /// The write data arrived: gather it and run the command.
+    /// The write data arrived: the command runs with it where it lies, in the slot's run (which
+    /// the data takes along: the pool has it back when the drive is done with it).
     fn data_read<'q>(&mut self, slot: usize, queue: &'q Queue, inflight: &mut Inflight<'q>) {
         let Some(cmd) = self.slots[slot].write.take() else {
             return;
         };
-        let len = cmd.transfer_len as usize;
-        let mut data = BytesMut::with_capacity(len);
-        let region = self.qp.region.as_ref().expect("region");
-        let mut left = len;
-        for &c in &self.slots[slot].chunks {
-            let n = left.min(CHUNK);
-            // SAFETY: the RDMA READ into these chunks completed; nothing else writes them.
-            data.extend_from_slice(unsafe { region.slice(self.chunk_off(c), n) });
-            left -= n;
-        }
-        let chunks = std::mem::take(&mut self.slots[slot].chunks);
-        self.free_chunks.extend(chunks);
-        let data = data.freeze();
+        let Some(run) = self.slots[slot].run.take() else {
+            return;
+        };
+        let memory = self.qp.region.as_ref().expect("region").memory().clone();
+        // SAFETY: the run was taken from this pool, whose chunks lie in the region's memory, and
+        // its RDMA READ completed: no work request writes it any more.
+        let data =
+            unsafe { Lease::into_bytes(self.pool.clone(), memory, run, cmd.transfer_len as usize) };
         inflight.push(Box::pin(async move {
             (slot, Some(queue.execute(cmd, data).await))
         }));
@@ -564,7 +537,7 @@ impl Connection {
             self.waiting.push_back((slot, false));
             return self.serve_waiting(queue);
         }
-        self.post_response(queue, slot, resp, Vec::new())
+        self.post_response(queue, slot, resp, None)
     }
 
     /// RDMA WRITEs the answer's data into the host's buffer, then the response.
@@ -576,34 +549,20 @@ impl Connection {
     ) -> Result<(), ConnError> {
         let k = self.slots[slot].keyed.expect("read data goes by keyed SGL");
         let len = resp.data.len().min(k.length as usize);
+        let at = self.run_offset(slot);
         let region = self.qp.region.as_ref().expect("region");
-        let mut done = 0;
-        for &c in &self.slots[slot].chunks {
-            let n = (len - done).min(CHUNK);
-            // SAFETY: the chunks belong to this slot and no work request uses them yet.
-            unsafe { region.slice_mut(self.chunk_off(c), n) }
-                .copy_from_slice(&resp.data[done..done + n]);
-            done += n;
-        }
-        let mut remote = k.address;
-        let wrs = self
-            .pieces(slot, len)
-            .into_iter()
-            .map(|local| {
-                let wr = SendWr {
-                    wr_id: wr_id(WR_WRITE, slot),
-                    op: SendOp::Write {
-                        remote,
-                        rkey: k.key,
-                    },
-                    signaled: false,
-                    local,
-                };
-                remote += wr.local.iter().map(|&(_, n)| u64::from(n)).sum::<u64>();
-                wr
-            })
-            .collect();
-        self.post_response(queue, slot, resp, wrs)
+        // SAFETY: the run belongs to this slot and no work request uses it yet.
+        unsafe { region.slice_mut(at, len) }.copy_from_slice(&resp.data[..len]);
+        let write = SendWr {
+            wr_id: wr_id(WR_WRITE, slot),
+            op: SendOp::Write {
+                remote: k.address,
+                rkey: k.key,
+            },
+            signaled: false,
+            local: (at, len as u32),
+        };
+        self.post_response(queue, slot, resp, Some(write))
     }
 
     /// Posts `wrs` and the 16-byte response SEND (with invalidation where the host asked).
@@ -612,7 +571,7 @@ impl Connection {
         queue: &Queue,
         slot: usize,
         resp: Response,
-        mut wrs: Vec<SendWr>,
+        data: Option<SendWr>,
     ) -> Result<(), ConnError> {
         let cqe = self.books.completion(queue, self.slots[slot].cid, &resp);
         let off = self.cqe_off(slot);
@@ -625,16 +584,20 @@ impl Connection {
                 .expect("region")
                 .slice_mut(off, CQE_LEN)
         });
-        wrs.push(SendWr {
+        let send = SendWr {
             wr_id: wr_id(WR_SEND, slot),
             op: SendOp::Send {
                 invalidate: self.slots[slot].invalidate,
             },
-            local: vec![(off, CQE_LEN as u32)],
+            local: (off, CQE_LEN as u32),
             signaled: true,
-        });
-        tracing::trace!(slot, cid = cqe.cid, status = ?cqe.status, wrs = wrs.len(), "response posted");
-        self.qp.post_send(&wrs)?;
+        };
+        let with_data = data.is_some();
+        tracing::trace!(slot, cid = cqe.cid, status = ?cqe.status, with_data, "response posted");
+        match data {
+            Some(write) => self.qp.post_send(&[write, send])?,
+            None => self.qp.post_send(&[send])?,
+        }
         self.sends_outstanding += 1;
         Ok(())
     }
@@ -646,19 +609,19 @@ mod tests {
 
     #[test]
     fn sizes_hold_the_largest_transfer_and_every_slot_s_work_requests() {
-        for (qid, entries, max_sge) in [(0, 32, 32), (1, 128, 32), (3, 1024, 4), (1, 2, 1)] {
-            let s = queue_sizes(qid, entries, max_sge);
+        for (qid, entries) in [(0, 32), (1, 128), (3, 1024), (1, 2)] {
+            let s = queue_sizes(qid, entries);
             assert_eq!(s.recv_slots, 2 * entries);
-            assert!(s.send_sge >= 1 && s.send_sge <= max_sge.min(16));
-            assert!(s.pool_bytes >= limits::MAX_TRANSFER as usize);
-            assert_eq!(s.pool_bytes % CHUNK, 0);
-            // The largest transfer's RDMA READs or WRITEs plus the response SEND fit one slot's
-            // share of the send queue.
-            let wrs = (limits::MAX_TRANSFER as usize).div_ceil(CHUNK * s.send_sge as usize) + 1;
-            assert!(
-                wrs as u32 * s.recv_slots <= s.send_wr,
-                "{qid} {entries} {max_sge}"
-            );
+            assert_eq!(s.send_sge, 1, "one run, one SGE");
+            // The largest transfer, within one word of the pool's map, after the aligned
+            // response buffers.
+            let pool = s.pool_bytes - PAGE;
+            assert!(pool >= limits::MAX_TRANSFER as usize);
+            assert_eq!(pool % CHUNK, 0);
+            assert!((limits::MAX_TRANSFER as usize).div_ceil(CHUNK) <= 64);
+            // A slot's RDMA READ, or its RDMA WRITE and the response SEND, fit its share of the
+            // send queue.
+            assert!(2 * s.recv_slots <= s.send_wr, "{qid} {entries}");
         }
     }
 }

@@ -1,0 +1,235 @@
+//! A queue's data buffers: fixed-size chunks of its registered memory, taken as contiguous runs,
+//! so that one transfer is one piece of memory (one SGE, one RDMA READ or WRITE) and the data
+//! an RDMA READ brought in can go to the drive as it lies (`Bytes` over the run, no copy).
+//!
+//! The queue's task takes runs; they come back from wherever their last reference drops (a
+//! write's data may be dropped on a drive's I/O thread), so the map of free chunks is a few
+//! atomic words: no lock, nothing allocated per command.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use fabrik_rdma::Memory;
+
+/// Chunks of one run are found within one word of the map.
+const WORD: u32 = 64;
+
+/// Contiguous chunks `first..first + n`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Run {
+    pub first: u32,
+    pub n: u32,
+}
+
+pub struct Pool {
+    /// One bit per chunk, set while taken; the bits past the last chunk are set for ever.
+    taken: Box<[AtomicU64]>,
+    chunk: usize,
+    /// Where chunk 0 starts in the memory.
+    base: usize,
+}
+
+impl Pool {
+    /// `chunks` chunks of `chunk` bytes from `base` on.
+    pub fn new(chunks: u32, chunk: usize, base: usize) -> Pool {
+        let words = chunks.div_ceil(WORD);
+        let taken = (0..words)
+            .map(|w| {
+                let in_word = (chunks - w * WORD).min(WORD);
+                AtomicU64::new(if in_word == WORD { 0 } else { !0 << in_word })
+            })
+            .collect();
+        Pool { taken, chunk, base }
+    }
+
+    /// Chunks a transfer of `len` bytes needs.
+    pub fn chunks_for(&self, len: usize) -> u32 {
+        len.div_ceil(self.chunk) as u32
+    }
+
+    /// Where `run` starts in the memory.
+    pub fn offset(&self, run: Run) -> usize {
+        self.base + run.first as usize * self.chunk
+    }
+
+    /// Takes `n` contiguous chunks (1..=64), or None while no such run is free.
+    pub fn take(&self, n: u32) -> Option<Run> {
+        assert!((1..=WORD).contains(&n), "a run is 1 to 64 chunks");
+        for (w, word) in self.taken.iter().enumerate() {
+            let mut cur = word.load(Ordering::Acquire);
+            loop {
+                // Bit s of `starts`: chunks s..s+n of this word are all free.
+                let free = !cur;
+                let mut starts = free;
+                for i in 1..n {
+                    starts &= free >> i;
+                }
+                if starts == 0 {
+                    break;
+                }
+                let shift = starts.trailing_zeros();
+                let bits = mask(n) << shift;
+                match word.compare_exchange_weak(
+                    cur,
+                    cur | bits,
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => {
+                        return Some(Run {
+                            first: w as u32 * WORD + shift,
+                            n,
+                        })
+                    }
+                    // A run came back meanwhile: look again.
+                    Err(now) => cur = now,
+                }
+            }
+        }
+        None
+    }
+
+    /// Gives `run` back.
+    pub fn give(&self, run: Run) {
+        let (w, shift) = (run.first / WORD, run.first % WORD);
+        let bits = mask(run.n) << shift;
+        let was = self.taken[w as usize].fetch_and(!bits, Ordering::AcqRel);
+        debug_assert_eq!(was & bits, bits, "{run:?} given back twice");
+    }
+
+    /// Chunks free now.
+    #[cfg(test)]
+    fn free(&self) -> u32 {
+        self.taken
+            .iter()
+            .map(|w| w.load(Ordering::Acquire).count_zeros())
+            .sum()
+    }
+}
+
+fn mask(n: u32) -> u64 {
+    if n >= WORD {
+        !0
+    } else {
+        (1 << n) - 1
+    }
+}
+
+/// The first `len` bytes of a run, handed on as `Bytes`: the run comes back to the pool when the
+/// last reference drops, and the memory stays while any does.
+pub struct Lease {
+    pool: Arc<Pool>,
+    memory: Arc<Memory>,
+    run: Run,
+    len: usize,
+}
+
+impl Lease {
+    /// # Safety
+    /// `run` was taken from `pool`, whose chunks lie in `memory`, and the first `len` bytes of
+    /// it hold data no work request writes any more (the RDMA READ completed): from here on the
+    /// bytes are only read, until the run comes back.
+    pub unsafe fn into_bytes(pool: Arc<Pool>, memory: Arc<Memory>, run: Run, len: usize) -> Bytes {
+        assert!(len <= run.n as usize * pool.chunk);
+        Bytes::from_owner(Lease {
+            pool,
+            memory,
+            run,
+            len,
+        })
+    }
+}
+
+impl AsRef<[u8]> for Lease {
+    fn as_ref(&self) -> &[u8] {
+        // SAFETY: the run is this lease's until it drops (see `into_bytes`), within the memory.
+        unsafe { self.memory.slice(self.pool.offset(self.run), self.len) }
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.pool.give(self.run);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_are_contiguous_disjoint_and_come_back() {
+        let pool = Pool::new(100, 4096, 512);
+        assert_eq!(pool.free(), 100);
+        let a = pool.take(32).unwrap();
+        let b = pool.take(32).unwrap();
+        assert_eq!((a.first, b.first), (0, 32));
+        // 36 chunks in the second word: a run of 40 fits nowhere.
+        assert_eq!(pool.take(40), None);
+        let c = pool.take(36).unwrap();
+        assert_eq!(c.first, 64);
+        assert_eq!(pool.take(1), None, "all 100 taken");
+        pool.give(a);
+        assert_eq!(pool.take(33), None, "32 free, in one place");
+        let d = pool.take(8).unwrap();
+        assert_eq!(d.first, 0);
+        assert_eq!(pool.offset(d), 512);
+        assert_eq!(pool.offset(Run { first: 3, n: 1 }), 512 + 3 * 4096);
+        for r in [b, c, d] {
+            pool.give(r);
+        }
+        assert_eq!(pool.free(), 100);
+        assert_eq!(pool.take(64).unwrap().first, 0);
+        assert_eq!(pool.chunks_for(1), 1);
+        assert_eq!(pool.chunks_for(4096), 1);
+        assert_eq!(pool.chunks_for(4097), 2);
+    }
+
+    #[test]
+    fn a_lease_is_the_run_in_place_and_gives_it_back_when_its_last_bytes_go() {
+        let memory = Arc::new(Memory::zeroed(8192).unwrap());
+        let pool = Arc::new(Pool::new(4, 1024, 4096));
+        let run = pool.take(2).unwrap();
+        // SAFETY: the run is ours and nothing else uses the memory.
+        unsafe { memory.slice_mut(pool.offset(run), 2048) }.fill(7);
+        // SAFETY: as above; from here on only read.
+        let bytes = unsafe { Lease::into_bytes(pool.clone(), memory.clone(), run, 1500) };
+        assert_eq!(bytes.len(), 1500);
+        assert!(bytes.iter().all(|&b| b == 7));
+        // SAFETY: only read.
+        let start = unsafe { memory.slice(pool.offset(run), 1) }.as_ptr();
+        assert_eq!(bytes.as_ptr(), start, "no copy");
+        let part = bytes.slice(100..200);
+        drop(bytes);
+        assert_eq!(pool.free(), 2, "a part still holds the run");
+        drop(part);
+        assert_eq!(pool.free(), 4);
+    }
+
+    #[test]
+    fn runs_given_back_from_other_threads_are_taken_again() {
+        let pool = Arc::new(Pool::new(128, 64, 0));
+        let (tx, rx) = std::sync::mpsc::channel::<Run>();
+        let giver = {
+            let pool = pool.clone();
+            std::thread::spawn(move || {
+                for run in rx {
+                    pool.give(run);
+                }
+            })
+        };
+        let mut taken = 0u32;
+        while taken < 20_000 {
+            let n = taken % 7 + 1;
+            if let Some(run) = pool.take(n) {
+                assert!(run.first % WORD + n <= WORD, "within one word");
+                tx.send(run).unwrap();
+                taken += 1;
+            }
+        }
+        drop(tx);
+        giver.join().unwrap();
+        assert_eq!(pool.free(), 128);
+    }
+}
