@@ -10,6 +10,7 @@ pub mod guard;
 pub mod null;
 mod nvme_smart;
 pub mod ram;
+mod reactor_ring;
 #[cfg(test)]
 mod testkit;
 mod uring;

@@ -1,7 +1,9 @@
-//! io_uring for the file and block backends: one ring per drive, owned by a dedicated thread.
+//! io_uring for the file and block backends. On a reactor thread an operation goes to that
+//! reactor's own ring (`reactor_ring`); elsewhere (the control runtime, tests) to the drive's
+//! ring, owned by a dedicated thread.
 //!
-//! Tasks send operations over a channel and await a oneshot; the thread pushes SQEs, waits
-//! for CQEs and sends each result back with the operation's buffer. Buffers and file handles
+//! Off a reactor, tasks send operations over a channel and await a oneshot; the drive's thread
+//! pushes SQEs, waits for CQEs and sends each result back with the operation's buffer. Buffers and file handles
 //! travel *with* the operation, so a caller that drops its future (cancellation) never frees
 //! memory the kernel still reads or writes.
 
@@ -21,7 +23,7 @@ use super::engine::{retryable, Buf};
 /// Largest single submission; bigger transfers loop (like short reads and writes do).
 const MAX_CHUNK: usize = 1 << 30;
 
-enum Kind {
+pub(super) enum Kind {
     Read {
         buf: Buf,
         pos: usize,
@@ -50,9 +52,9 @@ impl Kind {
     }
 }
 
-type Done = (io::Result<u32>, Option<Buf>);
+pub(super) type Done = (io::Result<u32>, Option<Buf>);
 
-struct Op {
+pub(super) struct Op {
     /// Keeps the descriptor open (and unreused) until the kernel is done with it.
     file: Arc<File>,
     kind: Kind,
@@ -146,10 +148,7 @@ impl Ring {
             rx,
             shared: shared.clone(),
             pool: pool.clone(),
-            slots: Vec::new(),
-            free: Vec::new(),
-            in_flight: 0,
-            backlog: VecDeque::new(),
+            ops: Ops::default(),
         };
         std::thread::Builder::new()
             .name(thread_name(name))
@@ -168,6 +167,11 @@ impl Ring {
             file: file.clone(),
             kind,
             done,
+        };
+        // On a reactor, its own ring takes the operation: no thread hand-off either way.
+        let op = match super::reactor_ring::submit(op) {
+            Ok(()) => return rx.await.unwrap_or_else(|_| (Err(gone()), None)),
+            Err(op) => op,
         };
         let Some(tx) = &self.tx else {
             return (Err(gone()), op.kind.into_buf());
@@ -260,7 +264,7 @@ fn thread_name(drive: &str) -> String {
     name
 }
 
-fn check_opcodes(ring: &IoUring) -> io::Result<()> {
+pub(super) fn check_opcodes(ring: &IoUring) -> io::Result<()> {
     let mut probe = io_uring::Probe::new();
     ring.submitter().register_probe(&mut probe)?;
     let needed = [
@@ -290,12 +294,70 @@ struct RingThread {
     shared: Arc<Shared>,
     /// Registered buffers; dropped after `ring` (field order) so they outlive the registration.
     pool: Option<Arc<BufPool>>,
-    /// In-flight operations by slot (= user_data).
+    ops: Ops,
+}
+
+/// The operations of one ring: in flight by slot (= user_data), and those waiting for room.
+#[derive(Default)]
+pub(super) struct Ops {
     slots: Vec<Option<Op>>,
     free: Vec<usize>,
-    in_flight: usize,
+    pub(super) in_flight: usize,
     /// Received but not yet submitted (the ring is full).
-    backlog: VecDeque<Op>,
+    pub(super) backlog: VecDeque<Op>,
+}
+
+impl Ops {
+    /// Moves backlog operations into `ring`'s submission queue while fewer than `cap` are in
+    /// flight; true if any went in.
+    pub(super) fn push_backlog(
+        &mut self,
+        ring: &mut IoUring,
+        cap: usize,
+        pool: Option<&Arc<BufPool>>,
+    ) -> bool {
+        let mut pushed = false;
+        while self.in_flight < cap {
+            let Some(mut op) = self.backlog.pop_front() else {
+                break;
+            };
+            let slot = self.free.pop().unwrap_or_else(|| {
+                self.slots.push(None);
+                self.slots.len() - 1
+            });
+            let Some(sqe) = sqe_for(&mut op, pool) else {
+                self.free.push(slot);
+                op.complete(Err(io::ErrorKind::InvalidInput.into()));
+                continue;
+            };
+            // SAFETY: the SQE points into the heap memory of `op`'s buffer, which does not
+            // move with `op`, and uses its descriptor; `op` stays in `slots` until reaped.
+            if unsafe { ring.submission().push(&sqe.user_data(slot as u64)) }.is_err() {
+                self.free.push(slot);
+                self.backlog.push_front(op);
+                break;
+            }
+            self.slots[slot] = Some(op);
+            self.in_flight += 1;
+            pushed = true;
+        }
+        pushed
+    }
+
+    /// Completes the operation of a CQE.
+    pub(super) fn complete(&mut self, user_data: u64, res: i32) {
+        let slot = user_data as usize;
+        let Some(op) = self.slots.get_mut(slot).and_then(Option::take) else {
+            return;
+        };
+        self.free.push(slot);
+        self.in_flight -= 1;
+        op.complete(if res < 0 {
+            Err(io::Error::from_raw_os_error(-res))
+        } else {
+            Ok(res as u32)
+        });
+    }
 }
 
 impl RingThread {
@@ -316,18 +378,18 @@ impl RingThread {
                 poll_armed =
                     unsafe { self.ring.submission().push(&poll.build().user_data(WAKE)) }.is_ok();
             }
-            if !open && self.in_flight == 0 && self.backlog.is_empty() {
+            if !open && self.ops.in_flight == 0 && self.ops.backlog.is_empty() {
                 return; // A still-armed poll references no memory, so dropping the ring is safe.
             }
             // Sleep only if nothing else can be submitted now; announce it first, then look
             // once more, so a submitter either sees the flag or we see its operation.
-            let more = !self.backlog.is_empty() && self.in_flight < cap; // SQ was full
-            let mut want = usize::from(!more && (self.in_flight > 0 || poll_armed));
-            if want == 1 && self.in_flight < cap {
+            let more = !self.ops.backlog.is_empty() && self.ops.in_flight < cap; // SQ was full
+            let mut want = usize::from(!more && (self.ops.in_flight > 0 || poll_armed));
+            if want == 1 && self.ops.in_flight < cap {
                 self.shared.sleeping.store(true, Ordering::SeqCst);
                 match self.rx.try_recv() {
                     Ok(op) => {
-                        self.backlog.push_back(op);
+                        self.ops.backlog.push_back(op);
                         want = 0;
                     }
                     Err(mpsc::TryRecvError::Disconnected) => open = false,
@@ -353,7 +415,7 @@ impl RingThread {
     fn receive(&mut self) -> bool {
         loop {
             match self.rx.try_recv() {
-                Ok(op) => self.backlog.push_back(op),
+                Ok(op) => self.ops.backlog.push_back(op),
                 Err(mpsc::TryRecvError::Empty) => return true,
                 Err(mpsc::TryRecvError::Disconnected) => return false,
             }
@@ -361,29 +423,8 @@ impl RingThread {
     }
 
     fn push_backlog(&mut self, cap: usize) {
-        while self.in_flight < cap {
-            let Some(mut op) = self.backlog.pop_front() else {
-                return;
-            };
-            let slot = self.free.pop().unwrap_or_else(|| {
-                self.slots.push(None);
-                self.slots.len() - 1
-            });
-            let Some(sqe) = sqe_for(&mut op, self.pool.as_ref()) else {
-                self.free.push(slot);
-                op.complete(Err(io::ErrorKind::InvalidInput.into()));
-                continue;
-            };
-            // SAFETY: the SQE points into the heap memory of `op`'s buffer, which does not
-            // move with `op`, and uses its descriptor; `op` stays in `slots` until reaped.
-            if unsafe { self.ring.submission().push(&sqe.user_data(slot as u64)) }.is_err() {
-                self.free.push(slot);
-                self.backlog.push_front(op);
-                return;
-            }
-            self.slots[slot] = Some(op);
-            self.in_flight += 1;
-        }
+        self.ops
+            .push_backlog(&mut self.ring, cap, self.pool.as_ref());
     }
 
     /// Completes every finished operation; true if the wake-up poll fired.
@@ -395,18 +436,7 @@ impl RingThread {
                 woken = true;
                 continue;
             }
-            let slot = cqe.user_data() as usize;
-            let Some(op) = self.slots.get_mut(slot).and_then(Option::take) else {
-                continue;
-            };
-            self.free.push(slot);
-            self.in_flight -= 1;
-            let res = cqe.result();
-            op.complete(if res < 0 {
-                Err(io::Error::from_raw_os_error(-res))
-            } else {
-                Ok(res as u32)
-            });
+            self.ops.complete(cqe.user_data(), cqe.result());
         }
         woken
     }
