@@ -69,7 +69,8 @@ pub struct Config {
     pub api_token: Option<String>,
     /// The management API address from the config file (`--api` overrides it).
     pub api: Option<String>,
-    /// Cores the reactors (I/O threads) run on; empty: every core fabrikd may use.
+    /// Cores the reactors (I/O threads) are pinned to; empty: one unpinned reactor per core
+    /// fabrikd may use.
     pub cores: Vec<usize>,
     /// When a reactor stops polling and sleeps.
     pub polling: crate::reactor::Polling,

@@ -66,8 +66,8 @@ struct Args {
     /// Allow only this host NQN (repeatable); other hosts are refused and see no subsystems.
     #[arg(long = "host", value_name = "NQN")]
     host: Vec<String>,
-    /// Cores for the I/O reactors, one pinned thread each, as `taskset -c` writes them
-    /// ("0-3,8") [default: every core fabrikd may run on].
+    /// Cores for the I/O reactors, one thread pinned to each, as `taskset -c` writes them
+    /// ("0-3,8") [default: one unpinned reactor per core fabrikd may run on].
     #[arg(long, value_name = "LIST")]
     cores: Option<String>,
     /// Microseconds a busy reactor keeps polling for events after its last one before it sleeps

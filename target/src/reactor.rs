@@ -1,5 +1,6 @@
-//! Reactors: the I/O threads. One per core of `--cores` (default: every core fabrikd may run
-//! on), each pinned to its core and running its own single-threaded event loop. A queue's
+//! Reactors: the I/O threads. One per core of `--cores`, pinned to it (without `--cores`: one
+//! per core fabrikd may run on, unpinned; see `Reactors::new`), each running its own
+//! single-threaded event loop. A queue's
 //! connection is placed on a reactor when it is accepted and never migrates: its commands are
 //! decoded, executed (RAM and null drives complete inline) and answered on that one thread, with
 //! no hand-off between threads and no lock shared with other queues on the way.
@@ -12,6 +13,12 @@
 //! latency from 35.8 to 22.7 µs, and 1 to 4 cores now scale 3.97x (3.72x before). Raw io_uring
 //! is the next step where the kernel's share of a command (two thirds of it) is the cost.
 //! Placement balances connections; it does not yet know which NUMA node a NIC sits on.
+//!
+//! File and block drives started on a reactor do their I/O through the reactor's own io_uring
+//! (`backend::reactor_ring`). NVMe/RDMA queues still run on the control runtime: placed on the
+//! reactors, idle admin queues answered Keep Alive only when the host's next command arrived (in
+//! the Soft-RoCE guest, 2.5-5 s late, and controllers' keep-alive timers expired); the cause is
+//! not found yet.
 //!
 //! Adaptive polling (`--poll-idle-us`): a busy reactor can keep looking for events instead of
 //! sleeping between them (a spinner task yields, which makes the runtime poll epoll with a zero
@@ -39,6 +46,8 @@ use tokio_util::sync::CancellationToken;
 /// The reactors of one target, started on first use.
 pub struct Reactors {
     cores: Vec<usize>,
+    /// Pinned to their cores: only when the cores were chosen (see `new`).
+    pinned: bool,
     polling: Polling,
     started: OnceLock<Vec<Reactor>>,
     stop: CancellationToken,
@@ -76,15 +85,16 @@ struct Reactor {
 }
 
 impl Reactors {
-    /// Reactors on `cores` (CPU numbers); empty: one on every core this process may run on.
+    /// Reactors on `cores` (CPU numbers), each pinned to its core, as SPDK's core mask does.
+    /// Empty: one reactor per core this process may run on, not pinned: cores nobody set aside
+    /// for fabrikd are shared with the kernel's own work and other processes, and a thread pinned
+    /// there cannot move away from them.
     pub fn new(cores: Vec<usize>, polling: Polling) -> Reactors {
-        let cores = if cores.is_empty() {
-            allowed_cores()
-        } else {
-            cores
-        };
+        let pinned = !cores.is_empty();
+        let cores = if pinned { cores } else { allowed_cores() };
         Reactors {
             cores,
+            pinned,
             polling,
             started: OnceLock::new(),
             stop: CancellationToken::new(),
@@ -95,7 +105,7 @@ impl Reactors {
         self.started.get_or_init(|| {
             self.cores
                 .iter()
-                .map(|&core| start(core, self.polling, self.stop.clone()))
+                .map(|&core| start(core, self.pinned, self.polling, self.stop.clone()))
                 .collect()
         })
     }
@@ -152,7 +162,7 @@ impl Drop for Placed {
     }
 }
 
-fn start(core: usize, polling: Polling, stop: CancellationToken) -> Reactor {
+fn start(core: usize, pinned: bool, polling: Polling, stop: CancellationToken) -> Reactor {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -161,9 +171,12 @@ fn start(core: usize, polling: Polling, stop: CancellationToken) -> Reactor {
     std::thread::Builder::new()
         .name(format!("reactor-{core}"))
         .spawn(move || {
-            if let Err(e) = pin_to(core) {
-                tracing::warn!(core, "reactor runs unpinned: {e}");
+            if pinned {
+                if let Err(e) = pin_to(core) {
+                    tracing::warn!(core, "reactor runs unpinned: {e}");
+                }
             }
+            ON_REACTOR.with(|r| r.set(true));
             runtime.block_on(async {
                 tokio::select! {
                     _ = stop.cancelled() => {}
@@ -190,6 +203,13 @@ struct Activity {
 
 thread_local! {
     static ACTIVITY: RefCell<Option<Rc<Activity>>> = const { RefCell::new(None) };
+    static ON_REACTOR: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether this thread is a reactor: resources kept per reactor (a drive I/O ring) are made on
+/// it, and used only by the connections placed there.
+pub fn on_reactor() -> bool {
+    ON_REACTOR.with(Cell::get)
 }
 
 /// A connection on a reactor had something to do (a PDU arrived, a command completed): the
@@ -342,6 +362,26 @@ mod tests {
             vec![(cores[0], 0)],
             "the ended connection left"
         );
+    }
+
+    #[test]
+    fn reactors_are_pinned_only_to_cores_chosen_for_them() {
+        let allowed = allowed_cores();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        for (cores, pinned) in [(vec![allowed[0]], true), (Vec::new(), false)] {
+            let reactors = Reactors::new(cores, Polling::default());
+            let mut set = JoinSet::new();
+            reactors.place(&mut set, async { allowed_cores() });
+            let runs_on = rt.block_on(set.join_next()).unwrap().unwrap();
+            let expected = if pinned {
+                vec![allowed[0]]
+            } else {
+                allowed.clone()
+            };
+            assert_eq!(runs_on, expected, "pinned: {pinned}");
+        }
     }
 
     #[test]

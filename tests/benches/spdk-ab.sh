@@ -11,7 +11,8 @@
 #   other LABEL=PATH a fabrikd binary (default: spdk and build/release/fabrikd).
 # CORE_SETS="0 0-3": target cores per table (taskset lists).   PERF_CORES=0xFF00: initiator.
 # BACKEND=null (fabrikd null, SPDK null bdevs) or ram (fabrikd ram, SPDK malloc: needs 4 GiB
-#   of hugepages for SPDK, set up here when run as root).
+#   of hugepages for SPDK, set up here when run as root) or file (fabrikd's file backend, files
+#   in TMPDIR: on tmpfs, the drive I/O path without a device's time; fabrikd binaries only).
 # N=4 namespaces, one subsystem each.
 set -euo pipefail
 ROUNDS=${1:-3}
@@ -24,6 +25,7 @@ PERF_CORES=${PERF_CORES:-0xFF00}
 BACKEND=${BACKEND:-null}
 N=${N:-4}
 [ -x "$SPDK/bin/nvmf_tgt" ] || { echo "no SPDK in $SPDK (set SPDK=...)"; exit 1; }
+case " $TARGETS " in *" spdk "*) [ "$BACKEND" != file ] || { echo "BACKEND=file: fabrikd binaries only"; exit 1; } ;; esac
 if [ "$BACKEND" = ram ] && [ "$(id -u)" = 0 ]; then
   # malloc bdevs live in hugepages: 4 x 1 GiB and SPDK's own pools.
   mkdir -p /dev/hugepages; mountpoint -q /dev/hugepages || mount -t hugetlbfs nodev /dev/hugepages
@@ -62,14 +64,14 @@ start_target() { # LABEL CORES
     pid=$("$SPDK/tgt.sh" "$(mask_of "$cores")" "$N" "$port" box "$bdev")
   else
     rm -rf "$work/data"; mkdir -p "$work/data"
-    taskset -c "$cores" "$bin" --data-dir "$work/data" --listen "127.0.0.1:$port" \
+    taskset -c "$cores" "$bin" --cores "$cores" --data-dir "$work/data" --listen "127.0.0.1:$port" \
       --backend "$BACKEND" --drives "$N" --drive-size 1G --box-name box \
       --api off --api-socket off --metrics off >"$work/fabrikd.log" 2>&1 &
     pid=$!
     for _ in $(seq 100); do grep -q "listener" "$work/fabrikd.log" && break; sleep 0.1; done
     grep -q "listener" "$work/fabrikd.log" || { cat "$work/fabrikd.log"; exit 1; }
   fi
-  if [ "$BACKEND" = ram ]; then # reads should touch written memory
+  if [ "$BACKEND" != null ]; then # reads should touch written memory
     "$SPDK/perf.sh" "$N" "$port" box -c "$PERF_CORES" -q 8 -o 1048576 -w write -t 2 >/dev/null 2>&1 || true
   fi
 }
