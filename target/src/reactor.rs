@@ -16,9 +16,10 @@
 //!
 //! File and block drives started on a reactor do their I/O through the reactor's own io_uring
 //! (`backend::reactor_ring`). NVMe/RDMA queues still run on the control runtime: placed on the
-//! reactors, idle admin queues answered Keep Alive only when the host's next command arrived (in
-//! the Soft-RoCE guest, 2.5-5 s late, and controllers' keep-alive timers expired); the cause is
-//! not found yet.
+//! reactors, under fio in the Soft-RoCE guest, admin queues answered Keep Alive 2.5-5 s late and
+//! keep-alive timers expired, most likely because an RDMA queue's task keeps draining its
+//! completion queue for its whole cooperative budget while its neighbours wait (a variant that
+//! yields between passes kept every keep-alive in time); they move once that is settled.
 //!
 //! Adaptive polling (`--poll-idle-us`): a busy reactor can keep looking for events instead of
 //! sleeping between them (a spinner task yields, which makes the runtime poll epoll with a zero
