@@ -25,14 +25,20 @@ pub struct Run {
 pub struct Pool {
     /// One bit per chunk, set while taken; the bits past the last chunk are set for ever.
     taken: Box<[AtomicU64]>,
+    /// The chunks lie here (registered by the queue pair's region).
+    memory: Arc<Memory>,
     chunk: usize,
     /// Where chunk 0 starts in the memory.
     base: usize,
 }
 
 impl Pool {
-    /// `chunks` chunks of `chunk` bytes from `base` on.
-    pub fn new(chunks: u32, chunk: usize, base: usize) -> Pool {
+    /// `chunks` chunks of `chunk` bytes of `memory`, from `base` on.
+    pub fn new(memory: Arc<Memory>, chunks: u32, chunk: usize, base: usize) -> Pool {
+        assert!(
+            base + chunks as usize * chunk <= memory.len(),
+            "the pool fits its memory"
+        );
         let words = chunks.div_ceil(WORD);
         let taken = (0..words)
             .map(|w| {
@@ -40,7 +46,12 @@ impl Pool {
                 AtomicU64::new(if in_word == WORD { 0 } else { !0 << in_word })
             })
             .collect();
-        Pool { taken, chunk, base }
+        Pool {
+            taken,
+            memory,
+            chunk,
+            base,
+        }
     }
 
     /// Chunks a transfer of `len` bytes needs.
@@ -51,6 +62,16 @@ impl Pool {
     /// Where `run` starts in the memory.
     pub fn offset(&self, run: Run) -> usize {
         self.base + run.first as usize * self.chunk
+    }
+
+    /// The first `len` bytes of `run`, to fill.
+    ///
+    /// # Safety
+    /// The run is the caller's (taken, not given back) and no work request uses it yet.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn slice_mut(&self, run: Run, len: usize) -> &mut [u8] {
+        assert!(len <= run.n as usize * self.chunk);
+        self.memory.slice_mut(self.offset(run), len)
     }
 
     /// Takes `n` contiguous chunks (1..=64), or None while no such run is free.
@@ -120,31 +141,25 @@ fn mask(n: u32) -> u64 {
 /// last reference drops, and the memory stays while any does.
 pub struct Lease {
     pool: Arc<Pool>,
-    memory: Arc<Memory>,
     run: Run,
     len: usize,
 }
 
 impl Lease {
     /// # Safety
-    /// `run` was taken from `pool`, whose chunks lie in `memory`, and the first `len` bytes of
-    /// it hold data no work request writes any more (the RDMA READ completed): from here on the
-    /// bytes are only read, until the run comes back.
-    pub unsafe fn into_bytes(pool: Arc<Pool>, memory: Arc<Memory>, run: Run, len: usize) -> Bytes {
+    /// `run` was taken from `pool`, and its first `len` bytes hold data no work request writes
+    /// any more (the RDMA READ completed): from here on they are only read, until the run comes
+    /// back.
+    pub unsafe fn into_bytes(pool: Arc<Pool>, run: Run, len: usize) -> Bytes {
         assert!(len <= run.n as usize * pool.chunk);
-        Bytes::from_owner(Lease {
-            pool,
-            memory,
-            run,
-            len,
-        })
+        Bytes::from_owner(Lease { pool, run, len })
     }
 }
 
 impl AsRef<[u8]> for Lease {
     fn as_ref(&self) -> &[u8] {
         // SAFETY: the run is this lease's until it drops (see `into_bytes`), within the memory.
-        unsafe { self.memory.slice(self.pool.offset(self.run), self.len) }
+        unsafe { self.pool.memory.slice(self.pool.offset(self.run), self.len) }
     }
 }
 
@@ -158,9 +173,19 @@ impl Drop for Lease {
 mod tests {
     use super::*;
 
+    fn memory(len: usize) -> Arc<Memory> {
+        Arc::new(Memory::zeroed(len).unwrap())
+    }
+
+    #[test]
+    #[should_panic(expected = "fits its memory")]
+    fn a_pool_larger_than_its_memory_is_refused() {
+        Pool::new(memory(4096), 2, 4096, 0);
+    }
+
     #[test]
     fn runs_are_contiguous_disjoint_and_come_back() {
-        let pool = Pool::new(100, 4096, 512);
+        let pool = Pool::new(memory(512 + 100 * 4096), 100, 4096, 512);
         assert_eq!(pool.free(), 100);
         let a = pool.take(32).unwrap();
         let b = pool.take(32).unwrap();
@@ -188,13 +213,13 @@ mod tests {
 
     #[test]
     fn a_lease_is_the_run_in_place_and_gives_it_back_when_its_last_bytes_go() {
-        let memory = Arc::new(Memory::zeroed(8192).unwrap());
-        let pool = Arc::new(Pool::new(4, 1024, 4096));
+        let memory = memory(8192);
+        let pool = Arc::new(Pool::new(memory.clone(), 4, 1024, 4096));
         let run = pool.take(2).unwrap();
         // SAFETY: the run is ours and nothing else uses the memory.
-        unsafe { memory.slice_mut(pool.offset(run), 2048) }.fill(7);
+        unsafe { pool.slice_mut(run, 2048) }.fill(7);
         // SAFETY: as above; from here on only read.
-        let bytes = unsafe { Lease::into_bytes(pool.clone(), memory.clone(), run, 1500) };
+        let bytes = unsafe { Lease::into_bytes(pool.clone(), run, 1500) };
         assert_eq!(bytes.len(), 1500);
         assert!(bytes.iter().all(|&b| b == 7));
         // SAFETY: only read.
@@ -209,7 +234,7 @@ mod tests {
 
     #[test]
     fn runs_given_back_from_other_threads_are_taken_again() {
-        let pool = Arc::new(Pool::new(128, 64, 0));
+        let pool = Arc::new(Pool::new(memory(128 * 64), 128, 64, 0));
         let (tx, rx) = std::sync::mpsc::channel::<Run>();
         let giver = {
             let pool = pool.clone();

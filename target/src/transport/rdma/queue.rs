@@ -52,6 +52,13 @@ pub const SRQ_DEPTH: u32 = 1024;
 /// One receive buffer: a command and the largest in-capsule data (I/O queues; admin less).
 pub const CAPSULE_SIZE: usize = SQE_LEN + limits::IO_INLINE_DATA as usize;
 
+/// Where the data pool lies in a region of `queue_sizes`: (its first byte, its chunks), from
+/// the first page after the response buffers.
+fn pool_layout(sizes: &QpSizes) -> (usize, u32) {
+    let base = (sizes.recv_slots as usize * CQE_LEN).next_multiple_of(PAGE);
+    (base, ((sizes.pool_bytes - PAGE) / CHUNK) as u32)
+}
+
 /// The sizes of one queue's resources, for the queue size the host's CM request asks.
 pub fn queue_sizes(qid: u16, entries: u32) -> QpSizes {
     let slots = 2 * entries;
@@ -135,14 +142,14 @@ impl Connection {
         qid: u16,
         entries: u32,
     ) -> Connection {
-        let base = (sizes.recv_slots as usize * CQE_LEN).next_multiple_of(PAGE);
-        let chunks = ((sizes.pool_bytes - PAGE) / CHUNK) as u32;
+        let (base, chunks) = pool_layout(&sizes);
+        let memory = qp.region.as_ref().expect("region").memory().clone();
         Connection {
             qp,
             srq,
             slots: (0..sizes.recv_slots).map(|_| Slot::default()).collect(),
             free_slots: (0..sizes.recv_slots as usize).rev().collect(),
-            pool: Arc::new(Pool::new(chunks, CHUNK, base)),
+            pool: Arc::new(Pool::new(memory, chunks, CHUNK, base)),
             waiting: VecDeque::new(),
             // Until Connect binds the queue, the CM request's QID and size.
             books: QueueBooks::new(qid, entries),
@@ -499,11 +506,9 @@ impl Connection {
         let Some(run) = self.slots[slot].run.take() else {
             return;
         };
-        let memory = self.qp.region.as_ref().expect("region").memory().clone();
-        // SAFETY: the run was taken from this pool, whose chunks lie in the region's memory, and
-        // its RDMA READ completed: no work request writes it any more.
-        let data =
-            unsafe { Lease::into_bytes(self.pool.clone(), memory, run, cmd.transfer_len as usize) };
+        // SAFETY: the run was taken from this pool and its RDMA READ completed: no work request
+        // writes it any more.
+        let data = unsafe { Lease::into_bytes(self.pool.clone(), run, cmd.transfer_len as usize) };
         inflight.push(Box::pin(async move {
             (slot, Some(queue.execute(cmd, data).await))
         }));
@@ -549,10 +554,10 @@ impl Connection {
     ) -> Result<(), ConnError> {
         let k = self.slots[slot].keyed.expect("read data goes by keyed SGL");
         let len = resp.data.len().min(k.length as usize);
-        let at = self.run_offset(slot);
-        let region = self.qp.region.as_ref().expect("region");
+        let run = self.slots[slot].run.expect("a slot moving data has a run");
         // SAFETY: the run belongs to this slot and no work request uses it yet.
-        unsafe { region.slice_mut(at, len) }.copy_from_slice(&resp.data[..len]);
+        unsafe { self.pool.slice_mut(run, len) }.copy_from_slice(&resp.data[..len]);
+        let at = self.pool.offset(run);
         let write = SendWr {
             wr_id: wr_id(WR_WRITE, slot),
             op: SendOp::Write {
@@ -613,11 +618,14 @@ mod tests {
             let s = queue_sizes(qid, entries);
             assert_eq!(s.recv_slots, 2 * entries);
             assert_eq!(s.send_sge, 1, "one run, one SGE");
-            // The largest transfer, within one word of the pool's map, after the aligned
-            // response buffers.
-            let pool = s.pool_bytes - PAGE;
-            assert!(pool >= limits::MAX_TRANSFER as usize);
-            assert_eq!(pool % CHUNK, 0);
+            // The largest transfer, within one word of the pool's map, in a page-aligned pool
+            // that fits the region after the response buffers.
+            let (base, chunks) = pool_layout(&s);
+            let region = s.recv_slots as usize * CQE_LEN + s.pool_bytes;
+            assert!(chunks as usize * CHUNK >= limits::MAX_TRANSFER as usize);
+            assert_eq!(base % PAGE, 0);
+            assert!(base >= s.recv_slots as usize * CQE_LEN);
+            assert!(base + chunks as usize * CHUNK <= region);
             assert!((limits::MAX_TRANSFER as usize).div_ceil(CHUNK) <= 64);
             // A slot's RDMA READ, or its RDMA WRITE and the response SEND, fit its share of the
             // send queue.
