@@ -1,9 +1,9 @@
 //! Reactors: the I/O threads. One per core of `--cores`, pinned to it (without `--cores`: one
 //! per core fabrikd may run on, unpinned; see `Reactors::new`), each running its own
-//! single-threaded event loop. A queue's
-//! connection is placed on a reactor when it is accepted and never migrates: its commands are
-//! decoded, executed (RAM and null drives complete inline) and answered on that one thread, with
-//! no hand-off between threads and no lock shared with other queues on the way.
+//! single-threaded event loop. A queue's connection is placed on a reactor when it is accepted
+//! and never migrates: its commands are decoded, executed (RAM and null drives complete inline)
+//! and answered on that one thread, with no hand-off between threads and no lock shared with
+//! other queues on the way.
 //!
 //! The event loop is a tokio current-thread runtime per reactor. Measured against the
 //! work-stealing runtime that served every connection before (H200 machine, spdk_nvme_perf as

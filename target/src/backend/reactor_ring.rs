@@ -123,16 +123,21 @@ impl LocalRing {
                     }
                 }
             }
-            let mut reaped = false;
-            for cqe in self.ring.completion() {
-                self.ops.complete(cqe.user_data(), cqe.result());
-                reaped = true;
-            }
             // Completions made room for the backlog, and more may have come meanwhile.
-            if !reaped {
+            if !self.reap() {
                 return;
             }
         }
+    }
+
+    /// Completes every finished operation; false if there was none.
+    fn reap(&mut self) -> bool {
+        let mut reaped = false;
+        for cqe in self.ring.completion() {
+            self.ops.complete(cqe.user_data(), cqe.result());
+            reaped = true;
+        }
+        reaped
     }
 }
 
@@ -144,9 +149,7 @@ impl Drop for LocalRing {
             if self.ring.submit_and_wait(1).is_err() {
                 std::thread::sleep(std::time::Duration::from_millis(1));
             }
-            for cqe in self.ring.completion() {
-                self.ops.complete(cqe.user_data(), cqe.result());
-            }
+            self.reap();
         }
     }
 }

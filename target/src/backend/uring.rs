@@ -2,10 +2,10 @@
 //! reactor's own ring (`reactor_ring`); elsewhere (the control runtime, tests) to the drive's
 //! ring, owned by a dedicated thread.
 //!
-//! Off a reactor, tasks send operations over a channel and await a oneshot; the drive's thread
-//! pushes SQEs, waits for CQEs and sends each result back with the operation's buffer. Buffers and file handles
-//! travel *with* the operation, so a caller that drops its future (cancellation) never frees
-//! memory the kernel still reads or writes.
+//! Tasks await a oneshot for each operation. Off a reactor they send it over a channel; the
+//! drive's thread pushes SQEs, waits for CQEs and sends each result back with the operation's
+//! buffer. Buffers and file handles travel *with* the operation, so a caller that drops its
+//! future (cancellation) never frees memory the kernel still reads or writes.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -169,18 +169,16 @@ impl Ring {
             done,
         };
         // On a reactor, its own ring takes the operation: no thread hand-off either way.
-        let op = match super::reactor_ring::submit(op) {
-            Ok(()) => return rx.await.unwrap_or_else(|_| (Err(gone()), None)),
-            Err(op) => op,
-        };
-        let Some(tx) = &self.tx else {
-            return (Err(gone()), op.kind.into_buf());
-        };
-        if let Err(mpsc::SendError(op)) = tx.send(op) {
-            return (Err(gone()), op.kind.into_buf());
-        }
-        if self.shared.sleeping.swap(false, Ordering::SeqCst) {
-            self.shared.wake();
+        if let Err(op) = super::reactor_ring::submit(op) {
+            let Some(tx) = &self.tx else {
+                return (Err(gone()), op.kind.into_buf());
+            };
+            if let Err(mpsc::SendError(op)) = tx.send(op) {
+                return (Err(gone()), op.kind.into_buf());
+            }
+            if self.shared.sleeping.swap(false, Ordering::SeqCst) {
+                self.shared.wake();
+            }
         }
         rx.await.unwrap_or_else(|_| (Err(gone()), None))
     }
@@ -309,14 +307,13 @@ pub(super) struct Ops {
 
 impl Ops {
     /// Moves backlog operations into `ring`'s submission queue while fewer than `cap` are in
-    /// flight; true if any went in.
+    /// flight.
     pub(super) fn push_backlog(
         &mut self,
         ring: &mut IoUring,
         cap: usize,
         pool: Option<&Arc<BufPool>>,
-    ) -> bool {
-        let mut pushed = false;
+    ) {
         while self.in_flight < cap {
             let Some(mut op) = self.backlog.pop_front() else {
                 break;
@@ -339,9 +336,7 @@ impl Ops {
             }
             self.slots[slot] = Some(op);
             self.in_flight += 1;
-            pushed = true;
         }
-        pushed
     }
 
     /// Completes the operation of a CQE.
