@@ -68,8 +68,8 @@ s_both() {
   local out=/tmp/disc-both.out n_rdma n_tcp i d1 d2
   [ "$(ctrl_count)" = 0 ] || { timeout 60 nvme disconnect-all; wait_no_ctrls 30; }
   [ -z "$FPID" ] || target_stop || return 1
-  # With adaptive polling on (the reactors that serve NVMe/TCP keep polling while events come):
-  # NVMe/RDMA must be served alike meanwhile.
+  # Adaptive polling on: the reactor serving the NVMe/TCP connection keeps polling while events
+  # come, and the NVMe/RDMA queues (on the control runtime) are served alike meanwhile.
   FABRIKD_ARGS="${FABRIKD_ARGS:-} --listen 127.0.0.1:4420 --poll-idle-us 200" target_start || return 1
   for i in $(seq 1 50); do (exec 3<>/dev/tcp/127.0.0.1/4420) 2>/dev/null && break; sleep 0.1; done
   modprobe nvme-tcp
@@ -267,13 +267,6 @@ echo "fabrikd: $FABRIKD ($(stat -c %s "$FABRIKD") bytes), backend $BACKEND, $NDR
 "$FABRIKD" --version 2>&1 | head -1
 nvmf_suite_run; rc=$?
 [ -n "$FPID" ] && { kill -KILL $FPID 2>/dev/null; wait $FPID 2>/dev/null; }
-if [ $rc != 0 ]; then
-  echo; echo "fabrikd log (last 40 lines):"; tail -n 40 $LOGF | sed 's/^/  fabrikd: /'
-  # Repeated last, where a CI log that keeps only its tail still shows it.
-  if grep -q panicked $LOGF; then
-    echo "fabrikd panicked:"; grep -B2 -A8 panicked $LOGF | head -40 | sed 's/^/  fabrikd: /'
-  fi
-  bad_responses | head -5 | sed 's/^/  dmesg: /'
-fi
+[ $rc = 0 ] || failure_tail "$(bad_responses | head -5 | sed 's/^/dmesg: /')"
 if [ -n "$OUT" ]; then cp $LOGF $OUT/; dmesg > $OUT/dmesg-rdma.txt; fi
 exit $rc

@@ -278,12 +278,6 @@ echo "fabrikd: $FABRIKD ($(stat -c %s "$FABRIKD") bytes), backend $BACKEND, $NDR
 "$FABRIKD" --version 2>&1 | head -1
 nvmf_suite_run; rc=$?
 [ -n "$FPID" ] && { kill -KILL $FPID 2>/dev/null; wait $FPID 2>/dev/null; }
-if [ $rc != 0 ]; then
-  echo; echo "fabrikd log (last 40 lines):"; tail -n 40 $LOGF | sed 's/^/  fabrikd: /'
-  # Repeated last, where a CI log that keeps only its tail still shows it.
-  if grep -q panicked $LOGF; then
-    echo "fabrikd panicked:"; grep -B2 -A8 panicked $LOGF | head -40 | sed 's/^/  fabrikd: /'
-  fi
-fi
+[ $rc = 0 ] || failure_tail
 if [ -n "$OUT" ]; then cp $LOGF $OUT/; dmesg > $OUT/dmesg.txt; fi
 exit $rc

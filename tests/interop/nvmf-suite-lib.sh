@@ -56,6 +56,15 @@ target_log() {
   [ -n "$FPID" ] && ! kill -0 $FPID 2>/dev/null && echo "  NOTE: fabrikd (pid $FPID) is no longer running"
   return 0
 }
+# After a failed run: the log's tail, then the panic (if any) and `$1` (extra lines, e.g. the
+# kernel host's complaints) last, where a CI log that keeps only its tail still shows them.
+failure_tail() {
+  echo; echo "fabrikd log (last 40 lines):"; tail -n 40 $LOGF | sed 's/^/  fabrikd: /'
+  if grep -q panicked $LOGF; then
+    echo "fabrikd panicked:"; grep -B2 -A8 panicked $LOGF | head -40 | sed 's/^/  fabrikd: /'
+  fi
+  [ -z "${1:-}" ] || printf '%s\n' "$1" | sed 's/^/  /'
+}
 
 drive_nqn() { printf '%s%02d' "$NQN_PREFIX" "$1"; }
 host_nqn() { cat /etc/nvme/hostnqn; }
