@@ -22,6 +22,9 @@ pub struct Namespace {
     pub uuid: [u8; 16],
     /// False while the drive cannot serve I/O (commands get Namespace Not Ready).
     pub ready: AtomicBool,
+    /// Taken out of its subsystem (removed or replaced): a command admitted before looks
+    /// its NSID up again (see `Controller::run_io`).
+    removed: AtomicBool,
     pub stats: NamespaceStats,
 }
 
@@ -39,6 +42,7 @@ impl Namespace {
             nguid,
             uuid,
             ready: AtomicBool::new(true),
+            removed: AtomicBool::new(false),
             stats: NamespaceStats::default(),
         }
     }
@@ -54,6 +58,15 @@ impl Namespace {
 
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Acquire)
+    }
+
+    pub fn is_removed(&self) -> bool {
+        self.removed.load(Ordering::Acquire)
+    }
+
+    /// Its subsystem let it go (see `Subsystem::remove_namespace`).
+    pub fn mark_removed(&self) {
+        self.removed.store(true, Ordering::Release);
     }
 }
 

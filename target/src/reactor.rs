@@ -93,6 +93,9 @@ impl Reactors {
     pub fn new(cores: Vec<usize>, polling: Polling) -> Reactors {
         let pinned = !cores.is_empty();
         let cores = if pinned { cores } else { allowed_cores() };
+        // The clock that times drive latency calibrates itself against the system clock on
+        // first use (milliseconds, up to 200): here, not in a host's first command.
+        quanta::Instant::now();
         Reactors {
             cores,
             pinned,

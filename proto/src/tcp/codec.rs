@@ -112,6 +112,12 @@ impl Decoder {
             return Ok(None);
         }
         let mut pdu = parse_head(buf, &ch, &layout)?;
+        if layout.data_len == 0 {
+            // Nothing to hand on (a read's command capsule, most PDUs): no shared view of the
+            // buffer to count references to and drop again.
+            buf.advance(layout.plen);
+            return Ok(Some(pdu));
+        }
         let bytes = buf.split_to(layout.plen).freeze();
         let data_end = layout.data_off + layout.data_len;
         let payload = bytes.slice(layout.data_off..data_end);

@@ -14,7 +14,7 @@ use fabrik_proto::nvme::{admin_opcode, data_direction, DataDirection};
 use fabrik_proto::{Sqe, Status};
 
 use super::{limits, Controller, PortInfo, TargetState};
-use crate::model::Port;
+use crate::model::{Namespace, Port};
 
 /// A queue bound to its controller by Connect.
 pub struct Binding {
@@ -62,7 +62,20 @@ pub enum Route {
 pub enum Command {
     Fabrics(FabricsCommand),
     Admin(AdminCommand),
-    Io(IoCommand),
+    Io(IoRequest),
+}
+
+/// An admitted I/O command and the namespace it was admitted against (None: a broadcast
+/// Flush), looked up once for both steps.
+pub struct IoRequest {
+    pub cmd: IoCommand,
+    pub(super) ns: Option<Arc<Namespace>>,
+}
+
+impl std::fmt::Debug for IoRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.cmd.fmt(f)
+    }
 }
 
 /// What a command answers: the completion's result and status, data for the host, and whether
@@ -203,8 +216,8 @@ impl Queue {
                     return Err(Status::COMMAND_SEQUENCE_ERROR);
                 }
                 let cmd = IoCommand::parse(sqe)?;
-                b.ctrl.admit_io(&cmd, transfer_len)?;
-                Command::Io(cmd)
+                let ns = b.ctrl.admit_io(&cmd, transfer_len)?;
+                Command::Io(IoRequest { cmd, ns })
             }
         };
         if transfer_len > limits::MAX_TRANSFER.max(limits::ADMIN_INLINE_DATA) {

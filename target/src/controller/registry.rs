@@ -28,6 +28,9 @@ pub struct Subsystem {
     /// management API.
     allowed_hosts: RwLock<Option<Vec<String>>>,
     namespaces: RwLock<BTreeMap<u32, Arc<Namespace>>>,
+    /// Whether any namespace's drive caches writes, kept as namespaces come and go: every
+    /// write asks it.
+    volatile_cache: AtomicBool,
     controllers: Mutex<HashMap<u16, Weak<Controller>>>,
     /// Controllers torn down whose queues may still have commands at the backend: a host
     /// connects again only once its old controllers' commands are done (see `fence`).
@@ -51,6 +54,7 @@ impl Subsystem {
             model,
             allowed_hosts: RwLock::new(allowed_hosts),
             namespaces: RwLock::new(BTreeMap::new()),
+            volatile_cache: AtomicBool::new(false),
             controllers: Mutex::new(HashMap::new()),
             retiring: Mutex::new(Vec::new()),
             next_cntlid: AtomicU16::new(1),
@@ -85,17 +89,38 @@ impl Subsystem {
     /// event and find the NSID in their Changed Namespace List.
     pub fn add_namespace(&self, ns: Arc<Namespace>) {
         let nsid = ns.nsid;
-        self.namespaces.write().unwrap().insert(nsid, ns);
+        let replaced = {
+            let mut namespaces = self.namespaces.write().unwrap();
+            let replaced = namespaces.insert(nsid, ns);
+            self.note_volatile_cache(&namespaces);
+            replaced
+        };
+        if let Some(old) = replaced {
+            old.mark_removed();
+        }
         self.namespace_changed(nsid);
     }
 
     /// Removes a namespace, telling connected controllers as `add_namespace` does.
     pub fn remove_namespace(&self, nsid: u32) -> Option<Arc<Namespace>> {
-        let removed = self.namespaces.write().unwrap().remove(&nsid);
-        if removed.is_some() {
+        let removed = {
+            let mut namespaces = self.namespaces.write().unwrap();
+            let removed = namespaces.remove(&nsid);
+            self.note_volatile_cache(&namespaces);
+            removed
+        };
+        if let Some(ns) = &removed {
+            ns.mark_removed();
             self.namespace_changed(nsid);
         }
         removed
+    }
+
+    fn note_volatile_cache(&self, namespaces: &BTreeMap<u32, Arc<Namespace>>) {
+        let volatile = namespaces
+            .values()
+            .any(|ns| ns.drive.info().volatile_write_cache);
+        self.volatile_cache.store(volatile, Ordering::Release);
     }
 
     fn namespace_changed(&self, nsid: u32) {
@@ -114,9 +139,7 @@ impl Subsystem {
 
     /// Whether any namespace's drive acknowledges writes before they are durable.
     pub fn has_volatile_cache(&self) -> bool {
-        self.namespaces()
-            .iter()
-            .any(|ns| ns.drive.info().volatile_write_cache)
+        self.volatile_cache.load(Ordering::Acquire)
     }
 
     /// Registers a controller under a fresh CNTLID, unique among this subsystem's live controllers.

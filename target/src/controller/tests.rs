@@ -273,3 +273,47 @@ async fn completions_follow_the_queue_s_size_and_flow_control() {
         "SQ flow control disabled"
     );
 }
+
+#[tokio::test]
+async fn a_write_admitted_before_its_namespace_went_away_follows_the_nsid() {
+    let target = target();
+    let sub = target.subsystem(SUBNQN).unwrap();
+    let (_admin, cntlid) = enabled_controller(&target).await;
+    let mut io = TestQueue::new(&target, 1, 8);
+    assert_eq!(io.connect(1, 7, 0, cntlid).await.status, Status::SUCCESS);
+    let data: Bytes = (0..4096u32).map(|i| (i % 253) as u8).collect();
+    let write = |cid| {
+        IoCommand::Write {
+            nsid: 1,
+            slba: 3,
+            nlb: 1,
+            fua: false,
+        }
+        .to_sqe(cid)
+    };
+    // Admitted (its data would now be fetched from the host), then the namespace is removed:
+    // the write must not reach the drive that was taken away.
+    let Route::FetchData(cmd) = io.queue.route(&write(1), 4096, None) else {
+        panic!("a write without in-capsule data fetches it")
+    };
+    let old = sub.remove_namespace(1).unwrap();
+    let resp = io.queue.execute(cmd, data.clone()).await;
+    assert_eq!(resp.status, Status::INVALID_NAMESPACE);
+
+    // Admitted against one drive, run after another replaced it under the same NSID: the
+    // write lands on the namespace the NSID names when it runs, as a fresh lookup would.
+    let first = Arc::new(RamDrive::new(1 << 20, 4096).unwrap());
+    sub.add_namespace(Arc::new(Namespace::new(1, "01", first.clone(), "seed1")));
+    let Route::FetchData(cmd) = io.queue.route(&write(2), 4096, None) else {
+        panic!("a write without in-capsule data fetches it")
+    };
+    let second = Arc::new(RamDrive::new(1 << 20, 4096).unwrap());
+    sub.add_namespace(Arc::new(Namespace::new(1, "02", second.clone(), "seed2")));
+    let resp = io.queue.execute(cmd, data.clone()).await;
+    assert_eq!(resp.status, Status::SUCCESS);
+    use crate::backend::Drive;
+    assert_eq!(second.read(3 * 4096, 4096).await.unwrap(), data);
+    let untouched = first.read(3 * 4096, 4096).await.unwrap();
+    assert!(untouched.iter().all(|&b| b == 0));
+    assert!(old.is_removed());
+}
