@@ -9,6 +9,7 @@
 //! or a later one, so the crate has no import circles. `tests/layers.rs` checks the code against
 //! this list; a new module gets a place in it.
 //!
+//! - `numa`: where cores and NICs sit (sysfs)
 //! - `stats`, `files`, `reactor`: the counters the I/O path increments; private files and
 //!   directories; the I/O threads
 //! - `backend`: drives (file, block device, RAM, null) and the lost-write guard
@@ -30,6 +31,7 @@ pub mod files;
 pub mod management;
 pub mod metrics;
 pub mod model;
+pub mod numa;
 pub mod reactor;
 pub mod state;
 pub mod stats;

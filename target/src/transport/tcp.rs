@@ -102,7 +102,9 @@ impl Listener for TcpListenerPort {
                             backoff.accepted(&what);
                             // Past a cap the connection is closed at once (dropped).
                             let Some(place) = admission.admit(peer.ip()) else { continue };
-                            // The socket moves to the reactor that serves it for its life.
+                            // The socket moves to the reactor that serves it for its life,
+                            // one near the NIC it came through where that is known.
+                            let local = stream.local_addr().map(|a| a.ip());
                             let stream = match stream.into_std() {
                                 Ok(s) => s,
                                 Err(e) => {
@@ -111,7 +113,8 @@ impl Listener for TcpListenerPort {
                                 }
                             };
                             let (t, port, stop) = (target.clone(), port.clone(), close_connections.clone());
-                            target.reactors.place(&mut connections, async move {
+                            let local = local.unwrap_or(port.addr.ip());
+                            target.reactors.place_near_nic(&mut connections, local, async move {
                                 let _place = place;
                                 let result = match TcpStream::from_std(stream) {
                                     Ok(stream) => serve_connection(stream, peer, t, port, stop).await,
