@@ -16,11 +16,13 @@
 //! connection came through where the machine has several nodes (`numa`).
 //!
 //! File and block drives started on a reactor do their I/O through the reactor's own io_uring
-//! (`backend::reactor_ring`). NVMe/RDMA queues still run on the control runtime: placed on the
-//! reactors, under fio in the Soft-RoCE guest, admin queues answered Keep Alive 2.5-5 s late and
-//! keep-alive timers expired, most likely because an RDMA queue's task keeps draining its
-//! completion queue for its whole cooperative budget while its neighbours wait (a variant that
-//! yields between passes kept every keep-alive in time); they move once that is settled.
+//! (`backend::reactor_ring`). NVMe/RDMA queues run on the reactors too, their completion
+//! queues drained by their reactor. A queue takes at most a few batches of completions per turn
+//! and then lets the reactor's other tasks run: draining until the completion queue ran dry
+//! kept one task on its thread for seconds under fio in the Soft-RoCE guest, and the admin
+//! queues beside it answered Keep Alive 2.5-5 s late until their keep-alive timers expired
+//! (3 controllers torn down in a run with a bounded drain that armed the completion channel
+//! between turns; none, and no late Keep Alive, once a busy queue yields without arming).
 //!
 //! Adaptive polling (`--poll-idle-us`): a busy reactor can keep looking for events instead of
 //! sleeping between them (a spinner task yields, which makes the runtime poll epoll with a zero

@@ -13,6 +13,7 @@
 //! Exceeded and the drive stays writable. ENOSPC met by a Flush is (delayed allocation lost
 //! acknowledged data).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
 
@@ -57,6 +58,10 @@ pub struct Guarded {
     inner: Arc<dyn Drive>,
     fault: Mutex<Option<Fault>>,
     inject: Mutex<Option<Inject>>,
+    /// `fault` and `inject` are set: every write asks both, and the answer is almost always
+    /// no, so it is read here without taking their locks.
+    faulted: AtomicBool,
+    armed: AtomicBool,
     on_fault: OnFault,
 }
 
@@ -65,8 +70,10 @@ impl Guarded {
     pub fn new(inner: Arc<dyn Drive>, fault: Option<Fault>, on_fault: OnFault) -> Guarded {
         Guarded {
             inner,
+            faulted: AtomicBool::new(fault.is_some()),
             fault: Mutex::new(fault),
             inject: Mutex::new(None),
+            armed: AtomicBool::new(false),
             on_fault,
         }
     }
@@ -74,22 +81,31 @@ impl Guarded {
     /// Makes the next matching operation fail once (tests).
     pub fn inject(&self, what: Inject) {
         *self.inject.lock().unwrap() = Some(what);
+        self.armed.store(true, Ordering::Release);
     }
 
     fn injected(&self, what: Inject) -> bool {
+        if !self.armed.load(Ordering::Acquire) {
+            return false;
+        }
         let mut i = self.inject.lock().unwrap();
         if *i == Some(what) {
             *i = None;
+            self.armed.store(false, Ordering::Release);
             return true;
         }
         false
     }
 
     fn injected_delay(&self) -> Option<std::time::Duration> {
+        if !self.armed.load(Ordering::Acquire) {
+            return None;
+        }
         let mut i = self.inject.lock().unwrap();
         match *i {
             Some(Inject::SlowWrite(d)) => {
                 *i = None;
+                self.armed.store(false, Ordering::Release);
                 Some(d)
             }
             _ => None,
@@ -98,6 +114,9 @@ impl Guarded {
 
     /// Refuses a change to a failed drive.
     fn writable(&self) -> Result<(), DriveError> {
+        if !self.faulted.load(Ordering::Acquire) {
+            return Ok(());
+        }
         match &*self.fault.lock().unwrap() {
             Some(f) => Err(DriveError::Failed(f.clone())),
             None => Ok(()),
@@ -137,6 +156,7 @@ impl Guarded {
                 );
                 (self.on_fault)(&f);
                 *fault = Some(f);
+                self.faulted.store(true, Ordering::Release);
             }
         }
         e
@@ -173,7 +193,11 @@ impl Drive for Guarded {
     }
 
     fn clear_fault(&self) -> Option<Fault> {
-        let was = self.fault.lock().unwrap().take();
+        let was = {
+            let mut fault = self.fault.lock().unwrap();
+            self.faulted.store(false, Ordering::Release);
+            fault.take()
+        };
         if let Some(f) = &was {
             tracing::warn!(path = ?self.inner.info().path, cause = %f.cause, "drive fault cleared by the operator: writable again");
         }

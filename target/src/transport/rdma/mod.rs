@@ -120,9 +120,12 @@ impl Listener for RdmaListenerPort {
                             let (tx, rx) = unbounded_channel();
                             let id = conn.qp.id();
                             routes.lock().unwrap().insert(id.0 as usize, tx);
-                            let (target, port, stop, routes) =
+                            let (t, port, stop, routes) =
                                 (target.clone(), self.port.clone(), stop.clone(), routes.clone());
-                            connections.spawn(serve_queue(*conn, req, rx, target, port, stop, routes));
+                            // The queue's reactor polls its completions for its whole life, one
+                            // near the NIC where that is known.
+                            let serve = serve_queue(*conn, req, rx, t, port, stop, routes);
+                            target.reactors.place_near_nic(&mut connections, self.port.addr.ip(), serve);
                         }
                         Err(e) => {
                             tracing::warn!("rdma_cm event channel: {e}");

@@ -80,6 +80,10 @@ pub fn queue_sizes(qid: u16, entries: u32) -> QpSizes {
     }
 }
 
+/// Batches of completions a queue takes from its completion queue before its reactor's other
+/// tasks get a turn (32 per batch).
+const MAX_POLLS_PER_TURN: usize = 4;
+
 /// How long an accepted queue pair may go without a Connect command.
 const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -194,8 +198,14 @@ impl Connection {
         let mut wcs = [Completion::default(); 32];
         let mut stopping = false;
         loop {
-            loop {
+            // A bounded drain, then a turn for the reactor's other queues (below): under a
+            // steady stream of completions, draining until the queue ran dry kept this task
+            // on its thread for seconds in the Soft-RoCE guest, and the admin queue beside it
+            // answered Keep Alive too late.
+            let mut worked = false;
+            for _ in 0..MAX_POLLS_PER_TURN {
                 let n = self.qp.poll(&mut wcs)?;
+                worked |= n > 0;
                 for wc in &wcs[..n] {
                     self.on_completion(*wc, queue, inflight)?;
                 }
@@ -216,6 +226,19 @@ impl Connection {
                 .controller()
                 .map(|c| c.teardown.clone())
                 .unwrap_or_default();
+            if worked {
+                // Busy: back for more once the reactor's other tasks had their turn, without
+                // arming the completion channel (the next pass polls anyway).
+                if teardown.is_cancelled() {
+                    return Ok(());
+                }
+                if stop.is_cancelled() && !stopping {
+                    stopping = true;
+                    queue.target.shutting_down.store(true, Ordering::Release);
+                }
+                tokio::task::yield_now().await;
+                continue;
+            }
             tracing::trace!(inflight = inflight.len(), "waiting");
             tokio::select! {
                 r = self.qp.wait() => {
