@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
-/// Drive latency is timed with the TSC where it is invariant (quanta falls back to the
-/// system clock elsewhere): two clock reads per command, each a vDSO call costing about 40 ns
-/// on the H200 machine with `std::time::Instant`.
+// Drive latency is timed with the TSC where it is invariant (quanta falls back to the system
+// clock elsewhere): two clock reads per command, each a vDSO call costing about 40 ns on the
+// H200 machine with `std::time::Instant`.
 use quanta::Instant;
 
 use bytes::Bytes;
