@@ -30,8 +30,10 @@
 //! first event wakes it. Off by default: each look is an epoll_wait system call, and on the
 //! H200 machine polling lost to sleeping in every figure (4 cores, null drives, medians of 3:
 //! 4K randread 1.52M against 1.65M IOPS, QD1 24.4 against 22.7 µs). Polling pays where a look
-//! costs no system call: completions in memory (io_uring, RDMA completion queues), which the
-//! reactors will poll next. Idle, a reactor sleeps in epoll either way: idle hosts cost nothing.
+//! costs no system call: completions in memory. An NVMe/RDMA queue polls its own completion
+//! queue for the same window after its last completion before it arms its completion channel
+//! and sleeps (`poll_window`); the reactor's io_uring is next. Idle, a reactor sleeps in epoll
+//! either way: idle hosts cost nothing.
 //!
 //! Control (accepting connections, REST, keep-alive timers, management) stays on the control
 //! runtime: see `TargetState::spawn_control`.
@@ -248,6 +250,7 @@ fn start(core: usize, pinned: bool, polling: Polling, stop: CancellationToken) -
                 }
             }
             ON_REACTOR.with(|r| r.set(true));
+            POLL_WINDOW.with(|w| w.set(polling.idle_after));
             runtime.block_on(async {
                 tokio::select! {
                     _ = stop.cancelled() => {}
@@ -280,12 +283,20 @@ struct Activity {
 thread_local! {
     static ACTIVITY: RefCell<Option<Rc<Activity>>> = const { RefCell::new(None) };
     static ON_REACTOR: Cell<bool> = const { Cell::new(false) };
+    static POLL_WINDOW: Cell<Duration> = const { Cell::new(Duration::ZERO) };
 }
 
 /// Whether this thread is a reactor: resources kept per reactor (a drive I/O ring) are made on
 /// it, and used only by the connections placed there.
 pub fn on_reactor() -> bool {
     ON_REACTOR.with(Cell::get)
+}
+
+/// How long a queue on this thread's reactor keeps polling its own completions (an RDMA
+/// completion queue: a look costs no system call) after the last one, before it sleeps on its
+/// completion channel: `Polling::idle_after`. Zero off the reactors and by default.
+pub fn poll_window() -> Duration {
+    POLL_WINDOW.with(Cell::get)
 }
 
 /// A connection on a reactor had something to do (a PDU arrived, a command completed): the
@@ -545,5 +556,22 @@ mod tests {
                 "{idle_after:?}: {slept:?} (polling: {polled:?})"
             );
         }
+    }
+
+    #[test]
+    fn queues_on_a_reactor_learn_its_polling_window() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let idle_after = Duration::from_micros(150);
+        let reactors = Reactors::new(Vec::new(), Polling { idle_after });
+        let mut set = JoinSet::new();
+        reactors.place(&mut set, async { poll_window() });
+        assert_eq!(rt.block_on(set.join_next()).unwrap().unwrap(), idle_after);
+        assert_eq!(
+            poll_window(),
+            Duration::ZERO,
+            "off the reactors: no polling"
+        );
     }
 }

@@ -197,6 +197,11 @@ impl Connection {
         let connect_deadline = tokio::time::Instant::now() + CONNECT_TIMEOUT;
         let mut wcs = [Completion::default(); 32];
         let mut stopping = false;
+        // Adaptive polling: a queue that found completions keeps polling for this long after
+        // the last one before it arms its completion channel and sleeps (zero: it sleeps at
+        // once).
+        let poll_window = crate::reactor::poll_window();
+        let mut last_work = std::time::Instant::now();
         loop {
             // A bounded drain, then a turn for the reactor's other queues (below): under a
             // steady stream of completions, draining until the queue ran dry kept this task
@@ -226,7 +231,10 @@ impl Connection {
                 .controller()
                 .map(|c| c.teardown.clone())
                 .unwrap_or_default();
-            if worked {
+            if worked && !poll_window.is_zero() {
+                last_work = std::time::Instant::now();
+            }
+            if worked || (!poll_window.is_zero() && last_work.elapsed() < poll_window) {
                 // Busy: back for more once the reactor's other tasks had their turn, without
                 // arming the completion channel (the next pass polls anyway).
                 if teardown.is_cancelled() {
