@@ -46,10 +46,10 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use tokio::runtime::Handle;
-
-use crate::numa;
 use tokio::task::{AbortHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
+
+use crate::numa;
 
 /// The reactors of one target, started on first use.
 pub struct Reactors {

@@ -224,6 +224,10 @@ impl Connection {
             if self.close_after_send && self.sends_outstanding == 0 {
                 return Ok(());
             }
+            if !stopping && stop.is_cancelled() {
+                stopping = true;
+                queue.target.shutting_down.store(true, Ordering::Release);
+            }
             if stopping && inflight.len() <= self.books.parked() && self.sends_outstanding == 0 {
                 return Ok(());
             }
@@ -231,19 +235,16 @@ impl Connection {
                 .controller()
                 .map(|c| c.teardown.clone())
                 .unwrap_or_default();
+            if teardown.is_cancelled() {
+                return Ok(());
+            }
             if worked && !poll_window.is_zero() {
                 last_work = std::time::Instant::now();
             }
             if worked || (!poll_window.is_zero() && last_work.elapsed() < poll_window) {
                 // Busy: back for more once the reactor's other tasks had their turn, without
-                // arming the completion channel (the next pass polls anyway).
-                if teardown.is_cancelled() {
-                    return Ok(());
-                }
-                if stop.is_cancelled() && !stopping {
-                    stopping = true;
-                    queue.target.shutting_down.store(true, Ordering::Release);
-                }
+                // arming the completion channel (the next pass polls anyway). Stop and teardown
+                // are checked above on every pass; CM events wait until the queue is idle.
                 tokio::task::yield_now().await;
                 continue;
             }
@@ -266,10 +267,8 @@ impl Connection {
                 _ = tokio::time::sleep_until(connect_deadline), if queue.binding().is_none() => {
                     return Err(ConnError::Protocol("no Connect within 10 s of the connection"));
                 }
-                _ = stop.cancelled(), if !stopping => {
-                    stopping = true;
-                    queue.target.shutting_down.store(true, Ordering::Release);
-                }
+                // Noted at the top of the next pass.
+                _ = stop.cancelled(), if !stopping => {}
             }
         }
     }
