@@ -70,6 +70,20 @@ impl Memory {
         self.len == 0
     }
 
+    /// Where byte `offset` lies, for memory handed on by pointer (a drive's read into it).
+    pub fn ptr(&self, offset: usize) -> std::ptr::NonNull<u8> {
+        assert!(offset < self.len.max(1));
+        // SAFETY: within the allocation, which is never null.
+        unsafe { std::ptr::NonNull::new_unchecked(self.ptr.add(offset)) }
+    }
+
+    /// The offset of `p` if it points into this memory.
+    pub fn offset_of(&self, p: *const u8) -> Option<usize> {
+        (p as usize)
+            .checked_sub(self.ptr as usize)
+            .filter(|&off| off < self.len)
+    }
+
     /// # Safety
     /// No RDMA operation may be writing the range (the caller's books say who owns which part).
     pub unsafe fn slice(&self, offset: usize, len: usize) -> &[u8] {
@@ -544,9 +558,10 @@ impl QueuePair {
     }
 
     /// Posts a chain of send-queue work requests, in order, in batches of up to `POST_BATCH`
-    /// built on the stack: nothing is allocated per command.
+    /// built on the stack: nothing is allocated per command, and a batch rings the doorbell
+    /// once (a system call with Soft-RoCE).
     pub fn post_send(&self, wrs: &[SendWr]) -> io::Result<()> {
-        const POST_BATCH: usize = 8;
+        const POST_BATCH: usize = 32;
         let region = self.region.as_ref().expect("region");
         let lkey = region.lkey();
         for batch in wrs.chunks(POST_BATCH) {

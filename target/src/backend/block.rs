@@ -12,7 +12,9 @@ use bytes::Bytes;
 
 use super::aligned::{AlignedBuf, BufPool, ALIGN};
 use super::engine::{Buf, Engine, EngineFile, IoMode};
-use super::{check_geometry, check_range, BackendKind, BoxFuture, Drive, DriveError, DriveInfo};
+use super::{
+    check_geometry, check_range, BackendKind, BoxFuture, Drive, DriveError, DriveInfo, ReadBuf,
+};
 
 /// Registered buffers per drive. The kernel pins them and, for unprivileged users, charges
 /// them to RLIMIT_MEMLOCK (often 8 MiB), so the pool is kept at 4 MiB; larger I/Os, or I/Os
@@ -218,6 +220,30 @@ impl BlockDrive {
         }
     }
 
+    /// Into the caller's memory when it is aligned as O_DIRECT needs (an RDMA queue's buffers
+    /// are); else read, then copied.
+    async fn do_read_into(&self, offset: u64, mut buf: ReadBuf) -> Result<Bytes, DriveError> {
+        let len = buf.len() as u64;
+        check_range(&self.io.info, offset, len)?;
+        if !buf.is_aligned_to(ALIGN) {
+            let data = self.do_read(offset, buf.len()).await?;
+            buf.as_mut_slice().copy_from_slice(&data);
+            return Ok(buf.filled());
+        }
+        match self
+            .io
+            .engine
+            .read_exact_at(&self.io.file, Buf::Into(buf), offset)
+            .await
+        {
+            Ok(Buf::Into(buf)) => Ok(buf.filled()),
+            Ok(_) => Err(DriveError::Unusable(
+                "engine returned a foreign buffer".into(),
+            )),
+            Err(e) => Err(DriveError::io(offset, len, e)),
+        }
+    }
+
     async fn do_write(&self, offset: u64, data: Bytes, fua: bool) -> Result<(), DriveError> {
         let len = data.len() as u64;
         check_range(&self.io.info, offset, len)?;
@@ -254,6 +280,10 @@ impl Drive for BlockDrive {
 
     fn read(&self, offset: u64, len: usize) -> BoxFuture<'_, Result<Bytes, DriveError>> {
         Box::pin(self.do_read(offset, len))
+    }
+
+    fn read_into(&self, offset: u64, buf: ReadBuf) -> BoxFuture<'_, Result<Bytes, DriveError>> {
+        Box::pin(self.do_read_into(offset, buf))
     }
 
     fn write(&self, offset: u64, data: Bytes, fua: bool) -> BoxFuture<'_, Result<(), DriveError>> {

@@ -12,6 +12,7 @@ use bytes::Bytes;
 
 use super::aligned::{AlignedBuf, BufPool};
 use super::uring::Ring;
+use super::ReadBuf;
 use super::{check_range, DriveError, DriveInfo};
 
 /// How a file or block drive performs I/O.
@@ -33,6 +34,8 @@ pub(crate) enum Buf {
     /// Write source only: `Bytes` cannot be written into.
     Bytes(Bytes),
     Aligned(AlignedBuf),
+    /// Read destination lent by the caller (`Drive::read_into`).
+    Into(ReadBuf),
 }
 
 impl Buf {
@@ -41,6 +44,7 @@ impl Buf {
             Buf::Vec(v) => v,
             Buf::Bytes(b) => b,
             Buf::Aligned(a) => a.as_slice(),
+            Buf::Into(r) => r.as_slice(),
         }
     }
 
@@ -49,6 +53,7 @@ impl Buf {
             Buf::Vec(v) => Some(v),
             Buf::Bytes(_) => None,
             Buf::Aligned(a) => Some(a.as_mut_slice()),
+            Buf::Into(r) => Some(r.as_mut_slice()),
         }
     }
 }

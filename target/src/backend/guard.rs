@@ -19,7 +19,7 @@ use std::time::SystemTime;
 
 use bytes::Bytes;
 
-use super::{BoxFuture, Drive, DriveError, DriveInfo};
+use super::{BoxFuture, Drive, DriveError, DriveInfo, ReadBuf};
 
 /// Why a drive refuses writes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -206,6 +206,10 @@ impl Drive for Guarded {
 
     fn read(&self, offset: u64, len: usize) -> BoxFuture<'_, Result<Bytes, DriveError>> {
         self.inner.read(offset, len)
+    }
+
+    fn read_into(&self, offset: u64, buf: ReadBuf) -> BoxFuture<'_, Result<Bytes, DriveError>> {
+        self.inner.read_into(offset, buf)
     }
 
     fn write(&self, offset: u64, data: Bytes, fua: bool) -> BoxFuture<'_, Result<(), DriveError>> {

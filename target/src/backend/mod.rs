@@ -11,11 +11,13 @@ pub mod null;
 mod nvme_smart;
 pub mod ram;
 mod reactor_ring;
+pub(crate) mod read_buf;
 #[cfg(test)]
 mod testkit;
 mod uring;
 
 pub use engine::IoMode;
+pub use read_buf::{Lender, ReadBuf};
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -117,6 +119,17 @@ pub trait Drive: Send + Sync + 'static {
 
     /// Reads `len` bytes at `offset`. Never-written ranges read as zeros.
     fn read(&self, offset: u64, len: usize) -> BoxFuture<'_, Result<Bytes, DriveError>>;
+
+    /// Reads `buf.len()` bytes at `offset` into `buf` (memory the caller lent, such as an
+    /// NVMe/RDMA queue's registered buffer): the data, where `buf` lies. Drives that can, read
+    /// straight into it; this default reads, then copies.
+    fn read_into(&self, offset: u64, mut buf: ReadBuf) -> BoxFuture<'_, Result<Bytes, DriveError>> {
+        Box::pin(async move {
+            let data = self.read(offset, buf.len()).await?;
+            buf.as_mut_slice().copy_from_slice(&data);
+            Ok(buf.filled())
+        })
+    }
 
     /// Writes `data` at `offset`. With `fua`, returns only once the data is durable.
     fn write(&self, offset: u64, data: Bytes, fua: bool) -> BoxFuture<'_, Result<(), DriveError>>;

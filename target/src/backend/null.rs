@@ -4,7 +4,8 @@
 use bytes::Bytes;
 
 use super::{
-    check_geometry, check_range, zeroed_bytes, BackendKind, BoxFuture, Drive, DriveError, DriveInfo,
+    check_geometry, check_range, zeroed_bytes, BackendKind, BoxFuture, Drive, DriveError,
+    DriveInfo, ReadBuf,
 };
 
 pub struct NullDrive {
@@ -49,6 +50,16 @@ impl Drive for NullDrive {
         }
     }
 
+    /// Zeros written into the caller's buffer (its memory held whatever it last carried).
+    fn read_into(&self, offset: u64, mut buf: ReadBuf) -> BoxFuture<'_, Result<Bytes, DriveError>> {
+        Box::pin(std::future::ready(
+            check_range(&self.info, offset, buf.len() as u64).map(|()| {
+                buf.as_mut_slice().fill(0);
+                buf.filled()
+            }),
+        ))
+    }
+
     fn write(&self, offset: u64, data: Bytes, _fua: bool) -> BoxFuture<'_, Result<(), DriveError>> {
         self.ready(offset, data.len() as u64, ())
     }
@@ -72,6 +83,21 @@ mod tests {
     use super::*;
 
     const MIB: u64 = 1 << 20;
+
+    #[tokio::test]
+    async fn reads_zeros_into_lent_memory_whatever_it_held() {
+        use super::super::read_buf::test_lender::VecLender;
+        let drive = NullDrive::new(64 << 30, 4096).unwrap();
+        let lender = VecLender::new();
+        let got = drive
+            .read_into(8192, lender.buf(16384, 0xee))
+            .await
+            .unwrap();
+        assert_eq!(got.len(), 16384);
+        assert!(got.iter().all(|&b| b == 0));
+        drop(got);
+        assert_eq!(lender.out.load(std::sync::atomic::Ordering::SeqCst), 0);
+    }
 
     #[tokio::test]
     async fn reads_zeros_and_discards_writes() {

@@ -67,7 +67,46 @@ pub(crate) async fn conformance<D: Drive>(drive: Arc<D>) {
     zeroing(&*drive, &mut model).await;
     fua_and_flush(&*drive, &mut model).await;
     verify_all(&*drive, &model).await;
+    reads_into_lent_memory(&*drive, &model).await;
     concurrent(drive).await;
+}
+
+/// `read_into` fills the lent buffer with what `read` returns, leaves the data where the buffer
+/// lies, and gives the buffer back once the data goes (or at once, for a read that fails).
+async fn reads_into_lent_memory<D: Drive>(drive: &D, model: &[u8]) {
+    use super::read_buf::test_lender::VecLender;
+    use std::sync::atomic::Ordering;
+    let lender = VecLender::new();
+    let bs = drive.info().block_size as usize;
+    let mut rng = Rng::new(7);
+    for len in [bs, 2 * bs, 64 << 10, MIB as usize] {
+        for _ in 0..4 {
+            let at = rng.below(((model.len() - len) / bs) as u64) as usize * bs;
+            // Garbage where the data goes: whatever the memory last carried must not show.
+            let buf = lender.buf(len, 0xa5);
+            let start = buf.as_slice().as_ptr() as usize;
+            let got = drive.read_into(at as u64, buf).await.unwrap();
+            assert_eq!(
+                got.as_ptr() as usize,
+                start,
+                "the data is where the lent buffer lies"
+            );
+            assert!(got[..] == model[at..at + len], "read_into of {len} at {at}");
+        }
+    }
+    assert_eq!(
+        lender.out.load(Ordering::SeqCst),
+        0,
+        "every buffer came back"
+    );
+    let cap = drive.info().capacity;
+    let e = drive.read_into(cap, lender.buf(bs, 0)).await.unwrap_err();
+    assert!(matches!(e, DriveError::OutOfRange { .. }), "{e}");
+    assert_eq!(
+        lender.out.load(Ordering::SeqCst),
+        0,
+        "a failed read gives it back"
+    );
 }
 
 async fn verify_all<D: Drive>(drive: &D, model: &[u8]) {

@@ -83,7 +83,7 @@ impl Controller {
     }
 
     async fn run_io(&self, req: IoRequest, data: Bytes) -> Result<Response, Status> {
-        let IoRequest { cmd, ns } = req;
+        let IoRequest { cmd, ns, into } = req;
         let ns = match ns {
             None => return Ok(Response::status(self.flush_all().await)),
             Some(ns) if ns.is_ready() && !ns.is_removed() => ns,
@@ -95,11 +95,12 @@ impl Controller {
             IoCommand::Read { slba, nlb, .. } => {
                 let len = nlb as u64 * bs;
                 let started = Instant::now();
-                let data = ns
-                    .drive
-                    .read(slba * bs, len as usize)
-                    .await
-                    .map_err(|e| media_error(&ns, e, false))?;
+                let read = match into {
+                    // (A namespace replaced meanwhile may have another block size.)
+                    Some(buf) if buf.len() as u64 == len => ns.drive.read_into(slba * bs, buf),
+                    _ => ns.drive.read(slba * bs, len as usize),
+                };
+                let data = read.await.map_err(|e| media_error(&ns, e, false))?;
                 ns.stats.read_latency(started.elapsed());
                 ns.stats.add_read(len);
                 self.io_counters.local().add_read(len);

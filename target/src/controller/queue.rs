@@ -14,6 +14,7 @@ use fabrik_proto::nvme::{admin_opcode, data_direction, DataDirection};
 use fabrik_proto::{Sqe, Status};
 
 use super::{limits, Controller, PortInfo, TargetState};
+use crate::backend::ReadBuf;
 use crate::model::{Namespace, Port};
 
 /// A queue bound to its controller by Connect.
@@ -45,6 +46,25 @@ impl Admitted {
             Command::Admin(AdminCommand::AsyncEventRequest)
         )
     }
+
+    /// For a Read that returns data: `buf` (memory the transport lent, as large as the
+    /// transfer) is where the drive reads into, and the response's data lies in it. Any other
+    /// command, or a buffer of another size, gives `buf` back.
+    pub fn read_into(&mut self, buf: ReadBuf) -> Result<(), ReadBuf> {
+        match &mut self.command {
+            Command::Io(
+                io @ IoRequest {
+                    cmd: IoCommand::Read { .. },
+                    ns: Some(_),
+                    ..
+                },
+            ) if buf.len() == self.transfer_len as usize && !buf.is_empty() => {
+                io.into = Some(buf);
+                Ok(())
+            }
+            _ => Err(buf),
+        }
+    }
 }
 
 /// What a transport does with a command once `Queue::route` has admitted it.
@@ -70,6 +90,8 @@ pub enum Command {
 pub struct IoRequest {
     pub cmd: IoCommand,
     pub(super) ns: Option<Arc<Namespace>>,
+    /// Where a Read's data goes, when the transport lent memory for it (`Admitted::read_into`).
+    pub(super) into: Option<ReadBuf>,
 }
 
 impl std::fmt::Debug for IoRequest {
@@ -217,7 +239,11 @@ impl Queue {
                 }
                 let cmd = IoCommand::parse(sqe)?;
                 let ns = b.ctrl.admit_io(&cmd, transfer_len)?;
-                Command::Io(IoRequest { cmd, ns })
+                Command::Io(IoRequest {
+                    cmd,
+                    ns,
+                    into: None,
+                })
             }
         };
         if transfer_len > limits::MAX_TRANSFER.max(limits::ADMIN_INLINE_DATA) {

@@ -202,6 +202,78 @@ async fn data_written_through_an_io_queue_reads_back() {
 }
 
 #[tokio::test]
+async fn a_read_given_memory_answers_with_its_data_there_and_other_commands_give_it_back() {
+    use crate::backend::read_buf::test_lender::VecLender;
+    use std::sync::atomic::Ordering;
+    let target = target();
+    let (admin, cntlid) = enabled_controller(&target).await;
+    let mut io = TestQueue::new(&target, 1, 8);
+    assert_eq!(io.connect(1, 7, 0, cntlid).await.status, Status::SUCCESS);
+    let data: Bytes = (0..8192u32).map(|i| (i * 13 % 253) as u8).collect();
+    let write = IoCommand::Write {
+        nsid: 1,
+        slba: 9,
+        nlb: 2,
+        fua: false,
+    };
+    assert_eq!(
+        io.submit(write.to_sqe(1), data.clone()).await.0.status,
+        Status::SUCCESS
+    );
+    let lender = VecLender::new();
+    let read = IoCommand::Read {
+        nsid: 1,
+        slba: 9,
+        nlb: 2,
+        fua: false,
+    };
+    let Route::Execute(mut cmd, none) = io.queue.route(&read.to_sqe(2), 8192, None) else {
+        panic!("a read executes at once");
+    };
+    let buf = lender.buf(8192, 0xa5);
+    let at = buf.as_slice().as_ptr() as usize;
+    cmd.read_into(buf).expect("a read takes the memory");
+    let resp = io.queue.execute(cmd, none).await;
+    assert_eq!(resp.status, Status::SUCCESS);
+    assert_eq!(resp.data, data);
+    assert_eq!(
+        resp.data.as_ptr() as usize,
+        at,
+        "read where the memory lies"
+    );
+    drop(resp);
+    assert_eq!(
+        lender.out.load(Ordering::SeqCst),
+        0,
+        "back when the data goes"
+    );
+    // A buffer of another size, a write, an admin command's data: not taken.
+    let Route::Execute(mut cmd, _) = io.queue.route(&read.to_sqe(3), 8192, None) else {
+        panic!("a read executes at once");
+    };
+    assert!(cmd.read_into(lender.buf(4096, 0)).is_err());
+    let Route::FetchData(mut cmd) = io.queue.route(&write.to_sqe(4), 8192, None) else {
+        panic!("a write fetches its data");
+    };
+    assert!(cmd.read_into(lender.buf(8192, 0)).is_err());
+    let identify = AdminCommand::Identify {
+        nsid: 0,
+        cns: cns::CONTROLLER,
+        cntid: 0,
+        csi: 0,
+    };
+    let Route::Execute(mut cmd, _) = admin.queue.route(&identify.to_sqe(9), 4096, None) else {
+        panic!("identify executes at once");
+    };
+    assert!(cmd.read_into(lender.buf(4096, 0)).is_err());
+    assert_eq!(
+        lender.out.load(Ordering::SeqCst),
+        0,
+        "refused buffers went back"
+    );
+}
+
+#[tokio::test]
 async fn a_queue_takes_as_many_commands_as_it_holds_and_no_more() {
     let target = target();
     let (_admin, cntlid) = enabled_controller(&target).await;

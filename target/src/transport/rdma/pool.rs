@@ -12,6 +12,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use fabrik_rdma::Memory;
 
+use crate::backend::{Lender, ReadBuf};
+
 /// Chunks of one run are found within one word of the map.
 const WORD: u32 = 64;
 
@@ -137,6 +139,52 @@ fn mask(n: u32) -> u64 {
     }
 }
 
+impl Run {
+    fn piece(self) -> u64 {
+        u64::from(self.first) << 32 | u64::from(self.n)
+    }
+
+    fn of_piece(piece: u64) -> Run {
+        Run {
+            first: (piece >> 32) as u32,
+            n: piece as u32,
+        }
+    }
+}
+
+impl Pool {
+    /// `run`, lent for a drive to read `len` bytes into (`Drive::read_into`): the data stays
+    /// where it lies, and the run comes back when the data goes.
+    ///
+    /// # Safety
+    /// `run` was taken from this pool and no work request uses it until it comes back.
+    pub unsafe fn lend_for_read(self: &Arc<Pool>, run: Run, len: usize) -> ReadBuf {
+        assert!(len <= run.n as usize * self.chunk);
+        let ptr = self.memory.ptr(self.offset(run));
+        // SAFETY: the run is the caller's alone (above) and the memory lives as long as the
+        // pool, which the buffer holds; the run comes back through `Lender`.
+        unsafe { ReadBuf::new(ptr, len, self.clone(), run.piece()) }
+    }
+
+    /// Where `data` lies in this pool's memory, if it is a lease of it.
+    pub fn offset_of(&self, data: &[u8]) -> Option<usize> {
+        self.memory
+            .offset_of(data.as_ptr())
+            .filter(|&off| off >= self.base)
+    }
+}
+
+impl Lender for Pool {
+    fn lend(self: Arc<Self>, piece: u64, len: usize) -> Bytes {
+        // SAFETY: the piece is a run of this pool that a read filled; nothing writes it now.
+        unsafe { Lease::into_bytes(self, Run::of_piece(piece), len) }
+    }
+
+    fn give_back(&self, piece: u64) {
+        self.give(Run::of_piece(piece));
+    }
+}
+
 /// The first `len` bytes of a run, handed on as `Bytes`: the run comes back to the pool when the
 /// last reference drops, and the memory stays while any does.
 pub struct Lease {
@@ -229,6 +277,32 @@ mod tests {
         drop(bytes);
         assert_eq!(pool.free(), 2, "a part still holds the run");
         drop(part);
+        assert_eq!(pool.free(), 4);
+    }
+
+    #[test]
+    fn a_run_lent_for_a_read_is_the_data_in_place_and_comes_back() {
+        let memory = memory(8192);
+        let pool = Arc::new(Pool::new(memory.clone(), 4, 1024, 4096));
+        let run = pool.take(3).unwrap();
+        // SAFETY: just taken, used by nothing else.
+        let mut buf = unsafe { pool.lend_for_read(run, 2500) };
+        buf.as_mut_slice().fill(9);
+        let data = buf.filled();
+        assert_eq!(pool.offset_of(&data), Some(pool.offset(run)));
+        assert_eq!(pool.offset_of(&data[100..]), Some(pool.offset(run) + 100));
+        assert!(data.iter().all(|&b| b == 9) && data.len() == 2500);
+        assert_eq!(pool.free(), 1);
+        drop(data);
+        assert_eq!(pool.free(), 4);
+        // Memory elsewhere, or before the pool in the same region, is not the pool's.
+        assert_eq!(pool.offset_of(&[0u8; 16]), None);
+        // SAFETY: only read; nothing writes the region's first page.
+        assert_eq!(pool.offset_of(unsafe { memory.slice(0, 8) }), None);
+        // A buffer never filled gives its run back too.
+        let run = pool.take(4).unwrap();
+        // SAFETY: just taken.
+        drop(unsafe { pool.lend_for_read(run, 4096) });
         assert_eq!(pool.free(), 4);
     }
 

@@ -9,6 +9,11 @@
 //! many slots as queue entries (a host may send the next command as soon as it sees a response,
 //! before our SEND completion is polled); a host with more commands outstanding than that breaks
 //! the queue-size contract and loses the queue.
+//!
+//! No copies of data: a write's data lands by RDMA READ in a run of the queue's registered pool
+//! and goes to the drive from there; a read's drive reads into a run lent at admission
+//! (`Drive::read_into`) and the RDMA WRITE sends from it. The work requests a pass over the
+//! completion queue makes are posted together at its end.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -29,6 +34,7 @@ use tokio_util::sync::CancellationToken;
 use super::pool::{Lease, Pool, Run};
 use crate::controller::books::{Arrival, QueueBooks};
 use crate::controller::{limits, Admitted, Queue, Response, Route};
+use fabrik_proto::nvme::DataDirection;
 use fabrik_rdma::{self as verbs, Completion, QpSizes, QueuePair, SendOp, SendWr, SharedRecv};
 
 /// Unit of the data buffer pool: a transfer takes a run of whole chunks (see `pool`).
@@ -118,6 +124,8 @@ struct Slot {
     write: Option<Admitted>,
     /// A read command's answer waiting for buffers.
     response: Option<Response>,
+    /// A read's data, read into this queue's memory (its run comes back when the SEND is done).
+    lent: Option<Bytes>,
 }
 
 /// Commands executing, each yielding its slot and answer (None: a retired AER, not answered).
@@ -136,6 +144,9 @@ pub struct Connection {
     books: QueueBooks,
     sends_outstanding: usize,
     close_after_send: bool,
+    /// Work requests made during this pass, posted together at its end: one doorbell (with
+    /// Soft-RoCE, one system call) for a pass's answers instead of one per command.
+    outgoing: Vec<SendWr>,
 }
 
 impl Connection {
@@ -159,6 +170,7 @@ impl Connection {
             books: QueueBooks::new(qid, entries),
             sends_outstanding: 0,
             close_after_send: false,
+            outgoing: Vec::with_capacity(sizes.send_wr as usize),
         }
     }
 
@@ -221,6 +233,7 @@ impl Connection {
             while let Some(Some((slot, resp))) = inflight.next().now_or_never() {
                 self.executed(queue, slot, resp)?;
             }
+            self.post_outgoing()?;
             if self.close_after_send && self.sends_outstanding == 0 {
                 return Ok(());
             }
@@ -447,7 +460,10 @@ impl Connection {
             }
         };
         match queue.route(&sqe, length, inline) {
-            Route::Execute(cmd, data) => {
+            Route::Execute(mut cmd, data) => {
+                if self.slots[slot].keyed.is_some() {
+                    self.lend_for_read(&mut cmd);
+                }
                 if cmd.waits_for_an_event() {
                     let aer = self.books.park(cid, queue.execute(cmd, data));
                     inflight.push(Box::pin(async move { (slot, aer.await) }));
@@ -469,6 +485,23 @@ impl Connection {
             }
         }
         Ok(())
+    }
+
+    /// Zero copy for a read: the drive reads into a run of this queue's registered memory, which
+    /// the RDMA WRITE then sends from. Without a free run now, the read goes the way of any
+    /// answer's data (copied into a run when one is free).
+    fn lend_for_read(&mut self, cmd: &mut Admitted) {
+        let len = cmd.transfer_len as usize;
+        if len == 0 || cmd.direction != DataDirection::ToHost {
+            return;
+        }
+        let Some(run) = self.pool.take(self.pool.chunks_for(len)) else {
+            return;
+        };
+        // SAFETY: just taken; no work request uses it until the read's data is sent.
+        let buf = unsafe { self.pool.lend_for_read(run, len) };
+        // Not a Read (an admin command's data): the buffer goes back as it drops.
+        let _ = cmd.read_into(buf);
     }
 
     /// Starts the data movements waiting for pool chunks, oldest first (a large one is not
@@ -522,8 +555,17 @@ impl Connection {
             signaled: true,
             local: (self.run_offset(slot), len as u32),
         };
-        tracing::trace!(slot, len, "RDMA READ posted");
-        self.qp.post_send(&[wr])?;
+        tracing::trace!(slot, len, "RDMA READ queued");
+        self.outgoing.push(wr);
+        Ok(())
+    }
+
+    /// Posts the pass's work requests, in the order they were made.
+    fn post_outgoing(&mut self) -> Result<(), ConnError> {
+        if !self.outgoing.is_empty() {
+            self.qp.post_send(&self.outgoing)?;
+            self.outgoing.clear();
+        }
         Ok(())
     }
 
@@ -568,11 +610,39 @@ impl Connection {
             self.close_after_send = true;
         }
         if resp.status.is_success() && !resp.data.is_empty() && s.keyed.is_some() {
+            if let Some(at) = self.pool.offset_of(&resp.data) {
+                return self.post_lent_data_and_response(queue, slot, resp, at);
+            }
             s.response = Some(resp);
             self.waiting.push_back((slot, false));
             return self.serve_waiting(queue);
         }
         self.post_response(queue, slot, resp, None)
+    }
+
+    /// RDMA WRITEs the answer's data from where the drive read it in this queue's memory (at
+    /// `at`), then the response.
+    fn post_lent_data_and_response(
+        &mut self,
+        queue: &Queue,
+        slot: usize,
+        mut resp: Response,
+        at: usize,
+    ) -> Result<(), ConnError> {
+        let k = self.slots[slot].keyed.expect("read data goes by keyed SGL");
+        let data = std::mem::take(&mut resp.data);
+        let len = data.len().min(k.length as usize);
+        self.slots[slot].lent = Some(data);
+        let write = SendWr {
+            wr_id: wr_id(WR_WRITE, slot),
+            op: SendOp::Write {
+                remote: k.address,
+                rkey: k.key,
+            },
+            signaled: false,
+            local: (at, len as u32),
+        };
+        self.post_response(queue, slot, resp, Some(write))
     }
 
     /// RDMA WRITEs the answer's data into the host's buffer, then the response.
@@ -600,7 +670,8 @@ impl Connection {
         self.post_response(queue, slot, resp, Some(write))
     }
 
-    /// Posts `wrs` and the 16-byte response SEND (with invalidation where the host asked).
+    /// Queues `data` (an RDMA WRITE) and the 16-byte response SEND (with invalidation where the
+    /// host asked), chained, for the end of the pass.
     fn post_response(
         &mut self,
         queue: &Queue,
@@ -628,11 +699,9 @@ impl Connection {
             signaled: true,
         };
         let with_data = data.is_some();
-        tracing::trace!(slot, cid = cqe.cid, status = ?cqe.status, with_data, "response posted");
-        match data {
-            Some(write) => self.qp.post_send(&[write, send])?,
-            None => self.qp.post_send(&[send])?,
-        }
+        tracing::trace!(slot, cid = cqe.cid, status = ?cqe.status, with_data, "response queued");
+        self.outgoing.extend(data);
+        self.outgoing.push(send);
         self.sends_outstanding += 1;
         Ok(())
     }

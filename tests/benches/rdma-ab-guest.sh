@@ -1,0 +1,63 @@
+#!/bin/bash
+# rdma-ab-guest.sh - the guest side of rdma-ab.sh (which see): /share/bin/fabrikd-LABEL for
+# each of LABELS, and nvmet-rdma, alternated for ROUNDS rounds over Soft-RoCE.
+set -u
+. /vmh/lib.sh
+args_to_env "$@"
+ROUNDS=${ROUNDS:-3} SECS=${SECS:-8} LABELS=${LABELS:?} BACKEND=${BACKEND:-null}
+rxe_pair_setup >/dev/null || { echo "FAIL: Soft-RoCE setup"; exit 1; }
+ping -c1 -W2 "$RXE_IP0" >/dev/null 2>&1
+TRADDR=$RXE_IP0 KNQN=nqn.2024-01.io.fabrik:ab:nvmet
+modprobe null_blk nr_devices=1 gb=1 bs=4096 && modprobe nvmet-rdma || { echo "FAIL: null_blk/nvmet-rdma"; exit 1; }
+for i in $(seq 1 50); do [ -b /dev/nullb0 ] && break; sleep 0.1; done
+nvmet_export "$KNQN" /dev/nullb0 rdma "$TRADDR" 4421 1 >/dev/null || { echo "FAIL: nvmet export"; exit 1; }
+
+fio_figure() {  # dev rw bs iodepth numjobs -> IOPS or MB/s (128K)
+  local out=/tmp/fio.out
+  fio --name=ab --filename="$1" --ioengine=libaio --direct=1 --rw="$2" --bs="$3" --iodepth="$4" \
+      --numjobs="$5" --group_reporting --time_based --runtime="$SECS" --output-format=terse \
+      > $out 2>&1 || { tail -3 $out >&2; return 1; }
+  grep ';' $out | tail -1 | awk -F';' -v bs="$3" '{ print (bs == "4k") ? $8 : int($7 * 1024 / 1000000) }'
+}
+measure() {  # label nqn connect-args...
+  local label=$1 nqn=$2; shift 2
+  local timeouts
+  nvme_connect_find "$nqn" "$@" >/dev/null || { echo "FAIL: connect $label"; return 1; }
+  timeouts=$(dmesg | grep -c ' timeout')
+  # The last column: I/O timeouts the kernel host logged meanwhile (Soft-RoCE stalls).
+  echo "$label $(fio_figure "$DEV" randread 4k 32 2) $(fio_figure "$DEV" read 128k 16 1)" \
+    "$(($(dmesg | grep -c ' timeout') - timeouts))" >> /tmp/ab.txt
+  timeout 60 nvme disconnect-all >/dev/null; wait_no_ctrls 30
+  tail -1 /tmp/ab.txt
+}
+fabrikd_measure() {  # label
+  local log=/tmp/fabrikd-$1.log pid i
+  rm -rf /tmp/ab-data; mkdir -p /tmp/ab-data; : > $log
+  # shellcheck disable=SC2086
+  /share/bin/fabrikd-$1 --data-dir /tmp/ab-data --listen "rdma:$TRADDR:4420" --drives 1 \
+    --drive-size 1G --backend "$BACKEND" --allow-any-host ${FABRIKD_ARGS:-} >> $log 2>&1 &
+  pid=$!
+  for i in $(seq 1 300); do grep -q 'NVMe/RDMA listener' $log 2>/dev/null && break; sleep 0.1; done
+  nqn=$(grep -o 'nqn[^ ]*drive-00' $log | head -1)
+  [ -n "$nqn" ] || nqn="nqn.2024-01.io.fabrik:$(hostname):drive-00"
+  measure "$1" "$nqn" -t rdma -a "$TRADDR" -s 4420
+  kill -TERM $pid; wait $pid || echo "fabrikd-$1 exited with status $?"
+}
+: > /tmp/ab.txt
+for r in $(seq 1 "$ROUNDS"); do
+  echo "round $r"
+  for l in $LABELS; do fabrikd_measure "$l"; done
+  measure nvmet-rdma "$KNQN" -t rdma -a "$TRADDR" -s 4421
+done
+median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+k4=$(awk '$1=="nvmet-rdma"{print $2}' /tmp/ab.txt | median)
+k128=$(awk '$1=="nvmet-rdma"{print $3}' /tmp/ab.txt | median)
+printf '%-12s %14s %8s %14s %8s\n' target "4K rr IOPS" ratio "128K rd MB/s" ratio
+for l in $LABELS nvmet-rdma; do
+  f4=$(awk -v l="$l" '$1==l{print $2}' /tmp/ab.txt | median)
+  f128=$(awk -v l="$l" '$1==l{print $3}' /tmp/ab.txt | median)
+  printf '%-12s %14s %8s %14s %8s\n' "$l" "$f4" "$(awk -v a="$f4" -v b="$k4" 'BEGIN{printf "%.2f", a/b}')" \
+    "$f128" "$(awk -v a="$f128" -v b="$k128" 'BEGIN{printf "%.2f", a/b}')"
+done
+echo "rounds (label, 4K IOPS, 128K MB/s, I/O timeouts): $(tr '\n' ';' < /tmp/ab.txt)"
+if [ -d /share/out ]; then dmesg > /share/out/dmesg.txt; cp /tmp/fabrikd-*.log /share/out/; fi
