@@ -144,12 +144,7 @@ impl Reactors {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        let node = if self.span_nodes() {
-            numa::node_of_local_address(std::path::Path::new(numa::SYSFS), ip)
-        } else {
-            None
-        };
-        self.place_on_node(set, node, connection)
+        self.seat_near_nic(ip).spawn(set, connection)
     }
 
     /// Runs a connection's future on the least loaded reactor, for its whole life, as a task
@@ -159,36 +154,35 @@ impl Reactors {
         F: Future + Send + 'static,
         F::Output: Send + 'static,
     {
-        self.place_on_node(set, None, connection)
+        self.seat_on_node(None).spawn(set, connection)
     }
 
-    /// `place`, on the least loaded reactor of NUMA node `node` where there is one.
-    fn place_on_node<F>(
-        &self,
-        set: &mut JoinSet<F::Output>,
-        node: Option<u32>,
-        connection: F,
-    ) -> AbortHandle
-    where
-        F: Future + Send + 'static,
-        F::Output: Send + 'static,
-    {
+    /// The reactor `place_near_nic` would choose, taken now for a connection to be spawned
+    /// there later (an NVMe/RDMA queue pair is made with its reactor's receive queue first).
+    pub fn seat_near_nic(&self, ip: std::net::IpAddr) -> Seat {
+        let node = if self.span_nodes() {
+            numa::node_of_local_address(std::path::Path::new(numa::SYSFS), ip)
+        } else {
+            None
+        };
+        self.seat_on_node(node)
+    }
+
+    /// The least loaded reactor of NUMA node `node` where there is one, else of all.
+    fn seat_on_node(&self, node: Option<u32>) -> Seat {
         let reactors = self.reactors();
         let seats: Vec<_> = reactors
             .iter()
             .map(|r| (r.node, r.load.load(Ordering::Relaxed)))
             .collect();
-        let reactor = &reactors[choose(&seats, node)];
-        let load = reactor.load.clone();
-        load.fetch_add(1, Ordering::Relaxed);
+        let index = choose(&seats, node);
+        let reactor = &reactors[index];
         tracing::trace!(core = reactor.core, ?node, "connection placed");
-        set.spawn_on(
-            async move {
-                let _placed = Placed(load);
-                connection.await
-            },
-            &reactor.handle,
-        )
+        Seat {
+            index,
+            handle: reactor.handle.clone(),
+            load: Placed::new(reactor.load.clone()),
+        }
     }
 
     /// Connections on each reactor's core.
@@ -227,7 +221,46 @@ fn choose(seats: &[(Option<u32>, usize)], near: Option<u32>) -> usize {
 }
 
 /// Counts a placed connection until it ends (also when its task is dropped).
+/// A reactor chosen for one connection, counted in its load from the choice until the
+/// connection ends (or, never spawned, until the seat drops).
+pub struct Seat {
+    index: usize,
+    handle: Handle,
+    load: Placed,
+}
+
+impl Seat {
+    /// Which reactor: 0 up to the number of reactors.
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// Runs the connection's future on the seat's reactor, for its whole life, as a task of
+    /// `set` (its owner waits for it there, and sees it panic).
+    pub fn spawn<F>(self, set: &mut JoinSet<F::Output>, connection: F) -> AbortHandle
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let load = self.load;
+        set.spawn_on(
+            async move {
+                let _placed = load;
+                connection.await
+            },
+            &self.handle,
+        )
+    }
+}
+
 struct Placed(Arc<AtomicUsize>);
+
+impl Placed {
+    fn new(load: Arc<AtomicUsize>) -> Placed {
+        load.fetch_add(1, Ordering::Relaxed);
+        Placed(load)
+    }
+}
 
 impl Drop for Placed {
     fn drop(&mut self) {
@@ -512,6 +545,38 @@ mod tests {
             done.unwrap();
         }
         assert_eq!(reactors.loads(), vec![(0, 0), (0, 0)]);
+    }
+
+    #[test]
+    fn a_seat_counts_from_its_choice_and_spawns_on_its_reactor() {
+        let reactors = Reactors::new(vec![0, 0], Polling::default());
+        let ip = std::net::IpAddr::from([127, 0, 0, 1]);
+        let first = reactors.seat_near_nic(ip);
+        let second = reactors.seat_near_nic(ip);
+        assert_ne!(
+            first.index(),
+            second.index(),
+            "the first seat already counted"
+        );
+        assert_eq!(reactors.loads(), vec![(0, 1), (0, 1)]);
+        drop(first);
+        assert_eq!(
+            reactors.loads()[second.index()],
+            (0, 1),
+            "an unused seat goes"
+        );
+        assert_eq!(reactors.loads().iter().map(|l| l.1).sum::<usize>(), 1);
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let mut set = JoinSet::new();
+        let at = second.index();
+        second.spawn(&mut set, async {
+            std::thread::current().name().map(str::to_string)
+        });
+        let name = rt.block_on(set.join_next()).unwrap().unwrap();
+        assert_eq!(name.as_deref(), Some("reactor-0"));
+        assert_eq!(reactors.loads()[at], (0, 0), "the ended connection left");
     }
 
     /// CPU time of the calling thread.

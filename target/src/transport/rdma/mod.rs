@@ -2,7 +2,9 @@
 //! listener per port; each connect request carries the NVMe/RDMA private data (queue ID and
 //! sizes) and becomes one RC queue pair served by its own task (see `queue`). CM events for
 //! every queue arrive on the listener's event channel and are routed to their queue's task.
-//! The queue pairs of one device share a protection domain and a shared receive queue.
+//! A queue's reactor is chosen when its connect request comes, and the queue pairs of one
+//! device on one reactor share a receive queue (as nvmet-rdma keeps one per completion
+//! vector): its buffers are posted and consumed on that reactor's core alone.
 
 mod pool;
 mod queue;
@@ -23,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Listener, RdmaUnavailable};
 use crate::controller::{limits, Queue, TargetState};
 use crate::model::{Port, Transport, TransportCaps};
+use crate::reactor::Seat;
 use queue::Connection;
 use verbs::{CmEvent, EventChannel, QueuePair, Raw, SharedRecv};
 
@@ -79,13 +82,20 @@ impl RdmaListenerPort {
 }
 
 type Routes = Arc<Mutex<HashMap<usize, UnboundedSender<u32>>>>;
-type Devices = HashMap<usize, Arc<SharedRecv>>;
+/// Shared receive queues by device and reactor.
+type Devices = HashMap<(usize, usize), Arc<SharedRecv>>;
+
+/// Where the listener's new queues go: a reactor near the NIC of its address.
+struct Placement {
+    target: Arc<TargetState>,
+    ip: std::net::IpAddr,
+}
 
 /// What a CM event asks of the listener once the event is acked.
 enum Outcome {
     None,
-    /// A connection was accepted: serve it.
-    Accepted(Box<Connection>, CmRequest),
+    /// A connection was accepted: serve it on its reactor.
+    Accepted(Box<Connection>, CmRequest, Seat),
     /// A refused or failed connect request: its resources and id go (only after the ack,
     /// as rdma_destroy_id waits for it).
     Drop(QueuePair),
@@ -103,29 +113,32 @@ impl Listener for RdmaListenerPort {
     ) -> tokio::task::JoinHandle<()> {
         tokio::spawn(async move {
             let routes: Routes = Arc::default();
-            // One shared receive queue per device, kept while the listener runs.
+            // One shared receive queue per device and reactor, kept while the listener runs.
             let mut devices: Devices = HashMap::new();
             let mut connections = tokio::task::JoinSet::new();
             let mut stopping = false;
+            let placement = Placement {
+                target: target.clone(),
+                ip: self.port.addr.ip(),
+            };
             loop {
                 if stopping && connections.is_empty() {
                     break;
                 }
                 tokio::select! {
                     _ = stop.cancelled(), if !stopping => stopping = true,
-                    ev = self.channel.next(|ev| on_event(ev, &routes, &mut devices, stopping)) => match ev {
+                    ev = self.channel.next(|ev| on_event(ev, &routes, &mut devices, stopping, &placement)) => match ev {
                         Ok(Outcome::None) => {}
                         Ok(Outcome::Drop(qp)) => drop_blocking(qp),
-                        Ok(Outcome::Accepted(conn, req)) => {
+                        Ok(Outcome::Accepted(conn, req, seat)) => {
                             let (tx, rx) = unbounded_channel();
                             let id = conn.qp.id();
                             routes.lock().unwrap().insert(id.0 as usize, tx);
                             let (t, port, stop, routes) =
                                 (target.clone(), self.port.clone(), stop.clone(), routes.clone());
-                            // The queue's reactor polls its completions for its whole life, one
-                            // near the NIC where that is known.
+                            // The queue's reactor polls its completions for its whole life.
                             let serve = serve_queue(*conn, req, rx, t, port, stop, routes);
-                            target.reactors.place_near_nic(&mut connections, self.port.addr.ip(), serve);
+                            seat.spawn(&mut connections, serve);
                         }
                         Err(e) => {
                             tracing::warn!("rdma_cm event channel: {e}");
@@ -150,7 +163,13 @@ impl Listener for RdmaListenerPort {
 }
 
 /// Handles a CM event while it is held (a connect request is accepted or rejected here).
-fn on_event(ev: &CmEvent, routes: &Routes, devices: &mut Devices, stopping: bool) -> Outcome {
+fn on_event(
+    ev: &CmEvent,
+    routes: &Routes,
+    devices: &mut Devices,
+    stopping: bool,
+    placement: &Placement,
+) -> Outcome {
     if ev.kind != verbs::EV_CONNECT_REQUEST {
         match routes.lock().unwrap().get(&(ev.id.0 as usize)) {
             Some(tx) => {
@@ -177,8 +196,10 @@ fn on_event(ev: &CmEvent, routes: &Routes, devices: &mut Devices, stopping: bool
             return reject(qp, status);
         }
     };
+    // Its reactor, near the NIC where that is known.
+    let seat = placement.target.reactors.seat_near_nic(placement.ip);
     // SAFETY: the connect request's id is valid and bound to its device.
-    let key = unsafe { verbs::device_key(ev.id) };
+    let key = (unsafe { verbs::device_key(ev.id) }, seat.index());
     let srq = match devices.get(&key) {
         Some(srq) => srq.clone(),
         None => match SharedRecv::new(ev.id, queue::SRQ_DEPTH, queue::CAPSULE_SIZE) {
@@ -186,6 +207,7 @@ fn on_event(ev: &CmEvent, routes: &Routes, devices: &mut Devices, stopping: bool
                 let srq = Arc::new(srq);
                 tracing::info!(
                     receives = srq.count(),
+                    reactor = seat.index(),
                     "shared receive queue created for an RDMA device"
                 );
                 devices.insert(key, srq.clone());
@@ -198,7 +220,7 @@ fn on_event(ev: &CmEvent, routes: &Routes, devices: &mut Devices, stopping: bool
         },
     };
     match accept(qp, req, ev, srq) {
-        Ok(conn) => Outcome::Accepted(Box::new(conn), req),
+        Ok(conn) => Outcome::Accepted(Box::new(conn), req, seat),
         Err((qp, e)) => {
             tracing::warn!(qid = req.qid, "NVMe/RDMA connect request failed: {e}");
             reject(qp, RejectStatus::NO_RESOURCES)
