@@ -257,7 +257,18 @@ impl Connection {
             if worked || (!poll_window.is_zero() && last_work.elapsed() < poll_window) {
                 // Busy: back for more once the reactor's other tasks had their turn, without
                 // arming the completion channel (the next pass polls anyway). Stop and teardown
-                // are checked above on every pass; CM events wait until the queue is idle.
+                // are checked above on every pass, CM events and the Connect deadline here (a
+                // host streaming commands without a Connect keeps the queue busy).
+                if let Ok(kind) = events.try_recv() {
+                    if !self.on_cm_event(kind) {
+                        return Ok(());
+                    }
+                }
+                if queue.binding().is_none() && tokio::time::Instant::now() >= connect_deadline {
+                    return Err(ConnError::Protocol(
+                        "no Connect within 10 s of the connection",
+                    ));
+                }
                 tokio::task::yield_now().await;
                 continue;
             }
@@ -269,12 +280,8 @@ impl Connection {
                 }
                 Some((slot, resp)) = inflight.next(), if !inflight.is_empty() => self.executed(queue, slot, resp)?,
                 ev = events.recv() => match ev {
-                    Some(verbs::EV_ESTABLISHED) => {}
-                    Some(kind) => {
-                        tracing::debug!(event = %verbs::event_name(kind), "queue pair disconnected");
-                        return Ok(());
-                    }
-                    None => return Ok(()),
+                    Some(kind) if self.on_cm_event(kind) => {}
+                    _ => return Ok(()),
                 },
                 _ = teardown.cancelled() => return Ok(()),
                 _ = tokio::time::sleep_until(connect_deadline), if queue.binding().is_none() => {
@@ -284,6 +291,15 @@ impl Connection {
                 _ = stop.cancelled(), if !stopping => {}
             }
         }
+    }
+
+    /// A CM event for this queue pair: false when it ends the queue (a disconnect, an error).
+    fn on_cm_event(&self, kind: u32) -> bool {
+        if kind == verbs::EV_ESTABLISHED {
+            return true;
+        }
+        tracing::debug!(event = %verbs::event_name(kind), "queue pair disconnected");
+        false
     }
 
     fn on_completion<'q>(
@@ -317,7 +333,7 @@ impl Connection {
         }
         match kind {
             WR_READ => {
-                self.data_read(slot, queue, inflight);
+                self.data_read(slot, queue, inflight)?;
                 self.serve_waiting(queue)
             }
             WR_SEND => {
@@ -365,30 +381,38 @@ impl Connection {
             });
         }
         let len = wc.byte_len as usize;
+        if len < SQE_LEN {
+            let _ = self.srq.post(idx);
+            return Err(ConnError::Protocol("capsule shorter than a command"));
+        }
+        // The command onto the stack, in-capsule data (a small write's) into a buffer of its
+        // own: nothing is allocated for a command without data.
+        let mut sqe = [0u8; SQE_LEN];
         // SAFETY: the receive completed; the buffer is ours until posted again, just below.
-        let capsule = Bytes::copy_from_slice(unsafe { self.srq.received(idx, len) });
+        let received = unsafe { self.srq.received(idx, len) };
+        sqe.copy_from_slice(&received[..SQE_LEN]);
+        let carried = if len > SQE_LEN {
+            Bytes::copy_from_slice(&received[SQE_LEN..])
+        } else {
+            Bytes::new()
+        };
         self.srq.post(idx)?;
         let Some(slot) = self.free_slots.pop() else {
             return Err(ConnError::Protocol(
                 "more commands outstanding than the queue size allows",
             ));
         };
-        self.on_capsule(slot, capsule, queue, inflight)
+        self.on_capsule(slot, sqe, carried, queue, inflight)
     }
 
     fn on_capsule<'q>(
         &mut self,
         slot: usize,
-        buf: Bytes,
+        mut raw: [u8; SQE_LEN],
+        carried: Bytes,
         queue: &'q Queue,
         inflight: &mut Inflight<'q>,
     ) -> Result<(), ConnError> {
-        let len = buf.len();
-        if len < SQE_LEN {
-            return Err(ConnError::Protocol("capsule shorter than a command"));
-        }
-        let mut raw = [0u8; SQE_LEN];
-        raw.copy_from_slice(&buf[..SQE_LEN]);
         // The Linux host reuses a request's SQE and fills an in-capsule (offset) SGL without
         // clearing its reserved bytes, where an earlier keyed SGL left its key: as nvmet-rdma
         // does, ignore them.
@@ -444,16 +468,15 @@ impl Connection {
                 (length, None)
             }
             Ok(SglDescriptor::DataBlockOffset { offset, length }) => {
-                let carried = (len - SQE_LEN) as u64;
                 if offset
                     .checked_add(u64::from(length))
-                    .is_none_or(|end| end > carried)
+                    .is_none_or(|end| end > carried.len() as u64)
                     || length > queue.inline_data_limit(&sqe)
                 {
                     return self.respond(queue, slot, Response::status(Status::SGL_OFFSET_INVALID));
                 }
-                let start = SQE_LEN + offset as usize;
-                (length, Some(buf.slice(start..start + length as usize)))
+                let start = offset as usize;
+                (length, Some(carried.slice(start..start + length as usize)))
             }
             Ok(_) | Err(_) => {
                 return self.respond(queue, slot, Response::status(Status::SGL_TYPE_INVALID))
@@ -468,9 +491,7 @@ impl Connection {
                     let aer = self.books.park(cid, queue.execute(cmd, data));
                     inflight.push(Box::pin(async move { (slot, aer.await) }));
                 } else {
-                    inflight.push(Box::pin(async move {
-                        (slot, Some(queue.execute(cmd, data).await))
-                    }));
+                    return self.start(queue, inflight, slot, cmd, data);
                 }
             }
             Route::FetchData(cmd) => {
@@ -571,19 +592,43 @@ impl Connection {
 
     /// The write data arrived: the command runs with it where it lies, in the slot's run (which
     /// the data takes along: the pool has it back when the drive is done with it).
-    fn data_read<'q>(&mut self, slot: usize, queue: &'q Queue, inflight: &mut Inflight<'q>) {
+    fn data_read<'q>(
+        &mut self,
+        slot: usize,
+        queue: &'q Queue,
+        inflight: &mut Inflight<'q>,
+    ) -> Result<(), ConnError> {
         let Some(cmd) = self.slots[slot].write.take() else {
-            return;
+            return Ok(());
         };
         let Some(run) = self.slots[slot].run.take() else {
-            return;
+            return Ok(());
         };
         // SAFETY: the run was taken from this pool and its RDMA READ completed: no work request
         // writes it any more.
         let data = unsafe { Lease::into_bytes(self.pool.clone(), run, cmd.transfer_len as usize) };
-        inflight.push(Box::pin(async move {
-            (slot, Some(queue.execute(cmd, data).await))
-        }));
+        self.start(queue, inflight, slot, cmd, data)
+    }
+
+    /// Runs a command. One that completes when first polled (RAM and null drives, most admin
+    /// commands) is answered in this pass: no task in `inflight`, no wake-up to come back for.
+    fn start<'q>(
+        &mut self,
+        queue: &'q Queue,
+        inflight: &mut Inflight<'q>,
+        slot: usize,
+        cmd: Admitted,
+        data: Bytes,
+    ) -> Result<(), ConnError> {
+        let mut run = Box::pin(queue.execute(cmd, data));
+        match run.as_mut().now_or_never() {
+            Some(resp) => self.respond(queue, slot, resp),
+            // `inflight` polls it again at once, with a waker of its own.
+            None => {
+                inflight.push(Box::pin(async move { (slot, Some(run.await)) }));
+                Ok(())
+            }
+        }
     }
 
     /// A command finished executing. A retired AER has no answer, and its slot is free already.
