@@ -205,10 +205,12 @@ perf_fio() {  # label dev rw bs iodepth numjobs -> "iops kib_per_s"
   echo "$line" | awk -F';' '{print $8, $7}'
 }
 perf_pair() {  # dev tag -> sets P4K (IOPS) P128K (MB/s)
-  local r
+  local r t0
+  t0=$(dmesg | grep -c ' timeout')
   r=$(perf_fio "$2-4k" "$1" randread 4k 32 2) || return 1; P4K=${r%% *}
   r=$(perf_fio "$2-128k" "$1" read 128k 16 1) || return 1; P128K=$(( ${r##* } * 1024 / 1000000 ))
-  echo "  $2: 4k randread $P4K IOPS, 128k read $P128K MB/s"
+  # A figure taken across a Soft-RoCE stall (the host's 30 s I/O timeout) says nothing.
+  echo "  $2: 4k randread $P4K IOPS, 128k read $P128K MB/s, host I/O timeouts meanwhile: $(($(dmesg | grep -c ' timeout') - t0))"
 }
 s_perf() {
   local knqn=nqn.2024-01.io.fabrik:perf:nvmet f4 f128 k4 k128
