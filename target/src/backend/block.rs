@@ -223,25 +223,13 @@ impl BlockDrive {
     /// Into the caller's memory when it is aligned as O_DIRECT needs (an RDMA queue's buffers
     /// are); else read, then copied.
     async fn do_read_into(&self, offset: u64, mut buf: ReadBuf) -> Result<Bytes, DriveError> {
-        let len = buf.len() as u64;
-        check_range(&self.io.info, offset, len)?;
+        check_range(&self.io.info, offset, buf.len() as u64)?;
         if !buf.is_aligned_to(ALIGN) {
             let data = self.do_read(offset, buf.len()).await?;
             buf.as_mut_slice().copy_from_slice(&data);
             return Ok(buf.filled());
         }
-        match self
-            .io
-            .engine
-            .read_exact_at(&self.io.file, Buf::Into(buf), offset)
-            .await
-        {
-            Ok(Buf::Into(buf)) => Ok(buf.filled()),
-            Ok(_) => Err(DriveError::Unusable(
-                "engine returned a foreign buffer".into(),
-            )),
-            Err(e) => Err(DriveError::io(offset, len, e)),
-        }
+        self.io.read_into(offset, buf).await
     }
 
     async fn do_write(&self, offset: u64, data: Bytes, fua: bool) -> Result<(), DriveError> {

@@ -245,6 +245,23 @@ pub(crate) struct EngineFile {
 }
 
 impl EngineFile {
+    /// Reads into the caller's memory in place (`Drive::read_into`): the data, where it lies.
+    pub(crate) async fn read_into(&self, offset: u64, buf: ReadBuf) -> Result<Bytes, DriveError> {
+        let len = buf.len() as u64;
+        check_range(&self.info, offset, len)?;
+        match self
+            .engine
+            .read_exact_at(&self.file, Buf::Into(buf), offset)
+            .await
+        {
+            Ok(Buf::Into(buf)) => Ok(buf.filled()),
+            Ok(_) => Err(DriveError::Unusable(
+                "engine returned a foreign buffer".into(),
+            )),
+            Err(e) => Err(DriveError::io(offset, len, e)),
+        }
+    }
+
     pub(crate) async fn flush(&self) -> Result<(), DriveError> {
         let res = self.engine.fdatasync(&self.file).await;
         res.map_err(|e| DriveError::io(0, self.info.capacity, e))

@@ -134,25 +134,6 @@ impl FileDrive {
         }
     }
 
-    /// Into the caller's memory: the engine's read fills it in place (a buffered file needs no
-    /// alignment).
-    async fn do_read_into(&self, offset: u64, buf: ReadBuf) -> Result<Bytes, DriveError> {
-        let len = buf.len() as u64;
-        check_range(&self.io.info, offset, len)?;
-        match self
-            .io
-            .engine
-            .read_exact_at(&self.io.file, Buf::Into(buf), offset)
-            .await
-        {
-            Ok(Buf::Into(buf)) => Ok(buf.filled()),
-            Ok(_) => Err(DriveError::Unusable(
-                "engine returned a foreign buffer".into(),
-            )),
-            Err(e) => Err(DriveError::io(offset, len, e)),
-        }
-    }
-
     async fn do_write(&self, offset: u64, data: Bytes, fua: bool) -> Result<(), DriveError> {
         let len = data.len() as u64;
         check_range(&self.io.info, offset, len)?;
@@ -180,7 +161,8 @@ impl Drive for FileDrive {
     }
 
     fn read_into(&self, offset: u64, buf: ReadBuf) -> BoxFuture<'_, Result<Bytes, DriveError>> {
-        Box::pin(self.do_read_into(offset, buf))
+        // A buffered file needs no alignment: the engine fills the memory in place.
+        Box::pin(self.io.read_into(offset, buf))
     }
 
     fn write(&self, offset: u64, data: Bytes, fua: bool) -> BoxFuture<'_, Result<(), DriveError>> {

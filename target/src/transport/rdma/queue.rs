@@ -674,20 +674,10 @@ impl Connection {
         mut resp: Response,
         at: usize,
     ) -> Result<(), ConnError> {
-        let k = self.slots[slot].keyed.expect("read data goes by keyed SGL");
         let data = std::mem::take(&mut resp.data);
-        let len = data.len().min(k.length as usize);
+        let len = data.len();
         self.slots[slot].lent = Some(data);
-        let write = SendWr {
-            wr_id: wr_id(WR_WRITE, slot),
-            op: SendOp::Write {
-                remote: k.address,
-                rkey: k.key,
-            },
-            signaled: false,
-            local: (at, len as u32),
-        };
-        self.post_response(queue, slot, resp, Some(write))
+        self.post_write_and_response(queue, slot, resp, at, len)
     }
 
     /// RDMA WRITEs the answer's data into the host's buffer, then the response.
@@ -703,6 +693,20 @@ impl Connection {
         // SAFETY: the run belongs to this slot and no work request uses it yet.
         unsafe { self.pool.slice_mut(run, len) }.copy_from_slice(&resp.data[..len]);
         let at = self.pool.offset(run);
+        self.post_write_and_response(queue, slot, resp, at, len)
+    }
+
+    /// RDMA WRITEs `len` bytes at `at` in the region (no more than the host's buffer takes)
+    /// into the host's buffer, then the response.
+    fn post_write_and_response(
+        &mut self,
+        queue: &Queue,
+        slot: usize,
+        resp: Response,
+        at: usize,
+        len: usize,
+    ) -> Result<(), ConnError> {
+        let k = self.slots[slot].keyed.expect("read data goes by keyed SGL");
         let write = SendWr {
             wr_id: wr_id(WR_WRITE, slot),
             op: SendOp::Write {
@@ -710,7 +714,7 @@ impl Connection {
                 rkey: k.key,
             },
             signaled: false,
-            local: (at, len as u32),
+            local: (at, len.min(k.length as usize) as u32),
         };
         self.post_response(queue, slot, resp, Some(write))
     }
