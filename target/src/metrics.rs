@@ -53,10 +53,10 @@ pub fn snapshot(manager: &Manager) -> Snapshot {
         // A drive exported in several namespaces: the sum over them.
         for ns in &namespaces {
             let s = &ns.stats;
-            d.read_ops += s.read_commands.load(Relaxed);
-            d.write_ops += s.write_commands.load(Relaxed);
-            d.read_bytes += s.bytes_read.load(Relaxed);
-            d.write_bytes += s.bytes_written.load(Relaxed);
+            d.read_ops += s.read_commands();
+            d.write_ops += s.write_commands();
+            d.read_bytes += s.bytes_read();
+            d.write_bytes += s.bytes_written();
             for c in s.io.all() {
                 d.other_ops += c.other_commands.load(Relaxed);
                 d.errors += c.errors.load(Relaxed);

@@ -71,23 +71,35 @@ fn stripe() -> usize {
 /// A namespace's counters, for its SMART log and the metrics.
 #[derive(Default)]
 pub struct NamespaceStats {
-    pub read_commands: AtomicU64,
-    pub write_commands: AtomicU64,
-    pub bytes_read: AtomicU64,
-    pub bytes_written: AtomicU64,
     pub media_errors: AtomicU64,
-    /// Latencies, other commands, errors (metrics), per thread.
+    /// Commands, bytes, latencies, errors, per thread: a namespace's queues run on several
+    /// reactors (a host's queues spread over the box's cores), and counters they all added to
+    /// moved one cache line between those cores on every command.
     pub io: Striped<DriveCounters>,
 }
 
 impl NamespaceStats {
     pub fn add_read(&self, bytes: u64) {
-        self.read_commands.fetch_add(1, Relaxed);
-        self.bytes_read.fetch_add(bytes, Relaxed);
+        let local = self.io.local();
+        local.read_commands.fetch_add(1, Relaxed);
+        local.bytes_read.fetch_add(bytes, Relaxed);
     }
     pub fn add_write(&self, bytes: u64) {
-        self.write_commands.fetch_add(1, Relaxed);
-        self.bytes_written.fetch_add(bytes, Relaxed);
+        let local = self.io.local();
+        local.write_commands.fetch_add(1, Relaxed);
+        local.bytes_written.fetch_add(bytes, Relaxed);
+    }
+    pub fn read_commands(&self) -> u64 {
+        self.io.all().map(|c| c.read_commands.load(Relaxed)).sum()
+    }
+    pub fn write_commands(&self) -> u64 {
+        self.io.all().map(|c| c.write_commands.load(Relaxed)).sum()
+    }
+    pub fn bytes_read(&self) -> u64 {
+        self.io.all().map(|c| c.bytes_read.load(Relaxed)).sum()
+    }
+    pub fn bytes_written(&self) -> u64 {
+        self.io.all().map(|c| c.bytes_written.load(Relaxed)).sum()
     }
     pub fn read_latency(&self, elapsed: Duration) {
         self.io.local().read_latency.observe(elapsed);
@@ -106,6 +118,10 @@ impl NamespaceStats {
 /// Per-drive figures the I/O path adds to (striped in [`NamespaceStats`]).
 #[derive(Default)]
 pub struct DriveCounters {
+    pub read_commands: AtomicU64,
+    pub write_commands: AtomicU64,
+    pub bytes_read: AtomicU64,
+    pub bytes_written: AtomicU64,
     pub read_latency: LatencyHistogram,
     pub write_latency: LatencyHistogram,
     /// Flush, Write Zeroes and Dataset Management commands completed.

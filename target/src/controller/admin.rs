@@ -295,10 +295,10 @@ impl Controller {
         for ns in namespaces {
             let s = &ns.stats;
             // Data units are thousands of 512-byte units, rounded up.
-            log.data_units_read += (s.bytes_read.load(Relaxed) as u128 / 512).div_ceil(1000);
-            log.data_units_written += (s.bytes_written.load(Relaxed) as u128 / 512).div_ceil(1000);
-            log.host_read_commands += s.read_commands.load(Relaxed) as u128;
-            log.host_write_commands += s.write_commands.load(Relaxed) as u128;
+            log.data_units_read += (s.bytes_read() as u128 / 512).div_ceil(1000);
+            log.data_units_written += (s.bytes_written() as u128 / 512).div_ceil(1000);
+            log.host_read_commands += s.read_commands() as u128;
+            log.host_write_commands += s.write_commands() as u128;
             log.media_errors += s.media_errors.load(Relaxed) as u128;
             if ns.drive.fault().is_some() {
                 // It lost a write and refuses changes until an operator clears it.

@@ -26,6 +26,9 @@ impl Controller {
 
     /// A namespace of this controller's subsystem was added, removed or changed.
     pub fn namespace_changed(&self, nsid: u32) {
+        for cache in self.namespace_caches.lock().unwrap().iter() {
+            cache.forget(nsid);
+        }
         {
             let mut st = self.state.lock().unwrap();
             if !st.changed_namespaces.contains(&nsid) {

@@ -133,6 +133,8 @@ impl Queue {
             qid,
             entries,
             sq_flow_disabled,
+            teardown: ctrl.teardown.child_token(),
+            namespaces: ctrl.new_namespace_cache(),
         }) {
             // A second Connect raced the first on this queue.
             if qid != 0 {

@@ -12,6 +12,7 @@ use fabrik_proto::nvme::io::{DsmRange, IoCommand, DSM_RANGE_LEN};
 use fabrik_proto::nvme::NSID_BROADCAST;
 use fabrik_proto::Status;
 
+use super::ns_cache::{NamespaceCache, QueueNamespace};
 use super::queue::{IoRequest, Response};
 use super::{limits, Controller};
 use crate::backend::DriveError;
@@ -33,7 +34,8 @@ impl Controller {
         &self,
         cmd: &IoCommand,
         transfer_len: u32,
-    ) -> Result<Option<Arc<Namespace>>, Status> {
+        namespaces: &NamespaceCache,
+    ) -> Result<Option<QueueNamespace>, Status> {
         self.keep_alive();
         if let IoCommand::Flush {
             nsid: NSID_BROADCAST,
@@ -41,7 +43,7 @@ impl Controller {
         {
             return Ok(None);
         }
-        let ns = self.namespace_for_io(cmd.nsid())?;
+        let ns = namespaces.get(cmd.nsid(), || self.namespace_for_io(cmd.nsid()))?;
         let bs = ns.block_size();
         match *cmd {
             IoCommand::Read { slba, nlb, .. }
@@ -88,7 +90,7 @@ impl Controller {
             None => return Ok(Response::status(self.flush_all().await)),
             Some(ns) if ns.is_ready() && !ns.is_removed() => ns,
             // Removed or replaced while the command's data was in flight: looked up again.
-            Some(_) => self.namespace_for_io(cmd.nsid())?,
+            Some(_) => Arc::new(self.namespace_for_io(cmd.nsid())?),
         };
         let bs = ns.block_size() as u64;
         match cmd {

@@ -15,6 +15,7 @@ mod events;
 mod fabrics;
 mod io;
 mod keepalive;
+pub mod ns_cache;
 mod parked;
 pub mod queue;
 mod registry;
@@ -118,6 +119,9 @@ pub struct Controller {
     /// What every I/O command asks, kept outside `state` so that queues on several cores
     /// read them without taking its lock (see `LiveFlags`).
     live: LiveFlags,
+    /// The namespace caches of the queues bound to this controller, told when a namespace
+    /// changes.
+    namespace_caches: Mutex<Vec<Arc<ns_cache::NamespaceCache>>>,
 }
 
 /// Controller state every I/O command reads: atomics, written rarely.
@@ -195,6 +199,7 @@ impl Controller {
             live_queues: std::sync::atomic::AtomicUsize::new(0),
             drained: Notify::new(),
             live: LiveFlags::default(),
+            namespace_caches: Mutex::new(Vec::new()),
         }
     }
 
@@ -290,6 +295,22 @@ impl Controller {
     }
 
     /// Binds I/O queue `qid`; false if it is already bound.
+    /// A namespace cache for a queue binding to this controller (see `ns_cache`).
+    pub fn new_namespace_cache(&self) -> Arc<ns_cache::NamespaceCache> {
+        let cache = Arc::new(ns_cache::NamespaceCache::default());
+        self.namespace_caches.lock().unwrap().push(cache.clone());
+        cache
+    }
+
+    /// Its queue is gone: it holds no namespace any more.
+    pub fn drop_namespace_cache(&self, cache: &Arc<ns_cache::NamespaceCache>) {
+        cache.clear();
+        self.namespace_caches
+            .lock()
+            .unwrap()
+            .retain(|c| !Arc::ptr_eq(c, cache));
+    }
+
     pub fn attach_io_queue(&self, qid: u16) -> bool {
         self.state.lock().unwrap().io_queues.insert(qid)
     }

@@ -12,10 +12,12 @@ use fabrik_proto::nvme::admin::AdminCommand;
 use fabrik_proto::nvme::io::IoCommand;
 use fabrik_proto::nvme::{admin_opcode, data_direction, DataDirection};
 use fabrik_proto::{Sqe, Status};
+use tokio_util::sync::CancellationToken;
 
+use super::ns_cache::{NamespaceCache, QueueNamespace};
 use super::{limits, Controller, PortInfo, TargetState};
 use crate::backend::ReadBuf;
-use crate::model::{Namespace, Port};
+use crate::model::Port;
 
 /// A queue bound to its controller by Connect.
 pub struct Binding {
@@ -25,6 +27,13 @@ pub struct Binding {
     pub entries: u32,
     /// The host disabled SQ flow control (Connect CATTR bit 2): SQHD is not reported.
     pub sq_flow_disabled: bool,
+    /// Cancelled when the controller is torn down: this queue's own child of the controller's
+    /// token. A queue looks at it on every turn of its loop, and a token's state sits behind a
+    /// lock: one shared by the controller's queues on other cores would be a contended lock per
+    /// turn (see `transport::tcp::serve_connection`).
+    pub teardown: CancellationToken,
+    /// The namespaces this queue's commands named lately.
+    pub(super) namespaces: Arc<NamespaceCache>,
 }
 
 /// A parsed command, checked as far as possible before its data arrives.
@@ -89,7 +98,7 @@ pub enum Command {
 /// Flush), looked up once for both steps.
 pub struct IoRequest {
     pub cmd: IoCommand,
-    pub(super) ns: Option<Arc<Namespace>>,
+    pub(super) ns: Option<QueueNamespace>,
     /// Where a Read's data goes, when the transport lent memory for it (`Admitted::read_into`).
     pub(super) into: Option<ReadBuf>,
 }
@@ -238,7 +247,7 @@ impl Queue {
                     return Err(Status::COMMAND_SEQUENCE_ERROR);
                 }
                 let cmd = IoCommand::parse(sqe)?;
-                let ns = b.ctrl.admit_io(&cmd, transfer_len)?;
+                let ns = b.ctrl.admit_io(&cmd, transfer_len, &b.namespaces)?;
                 Command::Io(IoRequest {
                     cmd,
                     ns,
@@ -314,6 +323,7 @@ impl Queue {
     /// to the backend (so the controller's queues can be counted as drained).
     pub fn closed(&self) {
         if let Some(b) = self.binding.get() {
+            b.ctrl.drop_namespace_cache(&b.namespaces);
             if b.qid == 0 {
                 b.ctrl.shut_down("admin queue closed");
             } else {

@@ -89,10 +89,10 @@ impl Manager {
             media_errors: count(|n| n.stats.media_errors.load(Relaxed)),
             critical_warnings: 0,
             power_on_hours: self.target.started.elapsed().as_secs() / 3600,
-            read_commands: count(|n| n.stats.read_commands.load(Relaxed)),
-            write_commands: count(|n| n.stats.write_commands.load(Relaxed)),
-            bytes_read: count(|n| n.stats.bytes_read.load(Relaxed)),
-            bytes_written: count(|n| n.stats.bytes_written.load(Relaxed)),
+            read_commands: count(|n| n.stats.read_commands()),
+            write_commands: count(|n| n.stats.write_commands()),
+            bytes_read: count(|n| n.stats.bytes_read()),
+            bytes_written: count(|n| n.stats.bytes_written()),
         };
         match self.drives.get(drive).and_then(|d| d.smart_log()) {
             None => {}

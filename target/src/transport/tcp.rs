@@ -19,6 +19,7 @@ use fabrik_proto::tcp::{
     Role, TermReq, R2T,
 };
 use fabrik_proto::{SglDescriptor, Status};
+use futures_util::future::OptionFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -45,6 +46,8 @@ const IC_TIMEOUT: Duration = Duration::from_secs(10);
 /// A queue not connected to a controller this long after its ICResp is closed: hosts send
 /// Connect at once, and a connection that never does only holds a descriptor.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Segments (PDU headers, data payloads) one write sends at most; IOV_MAX is 1024.
+const MAX_SEGMENTS_PER_WRITE: usize = 256;
 
 /// What NVMe/TCP offers: data in the byte stream (in-capsule or by R2T and C2HData), no
 /// access to host memory, no security (SECTYPE 0).
@@ -174,6 +177,11 @@ async fn serve_connection(
     port: Port,
     stop: CancellationToken,
 ) -> Result<(), ConnError> {
+    // The connection's own child of the listener's token. Its loop looks at its stop and
+    // teardown tokens on every turn, and a token's state and waiters sit behind locks: through
+    // the listener's token, which every connection on every reactor shares, each turn took a
+    // lock contended across cores.
+    let stop = stop.child_token();
     stream.set_nodelay(true)?;
     let local = stream.local_addr()?;
     let (reader, writer) = stream.into_split();
@@ -311,12 +319,9 @@ impl Connection {
             if stopping && inflight.len() <= self.books.parked() {
                 return Ok(());
             }
-            let teardown = queue
-                .controller()
-                .map(|c| c.teardown.clone())
-                .unwrap_or_default();
+            let teardown = OptionFuture::from(queue.binding().map(|b| b.teardown.cancelled()));
             tokio::select! {
-                _ = teardown.cancelled() => return Ok(()),
+                Some(()) = teardown => return Ok(()),
                 _ = tokio::time::sleep_until(connect_deadline), if queue.binding().is_none() => {
                     return Err(ConnError::ConnectTimeout(CONNECT_TIMEOUT));
                 }
@@ -731,13 +736,15 @@ impl Connection {
             self.segments.push_back(self.out.split().freeze());
         }
         while !self.segments.is_empty() {
-            let slices: Vec<IoSlice<'_>> = self
-                .segments
-                .iter()
-                .take(64)
-                .map(|b| IoSlice::new(b))
-                .collect();
-            let mut n = self.writer.write_vectored(&slices).await?;
+            // Up to 128 read responses per system call. At 32 (64 segments), 4K random reads
+            // at QD32 on the H200 machine took 1.7 writes per receive of commands.
+            let mut slices = [IoSlice::new(&[]); MAX_SEGMENTS_PER_WRITE];
+            let mut count = 0;
+            for (slice, segment) in slices.iter_mut().zip(&self.segments) {
+                *slice = IoSlice::new(segment);
+                count += 1;
+            }
+            let mut n = self.writer.write_vectored(&slices[..count]).await?;
             if n == 0 {
                 return Err(ConnError::Io(std::io::ErrorKind::WriteZero.into()));
             }

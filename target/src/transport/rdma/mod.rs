@@ -281,6 +281,10 @@ async fn serve_queue(
     let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
     let (local, peer) = (local.unwrap_or(port.addr), peer.unwrap_or(unspecified));
     let queue = Queue::new(target, port, local, peer);
+    // The queue's own child token: a busy queue looks at it on every pass, and through the
+    // listener's token, shared by every queue, that was a lock contended across cores (as on
+    // NVMe/TCP: see `tcp::serve_connection`).
+    let stop = stop.child_token();
     tracing::debug!(%peer, qid = req.qid, entries = req.entries(), "NVMe/RDMA queue connected");
     let result = conn.run(&queue, &mut events, &stop).await;
     queue.closed();

@@ -26,6 +26,7 @@ use bytes::Bytes;
 use fabrik_proto::nvme::cqe::CQE_LEN;
 use fabrik_proto::nvme::sqe::SQE_LEN;
 use fabrik_proto::{SglDescriptor, Sqe, Status};
+use futures_util::future::OptionFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -244,11 +245,7 @@ impl Connection {
             if stopping && inflight.len() <= self.books.parked() && self.sends_outstanding == 0 {
                 return Ok(());
             }
-            let teardown = queue
-                .controller()
-                .map(|c| c.teardown.clone())
-                .unwrap_or_default();
-            if teardown.is_cancelled() {
+            if queue.binding().is_some_and(|b| b.teardown.is_cancelled()) {
                 return Ok(());
             }
             if worked && !poll_window.is_zero() {
@@ -283,7 +280,7 @@ impl Connection {
                     Some(kind) if self.on_cm_event(kind) => {}
                     _ => return Ok(()),
                 },
-                _ = teardown.cancelled() => return Ok(()),
+                Some(()) = OptionFuture::from(queue.binding().map(|b| b.teardown.cancelled())) => return Ok(()),
                 _ = tokio::time::sleep_until(connect_deadline), if queue.binding().is_none() => {
                     return Err(ConnError::Protocol("no Connect within 10 s of the connection"));
                 }
