@@ -60,19 +60,32 @@ impl Admitted {
     /// transfer) is where the drive reads into, and the response's data lies in it. Any other
     /// command, or a buffer of another size, gives `buf` back.
     pub fn read_into(&mut self, buf: ReadBuf) -> Result<(), ReadBuf> {
+        if !self.reads_into_lent_memory()
+            || buf.len() != self.transfer_len as usize
+            || buf.is_empty()
+        {
+            return Err(buf);
+        }
         match &mut self.command {
-            Command::Io(
-                io @ IoRequest {
-                    cmd: IoCommand::Read { .. },
-                    ns: Some(_),
-                    ..
-                },
-            ) if buf.len() == self.transfer_len as usize && !buf.is_empty() => {
+            Command::Io(io) => {
                 io.into = Some(buf);
                 Ok(())
             }
             _ => Err(buf),
         }
+    }
+
+    /// A Read of a namespace: the one command `read_into` takes memory for (a transport
+    /// asks before it takes any).
+    pub fn reads_into_lent_memory(&self) -> bool {
+        matches!(
+            self.command,
+            Command::Io(IoRequest {
+                cmd: IoCommand::Read { .. },
+                ns: Some(_),
+                ..
+            })
+        )
     }
 }
 

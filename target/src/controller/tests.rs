@@ -230,6 +230,7 @@ async fn a_read_given_memory_answers_with_its_data_there_and_other_commands_give
     let Route::Execute(mut cmd, none) = io.queue.route(&read.to_sqe(2), 8192, None) else {
         panic!("a read executes at once");
     };
+    assert!(cmd.reads_into_lent_memory());
     let buf = lender.buf(8192, 0xa5);
     let at = buf.as_slice().as_ptr() as usize;
     cmd.read_into(buf).expect("a read takes the memory");
@@ -255,6 +256,7 @@ async fn a_read_given_memory_answers_with_its_data_there_and_other_commands_give
     let Route::FetchData(mut cmd) = io.queue.route(&write.to_sqe(4), 8192, None) else {
         panic!("a write fetches its data");
     };
+    assert!(!cmd.reads_into_lent_memory());
     assert!(cmd.read_into(lender.buf(8192, 0)).is_err());
     let identify = AdminCommand::Identify {
         nsid: 0,
@@ -265,6 +267,10 @@ async fn a_read_given_memory_answers_with_its_data_there_and_other_commands_give
     let Route::Execute(mut cmd, _) = admin.queue.route(&identify.to_sqe(9), 4096, None) else {
         panic!("identify executes at once");
     };
+    assert!(
+        !cmd.reads_into_lent_memory(),
+        "a transport lends it nothing"
+    );
     assert!(cmd.read_into(lender.buf(4096, 0)).is_err());
     assert_eq!(
         lender.out.load(Ordering::SeqCst),
@@ -388,4 +394,48 @@ async fn a_write_admitted_before_its_namespace_went_away_follows_the_nsid() {
     let untouched = first.read(3 * 4096, 4096).await.unwrap();
     assert!(untouched.iter().all(|&b| b == 0));
     assert!(old.is_removed());
+}
+
+#[tokio::test]
+async fn queues_keep_no_namespace_once_it_is_removed_or_they_close() {
+    let target = target();
+    let sub = target.subsystem(SUBNQN).unwrap();
+    let (_admin, cntlid) = enabled_controller(&target).await;
+    let mut io = TestQueue::new(&target, 1, 8);
+    assert_eq!(io.connect(1, 7, 0, cntlid).await.status, Status::SUCCESS);
+    let read = |cid| {
+        IoCommand::Read {
+            nsid: 1,
+            slba: 0,
+            nlb: 1,
+            fua: false,
+        }
+        .to_sqe(cid)
+    };
+    let drive = Arc::new(RamDrive::new(1 << 20, 4096).unwrap());
+    let ns = Arc::new(Namespace::new(1, "01", drive.clone(), "seed1"));
+    sub.add_namespace(ns.clone());
+    let (cqe, _) = io.submit_read(read(1), 4096).await;
+    assert_eq!(cqe.status, Status::SUCCESS);
+    assert_eq!(
+        Arc::strong_count(&ns),
+        3,
+        "this test, the subsystem, the queue's cache"
+    );
+    // Removed, nothing else holds it, nor its drive (a file drive: its lock on the file).
+    drop(sub.remove_namespace(1));
+    assert_eq!(Arc::strong_count(&ns), 1);
+    drop(ns);
+    assert_eq!(Arc::strong_count(&drive), 1);
+    let (cqe, _) = io.submit_read(read(2), 4096).await;
+    assert_eq!(cqe.status, Status::INVALID_NAMESPACE);
+
+    // A queue that closes lets go of what it cached.
+    let ns = Arc::new(Namespace::new(1, "02", drive, "seed2"));
+    sub.add_namespace(ns.clone());
+    let (cqe, _) = io.submit_read(read(3), 4096).await;
+    assert_eq!(cqe.status, Status::SUCCESS);
+    assert_eq!(Arc::strong_count(&ns), 3);
+    io.queue.closed();
+    assert_eq!(Arc::strong_count(&ns), 2);
 }

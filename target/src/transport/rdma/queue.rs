@@ -35,7 +35,6 @@ use tokio_util::sync::CancellationToken;
 use super::pool::{Lease, Pool, Run};
 use crate::controller::books::{Arrival, QueueBooks};
 use crate::controller::{limits, Admitted, Queue, Response, Route};
-use fabrik_proto::nvme::DataDirection;
 use fabrik_rdma::{self as verbs, Completion, QpSizes, QueuePair, SendOp, SendWr, SharedRecv};
 
 /// Unit of the data buffer pool: a transfer takes a run of whole chunks (see `pool`).
@@ -510,7 +509,9 @@ impl Connection {
     /// answer's data (copied into a run when one is free).
     fn lend_for_read(&mut self, cmd: &mut Admitted) {
         let len = cmd.transfer_len as usize;
-        if len == 0 || cmd.direction != DataDirection::ToHost {
+        // Admin commands' data (Identify, log pages) goes the copying way: a run taken for it
+        // would only go straight back.
+        if len == 0 || !cmd.reads_into_lent_memory() {
             return;
         }
         let Some(run) = self.pool.take(self.pool.chunks_for(len)) else {
@@ -518,7 +519,6 @@ impl Connection {
         };
         // SAFETY: just taken; no work request uses it until the read's data is sent.
         let buf = unsafe { self.pool.lend_for_read(run, len) };
-        // Not a Read (an admin command's data): the buffer goes back as it drops.
         let _ = cmd.read_into(buf);
     }
 
