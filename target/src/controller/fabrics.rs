@@ -134,7 +134,7 @@ impl Queue {
             entries,
             sq_flow_disabled,
             teardown: ctrl.teardown.child_token(),
-            namespaces: ctrl.new_namespace_cache(),
+            namespaces: Arc::default(),
         }) {
             // A second Connect raced the first on this queue.
             if qid != 0 {

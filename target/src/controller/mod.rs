@@ -294,16 +294,14 @@ impl Controller {
             .swap(false, std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Binds I/O queue `qid`; false if it is already bound.
-    /// A namespace cache for a queue binding to this controller (see `ns_cache`).
-    pub fn new_namespace_cache(&self) -> Arc<ns_cache::NamespaceCache> {
-        let cache = Arc::new(ns_cache::NamespaceCache::default());
+    /// A queue bound to this controller: its namespace cache is told of namespace changes
+    /// from now on (see `ns_cache`).
+    fn watch_namespace_cache(&self, cache: &Arc<ns_cache::NamespaceCache>) {
         self.namespace_caches.lock().unwrap().push(cache.clone());
-        cache
     }
 
     /// Its queue is gone: it holds no namespace any more.
-    pub fn drop_namespace_cache(&self, cache: &Arc<ns_cache::NamespaceCache>) {
+    fn drop_namespace_cache(&self, cache: &Arc<ns_cache::NamespaceCache>) {
         cache.clear();
         self.namespace_caches
             .lock()
@@ -311,6 +309,7 @@ impl Controller {
             .retain(|c| !Arc::ptr_eq(c, cache));
     }
 
+    /// Binds I/O queue `qid`; false if it is already bound.
     pub fn attach_io_queue(&self, qid: u16) -> bool {
         self.state.lock().unwrap().io_queues.insert(qid)
     }

@@ -60,14 +60,9 @@ impl Admitted {
     /// transfer) is where the drive reads into, and the response's data lies in it. Any other
     /// command, or a buffer of another size, gives `buf` back.
     pub fn read_into(&mut self, buf: ReadBuf) -> Result<(), ReadBuf> {
-        if !self.reads_into_lent_memory()
-            || buf.len() != self.transfer_len as usize
-            || buf.is_empty()
-        {
-            return Err(buf);
-        }
+        let fits = buf.len() == self.transfer_len as usize && !buf.is_empty();
         match &mut self.command {
-            Command::Io(io) => {
+            Command::Io(io) if fits && io.reads_a_namespace() => {
                 io.into = Some(buf);
                 Ok(())
             }
@@ -78,14 +73,7 @@ impl Admitted {
     /// A Read of a namespace: the one command `read_into` takes memory for (a transport
     /// asks before it takes any).
     pub fn reads_into_lent_memory(&self) -> bool {
-        matches!(
-            self.command,
-            Command::Io(IoRequest {
-                cmd: IoCommand::Read { .. },
-                ns: Some(_),
-                ..
-            })
-        )
+        matches!(&self.command, Command::Io(io) if io.reads_a_namespace())
     }
 }
 
@@ -114,6 +102,12 @@ pub struct IoRequest {
     pub(super) ns: Option<QueueNamespace>,
     /// Where a Read's data goes, when the transport lent memory for it (`Admitted::read_into`).
     pub(super) into: Option<ReadBuf>,
+}
+
+impl IoRequest {
+    fn reads_a_namespace(&self) -> bool {
+        matches!(self.cmd, IoCommand::Read { .. }) && self.ns.is_some()
+    }
 }
 
 impl std::fmt::Debug for IoRequest {
@@ -195,10 +189,11 @@ impl Queue {
     }
 
     pub(super) fn bind(&self, binding: Binding) -> bool {
-        let ctrl = binding.ctrl.clone();
+        let (ctrl, namespaces) = (binding.ctrl.clone(), binding.namespaces.clone());
         let bound = self.binding.set(binding).is_ok();
         if bound {
             ctrl.queue_bound();
+            ctrl.watch_namespace_cache(&namespaces);
         }
         bound
     }
