@@ -8,6 +8,9 @@
 #   tests/benches/rdma-ab.sh LABEL=FABRIKD [LABEL=FABRIKD ...]   (default: new=build/release/fabrikd)
 #
 # ROUNDS=3 SECS=8: rounds, and seconds per fio figure. FABRIKD_ARGS="...": extra fabrikd flags.
+# MTU=N: the guest veth pair's MTU (default 1500: a RoCE MTU of 1024). SMP=N: guest vCPUs (2).
+# After the table, per figure: where the guest's CPU went, and Soft-RoCE's error counters
+# (rcvd_seq_err / duplicate_request / out_of_seq_request growing: go-back-N retransmissions).
 # BACKEND=null: fabrikd's drive (null, or ram: data that must be read into the registered buffers).
 # Figures: 4K random read at QD32 x 2 jobs (IOPS), 128K sequential read at QD16 (MB/s); fabrikd
 # serves one drive, nvmet-rdma one null_blk device.
@@ -28,4 +31,4 @@ done
 "$REPO/tests/interop/vm.sh" prepare >/dev/null
 SHARE_DIR=$share TIMEOUT=${TIMEOUT:-3000} "$REPO/tests/interop/vm.sh" run \
   "$REPO/tests/benches/rdma-ab-guest.sh" "LABELS=${labels[*]}" "ROUNDS=${ROUNDS:-3}" \
-  "SECS=${SECS:-8}" "BACKEND=${BACKEND:-null}" "FABRIKD_ARGS=${FABRIKD_ARGS:-}"
+  "SECS=${SECS:-8}" "BACKEND=${BACKEND:-null}" "FABRIKD_ARGS=${FABRIKD_ARGS:-}" "MTU=${MTU:-}"
