@@ -141,7 +141,8 @@ echo
 echo "Medians of $ROUNDS alternated rounds, $SECS s each; backend $BACKEND; $N namespaces;"
 echo "4k QD32/128k: IOPS / GB/s (higher is better); qd1: average latency in us (lower is better);"
 echo "idle: target CPU (% of one core) with no host, and with 24 hosts sending only keep-alives;"
-echo "cpu: the target's CPU during the figure (% of one core)."
+echo "cpu: the target's CPU during the figure (% of one core). Ratios: of the medians, and in"
+echo "brackets the lowest and highest ratio within one round."
 python3 - "$work/results.tsv" $TARGETS <<'EOF'
 import sys, statistics, collections
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
@@ -161,7 +162,11 @@ for cores, name in order:
     ratio = []
     for l in labels[1:]:
         r = med[l] / med[ref] if med[ref] else float("nan")
-        ratio.append(f"{r:.2f}x")
+        # The spread of the ratio within each round (targets alternated in one round ran
+        # seconds apart; the machine drifts more between rounds).
+        per_round = [a / b for a, b in zip(vals[cores, name, l], vals[cores, name, ref]) if b]
+        spread = f" ({min(per_round):.2f}-{max(per_round):.2f})" if len(per_round) > 1 else ""
+        ratio.append(f"{r:.2f}x{spread}")
     line = [cores, name] + [fmt(med[l]) for l in labels] + ratio + [f"{cpu[l]:.0f}%" for l in labels]
     print("| " + " | ".join(line) + " |")
 EOF
