@@ -46,17 +46,22 @@ struct ChunkMem {
 unsafe impl Send for ChunkMem {}
 unsafe impl Sync for ChunkMem {}
 
-/// What a mapping of `len` bytes spans: whole pages.
+/// What a mapping of `len` bytes spans: whole pages (4 KiB on x86-64; 16 or 64 KiB on some
+/// Arm machines, where unmapping a 4 KiB-rounded length would leave pages behind).
 fn mapped_len(len: usize) -> usize {
-    len.next_multiple_of(4096)
+    // SAFETY: sysconf reads a constant of the system.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    len.next_multiple_of(usize::try_from(page).unwrap_or(4096).max(4096))
 }
 
 impl ChunkMem {
     /// `len` zero bytes, not yet touched: the kernel supplies zeroed pages at their first write
     /// (a chunk advised MADV_HUGEPAGE gets one 2 MiB page there, where the kernel allows).
     /// The allocator's memory had to be zeroed by hand, a second clearing of a page the kernel
-    /// had just cleared (a new chunk took 547 µs that way and 403 µs mapped, medians of 5
-    /// alternated rounds of 256 chunks on the development VM).
+    /// had just cleared (a C program doing each way's calls took 547 µs per new chunk that way
+    /// and 403 µs mapped: medians of 5 alternated rounds of 256 chunks on the development VM).
+    /// A copy-on-write copy (`copy_of`) now meets the kernel's clearing before its copy, where
+    /// it used to copy into uncleared memory: rare (a write while a read holds the chunk).
     fn zeroed(len: usize) -> Option<ChunkMem> {
         if len == 0 {
             return None;
@@ -82,7 +87,8 @@ impl ChunkMem {
         let head = (base as usize).next_multiple_of(CHUNK) - base as usize;
         let tail = span - head - size;
         // SAFETY: both ranges lie inside the mapping just made (page-aligned: the mapping,
-        // CHUNK and `size` are), and nothing refers to them.
+        // CHUNK and `size` are; CHUNK is a multiple of every page size), and nothing refers to
+        // them.
         unsafe {
             if head > 0 {
                 libc::munmap(base, head);
