@@ -8,7 +8,7 @@ ROUNDS=${ROUNDS:-3} SECS=${SECS:-8} LABELS=${LABELS:?} BACKEND=${BACKEND:-null}
 rxe_pair_setup >/dev/null || { echo "FAIL: Soft-RoCE setup"; exit 1; }
 # MTU=N: the veth pair's MTU (Soft-RoCE takes the largest RoCE MTU under it: 1500 gives 1024).
 if [ -n "${MTU:-}" ]; then ip link set veth0 mtu "$MTU"; ip link set veth1 mtu "$MTU"; fi
-rdma link show | tr '\n' ' '; echo
+ibv_devinfo 2>/dev/null | awk '/hca_id/ {d = $2} /active_mtu/ {printf "%s RoCE MTU %s; ", d, $2} END {print ""}'
 ping -c1 -W2 "$RXE_IP0" >/dev/null 2>&1
 TRADDR=$RXE_IP0 KNQN=nqn.2024-01.io.fabrik:ab:nvmet
 modprobe null_blk nr_devices=1 gb=1 bs=4096 && modprobe nvmet-rdma || { echo "FAIL: null_blk/nvmet-rdma"; exit 1; }
@@ -22,7 +22,7 @@ fio_figure() {  # dev rw bs iodepth numjobs -> IOPS or MB/s (128K)
       > $out 2>&1 || { tail -3 $out >&2; return 1; }
   grep ';' $out | tail -1 | awk -F';' -v bs="$3" '{ print (bs == "4k") ? $8 : int($7 * 1024 / 1000000) }'
 }
-# Where the guest's CPU went during a figure (% of all vCPUs: user, system, softirq, idle) and
+# Where the guest's CPU went during a figure (user, system, softirq, idle: shares of their sum) and
 # what Soft-RoCE counted meanwhile (retries, RNR, out-of-sequence): a flat figure with idle vCPUs
 # is waiting, not work.
 cpu_now() { awk '$1=="cpu"{print $2+$3, $4, $8, $5+$6}' /proc/stat; }

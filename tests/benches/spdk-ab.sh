@@ -33,6 +33,8 @@ if [ "$BACKEND" = ram ] && [ "$(id -u)" = 0 ]; then
 fi
 # shellcheck source=/dev/null
 . "$SPDK/env.sh"
+# shellcheck source=tests/benches/spdk-lib.sh
+. "$REPO/tests/benches/spdk-lib.sh"
 work=$(mktemp -d)
 port=$((20000 + RANDOM % 20000))
 pid=
@@ -63,17 +65,9 @@ start_target() { # LABEL CORES
     export SPDK_LOG=$work/nvmf_tgt.log
     pid=$("$SPDK/tgt.sh" "$(mask_of "$cores")" "$N" "$port" box "$bdev")
   else
-    rm -rf "$work/data"; mkdir -p "$work/data"
-    taskset -c "$cores" "$bin" --cores "$cores" --data-dir "$work/data" --listen "127.0.0.1:$port" \
-      --backend "$BACKEND" --drives "$N" --drive-size 1G --box-name box \
-      --api off --api-socket off --metrics off >"$work/fabrikd.log" 2>&1 &
-    pid=$!
-    for _ in $(seq 100); do grep -q "listener" "$work/fabrikd.log" && break; sleep 0.1; done
-    grep -q "listener" "$work/fabrikd.log" || { cat "$work/fabrikd.log"; exit 1; }
+    start_fabrikd "$bin" "$cores" "$port"
   fi
-  if [ "$BACKEND" != null ]; then # reads should touch written memory
-    "$SPDK/perf.sh" "$N" "$port" box -c "$PERF_CORES" -q 8 -o 1048576 -w write -t 2 >/dev/null 2>&1 || true
-  fi
+  precondition "$port"
 }
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }

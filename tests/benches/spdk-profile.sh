@@ -8,7 +8,7 @@
 # CORES=0-3 BACKEND=null|ram|file WORKLOAD="-q 32 -o 4096 -w randread" TOP=40: profile lines.
 # PERF="perf": the perf command (a machine without it: a copied perf run through its own
 #   loader, e.g. PERF="/tmp/perfkit/ld-linux-x86-64.so.2 --library-path /tmp/perfkit /tmp/perfkit/perf").
-# With BACKEND=ram the drives are written whole first, so reads meet data, not unwritten chunks.
+# Drives that hold data are written first, as in spdk-ab.sh (see spdk-lib.sh's precondition).
 set -euo pipefail
 REPO=$(cd "$(dirname "$(readlink -f "$0")")/../.." && pwd)
 BIN=${1:-$REPO/build/release/fabrikd}
@@ -23,20 +23,14 @@ N=${N:-4}
 [ -x "$SPDK/bin/nvmf_tgt" ] || { echo "no SPDK in $SPDK (set SPDK=...)"; exit 1; }
 # shellcheck source=/dev/null
 . "$SPDK/env.sh"
+# shellcheck source=tests/benches/spdk-lib.sh
+. "$REPO/tests/benches/spdk-lib.sh"
 work=$(mktemp -d)
 pid=
 trap '[ -n "$pid" ] && kill -INT "$pid" 2>/dev/null; rm -rf "$work"' EXIT
 port=$((20000 + RANDOM % 20000))
-mkdir -p "$work/data"
-taskset -c "$CORES" "$BIN" --cores "$CORES" --data-dir "$work/data" --listen "127.0.0.1:$port" \
-  --backend "$BACKEND" --drives "$N" --drive-size 1G --box-name box \
-  --api off --api-socket off --metrics off >"$work/fabrikd.log" 2>&1 &
-pid=$!
-for _ in $(seq 100); do grep -q "listener" "$work/fabrikd.log" && break; sleep 0.1; done
-if [ "$BACKEND" = ram ]; then
-  # 4 GiB at about 1 GiB/s per core of the initiator: long enough to write every chunk.
-  "$SPDK/perf.sh" "$N" "$port" box -c "$PERF_CORES" -q 8 -o 1048576 -w write -t 4 >/dev/null 2>&1 || true
-fi
+start_fabrikd "$BIN" "$CORES" "$port"
+precondition "$port"
 # shellcheck disable=SC2086
 "$SPDK/perf.sh" "$N" "$port" box -c "$PERF_CORES" $WORKLOAD -t 10 >"$work/perf.out" 2>&1 &
 load=$!
