@@ -47,7 +47,8 @@ unsafe impl Send for ChunkMem {}
 unsafe impl Sync for ChunkMem {}
 
 /// What a mapping of `len` bytes spans: whole pages (4 KiB on x86-64; 16 or 64 KiB on some
-/// Arm machines, where unmapping a 4 KiB-rounded length would leave pages behind).
+/// Arm machines, where a 4 KiB-rounded end is not page-aligned and the slack after it could
+/// not be unmapped).
 fn mapped_len(len: usize) -> usize {
     // SAFETY: sysconf reads a constant of the system.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
