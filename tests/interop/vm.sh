@@ -18,6 +18,8 @@
 #                   this host (nested kvm_pvm: emulation failures), see README.md
 #   SMP=2 MEM=4G    guest vCPUs / RAM
 #   TIMEOUT=600     host-side wall-clock limit (s) for the whole boot
+#   BOOT_TIMEOUT=300 BOOT_TRIES=3  a guest whose script has not started this long after
+#                   qemu began is powered off and booted again, up to BOOT_TRIES boots in all
 #   SHARE_DIR=dir   host dir exported read-write over virtio-9p, mounted at /share in guest
 #   EXTRA_DIR=dir   host dir copied into the per-run initramfs at /extra (no 9p needed)
 #                   (ELF files in SHARE_DIR/bin and EXTRA_DIR/bin get any shared library the
@@ -45,6 +47,8 @@ ACCEL=${ACCEL:-tcg}
 SMP=${SMP:-2}
 MEM=${MEM:-4G}
 TIMEOUT=${TIMEOUT:-600}
+BOOT_TIMEOUT=${BOOT_TIMEOUT:-300}
+BOOT_TRIES=${BOOT_TRIES:-3}
 ARCH_TRIPLET=x86_64-linux-gnu
 
 # Userspace packages whose executables go into the guest (e2fsprogs: ext4 data dirs on a
@@ -317,6 +321,37 @@ add_run_libs() {  # ELF $1 (a binary going to the guest via SHARE_DIR/EXTRA_DIR)
     fi
   done
 }
+# One boot, its console appended to $1 (line by line: `tr` alone holds a pipe's output back
+# in 4 KiB blocks). A TCG guest once hung before it reached its script (no console output in
+# 1200 s, qemu busy) and the next boot took 4 s: a boot whose script has not started within
+# BOOT_TIMEOUT is powered off here and reported as 200, for another try.
+boot_once() {  # $1 = log, $2 = kernel command line, rest = qemu args
+  local logf=$1 append=$2; shift 2
+  local pidf="$tmp/qemu.pid" waited=0 qpid
+  rm -f "$pidf"
+  set +e
+  (
+    timeout --foreground -k 5 "$TIMEOUT" qemu-system-x86_64 "$@" -pidfile "$pidf" \
+      -serial stdio -append "$append" </dev/null 2>&1 | stdbuf -oL tr -d '\r' | tee -a "$logf"
+    exit "${PIPESTATUS[0]}"
+  ) &
+  local pipe=$!
+  while kill -0 "$pipe" 2>/dev/null && ! grep -aq '@@VMH_SCRIPT_START' "$logf"; do
+    if [ "$waited" -ge "$BOOT_TIMEOUT" ]; then
+      qpid=$(cat "$pidf" 2>/dev/null)
+      [ -n "$qpid" ] && kill "$qpid" 2>/dev/null
+      wait "$pipe"
+      set -e
+      return 200
+    fi
+    sleep 1; waited=$((waited + 1))
+  done
+  wait "$pipe"
+  local rc=$?
+  set -e
+  return "$rc"
+}
+
 boot() {  # $1 = mode (run|shell), rest = script + args
   local mode=$1; shift
   prepare
@@ -366,17 +401,20 @@ boot() {  # $1 = mode (run|shell), rest = script + args
   local logf=${LOG:-$CACHE/logs/run-$(date +%Y%m%d-%H%M%S).log}
   log "booting ($ACCEL, $SMP vCPU, $MEM) $(basename "$kimg") $kver, log: $logf"
   local t0; t0=$(date +%s.%N)
-  set +e
-  timeout --foreground -k 5 "$TIMEOUT" qemu-system-x86_64 "${qargs[@]}" -serial stdio -append "$append" \
-    </dev/null 2>&1 | tr -d '\r' | tee "$logf"
-  local qrc=${PIPESTATUS[0]}
-  set -e
+  local try qrc
+  : > "$logf"
+  for try in $(seq 1 "$BOOT_TRIES"); do
+    boot_once "$logf" "$append" "${qargs[@]}" && qrc=0 || qrc=$?
+    [ "$qrc" = 200 ] || break
+    log "guest script not started ${BOOT_TIMEOUT}s into boot $try of $BOOT_TRIES: powered off"
+  done
   local t1; t1=$(date +%s.%N)
   local rc
   rc=$(grep -ao '@@VMH_EXIT rc=[0-9]*@@' "$logf" | tail -1 | sed 's/.*rc=\([0-9]*\)@@/\1/' || true)
   local boot_s; boot_s=$(grep -ao '@@VMH_SCRIPT_START uptime=[0-9.]*@@' "$logf" | head -1 | sed 's/.*uptime=\([0-9.]*\)@@/\1/' || true)
   log "qemu exit $qrc, wall $(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}')s, guest uptime at script start ${boot_s:-?}s, guest script rc=${rc:-MISSING}"
   [ "$qrc" = 124 ] && log "TIMEOUT after ${TIMEOUT}s"
+  [ "$qrc" = 200 ] && log "no boot reached the guest script in $BOOT_TRIES tries"
   [ -n "$rc" ] || exit 255
   exit "$rc"
 }
