@@ -15,6 +15,8 @@ use crate::util::{check, os_err, set_nonblocking, Fd, Raw};
 /// Device limits that size a queue pair.
 #[derive(Clone, Copy, Debug)]
 pub struct DeviceLimits {
+    /// The IBTA vendor ID (0xffffff: none, as Soft-RoCE reports).
+    pub vendor_id: u32,
     pub max_qp_wr: u32,
     pub max_sge: u32,
     pub max_cqe: u32,
@@ -524,6 +526,24 @@ impl QueuePair {
         unsafe { query_limits((*self.id.0).verbs) }
     }
 
+    /// The active MTU of the port the id is bound to, in bytes (after address resolution).
+    pub fn active_mtu(&self) -> io::Result<u32> {
+        // SAFETY: valid id bound to a device and port; the attributes are written by the call.
+        unsafe {
+            let verbs = (*self.id.0).verbs;
+            if verbs.is_null() {
+                return Err(io::Error::other("the cm_id has no device yet"));
+            }
+            let mut attr: sys::ibv_port_attr = std::mem::zeroed();
+            check(
+                sys::ibv_query_port(verbs, (*self.id.0).port_num, &mut attr),
+                "ibv_query_port",
+            )?;
+            // enum ibv_mtu: 1 = 256 bytes ... 5 = 4096.
+            Ok(128 << (attr.active_mtu as u32).clamp(1, 5))
+        }
+    }
+
     /// Rejects the connect request with NVMe/RDMA private data.
     pub fn reject(&self, private: &[u8]) {
         // SAFETY: valid id; the private data lives across the call.
@@ -708,6 +728,7 @@ unsafe fn query_limits(verbs: *mut sys::ibv_context) -> io::Result<DeviceLimits>
     let mut attr: sys::ibv_device_attr = std::mem::zeroed();
     check(sys::ibv_query_device(verbs, &mut attr), "ibv_query_device")?;
     Ok(DeviceLimits {
+        vendor_id: attr.vendor_id,
         max_qp_wr: attr.max_qp_wr.max(1) as u32,
         max_sge: attr.max_sge.max(1) as u32,
         max_cqe: attr.max_cqe.max(1) as u32,

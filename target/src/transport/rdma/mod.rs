@@ -8,6 +8,7 @@
 
 mod pool;
 mod queue;
+mod window;
 pub mod wire;
 
 use fabrik_rdma as verbs;
@@ -247,7 +248,8 @@ fn accept(
     if sizes.send_wr > limits.max_qp_wr {
         return Err((qp, std::io::Error::other("device queue pairs too small")));
     }
-    let conn = Connection::new(qp, srq, sizes, req.qid, req.entries());
+    let window = window::for_device(limits.vendor_id, qp.active_mtu().unwrap_or(256));
+    let conn = Connection::new(qp, srq, sizes, req.qid, req.entries(), window);
     // The CM already turned the host's values round to our side: its responder resources
     // arrive as our initiator depth (how many RDMA READs we may have outstanding, 0 would
     // stall them), as nvmet-rdma uses them.

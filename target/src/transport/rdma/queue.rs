@@ -33,6 +33,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
 
 use super::pool::{Lease, Pool, Run};
+use super::window::{InFlight, Window};
 use crate::controller::books::{Arrival, QueueBooks};
 use crate::controller::{limits, Admitted, Queue, Response, Route};
 use fabrik_rdma::{self as verbs, Completion, QpSizes, QueuePair, SendOp, SendWr, SharedRecv};
@@ -126,6 +127,9 @@ struct Slot {
     response: Option<Response>,
     /// A read's data, read into this queue's memory (its run comes back when the SEND is done).
     lent: Option<Bytes>,
+    /// Packets in `in_flight` that the completion of its RDMA READ, or of its response SEND,
+    /// gives back.
+    packets: u32,
 }
 
 /// Commands executing, each yielding its slot and answer (None: a retired AER, not answered).
@@ -147,6 +151,8 @@ pub struct Connection {
     /// Work requests made during this pass, posted together at its end: one doorbell (with
     /// Soft-RoCE, one system call) for a pass's answers instead of one per command.
     outgoing: Vec<SendWr>,
+    /// Where the device needs it, the bound on packets in flight (see `window`).
+    in_flight: InFlight,
 }
 
 impl Connection {
@@ -156,6 +162,7 @@ impl Connection {
         sizes: QpSizes,
         qid: u16,
         entries: u32,
+        window: Option<Window>,
     ) -> Connection {
         let (base, chunks) = pool_layout(&sizes);
         let memory = qp.region.as_ref().expect("region").memory().clone();
@@ -171,6 +178,7 @@ impl Connection {
             sends_outstanding: 0,
             close_after_send: false,
             outgoing: Vec::with_capacity(sizes.send_wr as usize),
+            in_flight: InFlight::new(window),
         }
     }
 
@@ -329,11 +337,15 @@ impl Connection {
         }
         match kind {
             WR_READ => {
+                let packets = std::mem::take(&mut self.slots[slot].packets);
+                self.in_flight.acknowledged(packets, &mut self.outgoing);
                 self.data_read(slot, queue, inflight)?;
                 self.serve_waiting(queue)
             }
             WR_SEND => {
                 self.sends_outstanding -= 1;
+                let packets = std::mem::take(&mut self.slots[slot].packets);
+                self.in_flight.acknowledged(packets, &mut self.outgoing);
                 if let Some(run) = self.slots[slot].run.take() {
                     self.pool.give(run);
                 }
@@ -574,7 +586,7 @@ impl Connection {
             local: (self.run_offset(slot), len as u32),
         };
         tracing::trace!(slot, len, "RDMA READ queued");
-        self.outgoing.push(wr);
+        self.slots[slot].packets = self.in_flight.push(wr, None, &mut self.outgoing);
         Ok(())
     }
 
@@ -746,8 +758,10 @@ impl Connection {
         };
         let with_data = data.is_some();
         tracing::trace!(slot, cid = cqe.cid, status = ?cqe.status, with_data, "response queued");
-        self.outgoing.extend(data);
-        self.outgoing.push(send);
+        self.slots[slot].packets = match data {
+            Some(write) => self.in_flight.push(write, Some(send), &mut self.outgoing),
+            None => self.in_flight.push(send, None, &mut self.outgoing),
+        };
         self.sends_outstanding += 1;
         Ok(())
     }
