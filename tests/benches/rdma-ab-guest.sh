@@ -15,12 +15,13 @@ modprobe null_blk nr_devices=1 gb=1 bs=4096 && modprobe nvmet-rdma || { echo "FA
 for i in $(seq 1 50); do [ -b /dev/nullb0 ] && break; sleep 0.1; done
 nvmet_export "$KNQN" /dev/nullb0 rdma "$TRADDR" 4421 1 >/dev/null || { echo "FAIL: nvmet export"; exit 1; }
 
-fio_figure() {  # dev rw bs iodepth numjobs -> IOPS or MB/s (128K)
+fio_figure() {  # dev rw bs iodepth numjobs -> IOPS (4k) or MB/s (terse v3: read bw $7, write $48)
   local out=/tmp/fio.out
   fio --name=ab --filename="$1" --ioengine=libaio --direct=1 --rw="$2" --bs="$3" --iodepth="$4" \
       --numjobs="$5" --group_reporting --time_based --runtime="$SECS" --output-format=terse \
       > $out 2>&1 || { tail -3 $out >&2; return 1; }
-  grep ';' $out | tail -1 | awk -F';' -v bs="$3" '{ print (bs == "4k") ? $8 : int($7 * 1024 / 1000000) }'
+  grep ';' $out | tail -1 | awk -F';' -v bs="$3" -v rw="$2" \
+    '{ print (bs == "4k") ? $8 : int(((rw ~ /write/) ? $48 : $7) * 1024 / 1000000) }'
 }
 # Where the guest's CPU went during a figure (user, system, softirq, idle: shares of their sum) and
 # what Soft-RoCE counted meanwhile (retries, RNR, out-of-sequence): a flat figure with idle vCPUs
@@ -47,10 +48,11 @@ measure() {  # label nqn connect-args...
   nvme_connect_find "$nqn" "$@" >/dev/null || { echo "FAIL: connect $label"; return 1; }
   timeouts=$(dmesg | grep -c ' timeout')
   # The last column: I/O timeouts the kernel host logged meanwhile (Soft-RoCE stalls).
-  local c f4 f128
+  local c f4 f128 w128
   c=$(cpu_now); f4=$(fio_figure "$DEV" randread 4k 32 2); diag "$label" 4k "$c"
   c=$(cpu_now); f128=$(fio_figure "$DEV" read 128k 16 1); diag "$label" 128k "$c"
-  echo "$label $f4 $f128 $(($(dmesg | grep -c ' timeout') - timeouts))" >> /tmp/ab.txt
+  c=$(cpu_now); w128=$(fio_figure "$DEV" write 128k 16 1); diag "$label" 128k-write "$c"
+  echo "$label $f4 $f128 $w128 $(($(dmesg | grep -c ' timeout') - timeouts))" >> /tmp/ab.txt
   timeout 60 nvme disconnect-all >/dev/null; wait_no_ctrls 30
   tail -1 /tmp/ab.txt
 }
@@ -76,13 +78,17 @@ done
 median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 k4=$(awk '$1=="nvmet-rdma"{print $2}' /tmp/ab.txt | median)
 k128=$(awk '$1=="nvmet-rdma"{print $3}' /tmp/ab.txt | median)
-printf '%-12s %14s %8s %14s %8s\n' target "4K rr IOPS" ratio "128K rd MB/s" ratio
+kw128=$(awk '$1=="nvmet-rdma"{print $4}' /tmp/ab.txt | median)
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", (b > 0) ? a/b : 0}'; }
+printf '%-12s %14s %8s %14s %8s %14s %8s\n' target "4K rr IOPS" ratio "128K rd MB/s" ratio \
+  "128K wr MB/s" ratio
 for l in $LABELS nvmet-rdma; do
   f4=$(awk -v l="$l" '$1==l{print $2}' /tmp/ab.txt | median)
   f128=$(awk -v l="$l" '$1==l{print $3}' /tmp/ab.txt | median)
-  printf '%-12s %14s %8s %14s %8s\n' "$l" "$f4" "$(awk -v a="$f4" -v b="$k4" 'BEGIN{printf "%.2f", a/b}')" \
-    "$f128" "$(awk -v a="$f128" -v b="$k128" 'BEGIN{printf "%.2f", a/b}')"
+  w128=$(awk -v l="$l" '$1==l{print $4}' /tmp/ab.txt | median)
+  printf '%-12s %14s %8s %14s %8s %14s %8s\n' "$l" "$f4" "$(ratio "$f4" "$k4")" \
+    "$f128" "$(ratio "$f128" "$k128")" "$w128" "$(ratio "$w128" "$kw128")"
 done
-echo "rounds (label, 4K IOPS, 128K MB/s, I/O timeouts): $(tr '\n' ';' < /tmp/ab.txt)"
+echo "rounds (label, 4K IOPS, 128K read MB/s, 128K write MB/s, I/O timeouts): $(tr '\n' ';' < /tmp/ab.txt)"
 echo "guest CPU and Soft-RoCE counters per figure (counters are totals since boot):"; cat /tmp/diag.txt
 if [ -d /share/out ]; then dmesg > /share/out/dmesg.txt; cp /tmp/fabrikd-*.log /share/out/; fi

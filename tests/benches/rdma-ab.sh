@@ -12,8 +12,9 @@
 # After the table, per figure: where the guest's CPU went, and Soft-RoCE's error counters
 # (rcvd_seq_err / duplicate_request / out_of_seq_request growing: go-back-N retransmissions).
 # BACKEND=null: fabrikd's drive (null, or ram: data that must be read into the registered buffers).
-# Figures: 4K random read at QD32 x 2 jobs (IOPS), 128K sequential read at QD16 (MB/s); fabrikd
-# serves one drive, nvmet-rdma one null_blk device.
+# Figures: 4K random read at QD32 x 2 jobs (IOPS), 128K sequential read and write at QD16 (MB/s;
+# the target moves write data by RDMA READ); fabrikd serves one drive, nvmet-rdma one null_blk
+# device.
 set -euo pipefail
 REPO=$(cd "$(dirname "$(readlink -f "$0")")/../.." && pwd)
 [ $# -gt 0 ] || set -- "new=$REPO/build/release/fabrikd"

@@ -127,8 +127,7 @@ struct Slot {
     response: Option<Response>,
     /// A read's data, read into this queue's memory (its run comes back when the SEND is done).
     lent: Option<Bytes>,
-    /// Packets in `in_flight` that the completion of its RDMA READ, or of its response SEND,
-    /// gives back.
+    /// Packets in `in_flight` that the completion of its response SEND gives back.
     packets: u32,
 }
 
@@ -337,8 +336,6 @@ impl Connection {
         }
         match kind {
             WR_READ => {
-                let packets = std::mem::take(&mut self.slots[slot].packets);
-                self.in_flight.acknowledged(packets, &mut self.outgoing);
                 self.data_read(slot, queue, inflight)?;
                 self.serve_waiting(queue)
             }
@@ -586,7 +583,8 @@ impl Connection {
             local: (self.run_offset(slot), len as u32),
         };
         tracing::trace!(slot, len, "RDMA READ queued");
-        self.slots[slot].packets = self.in_flight.push(wr, None, &mut self.outgoing);
+        // Outside the window (see `window`): only a request packet leaves from here.
+        self.outgoing.push(wr);
         Ok(())
     }
 
