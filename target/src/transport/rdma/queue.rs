@@ -127,7 +127,7 @@ struct Slot {
     response: Option<Response>,
     /// A read's data, read into this queue's memory (its run comes back when the SEND is done).
     lent: Option<Bytes>,
-    /// Packets in `in_flight` that the completion of its response SEND gives back.
+    /// WRITE packets in `in_flight` that the completion of its response SEND gives back.
     packets: u32,
 }
 
@@ -150,7 +150,7 @@ pub struct Connection {
     /// Work requests made during this pass, posted together at its end: one doorbell (with
     /// Soft-RoCE, one system call) for a pass's answers instead of one per command.
     outgoing: Vec<SendWr>,
-    /// Where the device needs it, the bound on packets in flight (see `window`).
+    /// Where the device needs it, the bound on RDMA WRITE packets in flight (see `window`).
     in_flight: InFlight,
 }
 

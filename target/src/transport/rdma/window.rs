@@ -61,7 +61,7 @@ impl Window {
 
 pub struct InFlight {
     window: Option<Window>,
-    /// Packets posted and not yet known to be acknowledged.
+    /// WRITE packets posted and not yet known to be acknowledged.
     packets: u32,
     /// Work requests waiting for room, in the order they were made: each with the one chained
     /// after it (a response's SEND after its WRITE) and the packets of both.
