@@ -12,7 +12,8 @@ use crate::cm::{sockaddr_from, CmEvent, EventChannel};
 use crate::cm::{EV_ADDR_RESOLVED, EV_ESTABLISHED, EV_ROUTE_RESOLVED};
 use crate::util::{check, os_err, set_nonblocking, Fd, Raw};
 
-/// Device limits that size a queue pair.
+/// What a device reports that sizes a queue pair (its limits) and shapes its traffic (who made
+/// it: `vendor_id`).
 #[derive(Clone, Copy, Debug)]
 pub struct DeviceLimits {
     /// The IBTA vendor ID (0xffffff: none, as Soft-RoCE reports).

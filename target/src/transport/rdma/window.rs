@@ -1,26 +1,28 @@
 //! A bound on the RDMA WRITE packets one queue pair has in flight, for Soft-RoCE.
 //!
-//! Soft-RoCE (rxe) runs a user queue pair's requester in the thread that rings the doorbell,
-//! and stops it when 128 packets are unacknowledged (RXE_MAX_UNACKED_PSNS); the acknowledgement
-//! resumes it from a tasklet, on whichever CPU took that acknowledgement. Packets of one queue
-//! pair then leave from two CPUs, arrive out of order, and RC's go-back-N sends them again. A
-//! 128K read at QD16 puts 16 x 128 packets of RDMA WRITE on one queue pair at once.
+//! Soft-RoCE (rxe) stops a queue pair's requester when 128 packets are unacknowledged
+//! (RXE_MAX_UNACKED_PSNS). The likely mechanism, read from its source and not traced: for a
+//! user queue pair the requester runs in the thread that rings the doorbell, and the
+//! acknowledgement resumes it from a tasklet on whichever CPU took that acknowledgement, so
+//! packets of one queue pair leave from two CPUs, arrive out of order, and RC's go-back-N sends
+//! them again. A 128K read at QD16 puts 16 x 128 packets of RDMA WRITE on one queue pair at once.
 //!
 //! So on Soft-RoCE a queue's responses go out only while the RDMA WRITE packets in flight (at
 //! the path MTU) stay within those 128, and one larger than the whole window goes when nothing
 //! else is in flight. A response's WRITE and SEND go together, and its packets come back with
 //! the SEND's completion (an RC queue completes in order). SENDs and RDMA READs are not
-//! counted: counting the SENDs held 4K reads at QD32 to 25 in flight and cost them 2-11 % in
-//! three boots, and holding READs back (one 128K write's data at a time) cost 128K writes 5 %
-//! and 15 % in two boots, with no error to remove (their requests are one packet each).
-//! Hardware keeps its transport on the NIC and gets no window (`None`): every work request goes
-//! out as it is made.
+//! counted: a SEND is one packet, and counting them would hold 4K reads at QD32 to 25 in
+//! flight; holding READs back (one 128K write's data at a time) cost 128K writes 5 % and 15 % in
+//! two boots, with no error to remove (their requests are one packet each). Hardware keeps its
+//! transport on the NIC and gets no window (`None`): every work request goes out as it is made.
 //!
-//! Measured in the interop guest (README, "NVMe/RDMA over Soft-RoCE"): no sequence-error NAKs
-//! in any windowed 128K read figure at the default MTU (18-35 per figure without). 128K reads
-//! from null drives, windowed against not in the same boots: 0.69x/0.51x, 0.73x/0.64x,
-//! 0.74x/0.68x, and in a fourth boot 0.73x/0.80x of nvmet-rdma; from ram drives 0.77x both
-//! ways. With a 9000-byte MTU the NAKs stay: the limit is not the whole story there.
+//! Measured in the interop guest (README, "NVMe/RDMA over Soft-RoCE"), at the default MTU: no
+//! sequence-error NAKs in any windowed 128K read figure whose counters could be read (18-45 per
+//! figure without). 128K reads from null drives, windowed against not in the same boots:
+//! 0.69x/0.51x, 0.73x/0.64x, 0.74x/0.68x, and in a fourth boot 0.73x/0.80x of nvmet-rdma; from
+//! ram drives 0.77x both ways. 4K reads were 1-22 % lower with the window in all five boots,
+//! within their round-to-round noise. With a 9000-byte MTU the NAKs stay: the limit is not the
+//! whole story there.
 //!
 //! Tried, not kept: splitting a long WRITE into signaled pieces of half the window, to slide
 //! it, brought 15-35 NAKs per figure back and no throughput.
