@@ -193,27 +193,30 @@ s_probe() {
   x timeout 60 "$FABRIK" io-check -t rdma -a "$TRADDR" -s "$TRSVCID" -n "$(drive_nqn 2)" -c 64 > $out 2>&1
   assert "fabrikd serves a new host afterwards" [ $? = 0 ] || { cat $out; return 1; }
 }
-# Figures: fio 4k randread IOPS and 128k sequential read MB/s over rxe, fabrikd (null backend)
-# against the kernel target nvmet-rdma (null_blk) in the same guest run. TCG and Soft-RoCE make
-# absolute numbers meaningless; the ratio is what counts.
-perf_fio() {  # label dev rw bs iodepth numjobs -> "iops kib_per_s"
+# Figures: fio 4k randread IOPS, 128k sequential read and write MB/s over rxe, fabrikd (null
+# backend) against the kernel target nvmet-rdma (null_blk) in the same guest run. TCG and
+# Soft-RoCE make absolute numbers meaningless; the ratio is what counts.
+perf_fio() {  # label dev rw bs iodepth numjobs -> "iops read_kib_per_s write_kib_per_s"
   local out=/tmp/perf-$1.out line
   fio --name="$1" --filename="$2" --ioengine=libaio --direct=1 --rw="$3" --bs="$4" \
       --iodepth="$5" --numjobs="$6" --group_reporting --time_based --runtime="${PERF_SECS:-10}" \
       --output-format=terse > "$out" 2>&1 || { echo "  fio $1 failed:" >&2; tail -5 "$out" >&2; return 1; }
   line=$(grep ';' "$out" | tail -1)
-  echo "$line" | awk -F';' '{print $8, $7}'
+  echo "$line" | awk -F';' '{print $8, $7, $48}'
 }
-perf_pair() {  # dev tag -> sets P4K (IOPS) P128K (MB/s)
+perf_pair() {  # dev tag -> sets P4K (IOPS) P128K PW128K (MB/s) PTIMEOUTS
   local r t0
   t0=$(dmesg | grep -c ' timeout')
-  r=$(perf_fio "$2-4k" "$1" randread 4k 32 2) || return 1; P4K=${r%% *}
-  r=$(perf_fio "$2-128k" "$1" read 128k 16 1) || return 1; P128K=$(( ${r##* } * 1024 / 1000000 ))
+  r=$(perf_fio "$2-4k" "$1" randread 4k 32 2) || return 1; P4K=$(echo "$r" | cut -d' ' -f1)
+  r=$(perf_fio "$2-128k" "$1" read 128k 16 1) || return 1; P128K=$(( $(echo "$r" | cut -d' ' -f2) * 1024 / 1000000 ))
+  # fabrikd fetches write data by RDMA READ: the figure that found the Soft-RoCE write stall.
+  r=$(perf_fio "$2-128kw" "$1" write 128k 16 1) || return 1; PW128K=$(( $(echo "$r" | cut -d' ' -f3) * 1024 / 1000000 ))
   # A figure taken across a Soft-RoCE stall (the host's 30 s I/O timeout) says nothing.
-  echo "  $2: 4k randread $P4K IOPS, 128k read $P128K MB/s, host I/O timeouts meanwhile: $(($(dmesg | grep -c ' timeout') - t0))"
+  PTIMEOUTS=$(($(dmesg | grep -c ' timeout') - t0))
+  echo "  $2: 4k randread $P4K IOPS, 128k read $P128K MB/s, 128k write $PW128K MB/s, host I/O timeouts meanwhile: $PTIMEOUTS"
 }
 s_perf() {
-  local knqn=nqn.2024-01.io.fabrik:perf:nvmet f4 f128 k4 k128
+  local knqn=nqn.2024-01.io.fabrik:perf:nvmet f4 f128 fw128 fto k4 k128 kw128
   [ "$(ctrl_count)" = 0 ] || { timeout 60 nvme disconnect-all; wait_no_ctrls 30; }
   [ -z "$FPID" ] || target_stop || return 1
   # Its own data dir: the persisted state of the file drives refuses another backend.
@@ -221,7 +224,7 @@ s_perf() {
   BACKEND=null DATA=$DATA/perf target_start || return 1
   nvme_connect_find "$(drive_nqn 0)" "${FAB[@]}" "${CONN_OPTS[@]}"
   assert "connect fabrikd drive 0 over RDMA" [ -n "$DEV" ] || return 1
-  perf_pair "$DEV" fabrikd || return 1; f4=$P4K; f128=$P128K
+  perf_pair "$DEV" fabrikd || return 1; f4=$P4K; f128=$P128K; fw128=$PW128K; fto=$PTIMEOUTS
   x timeout 60 nvme disconnect-all; wait_no_ctrls 30
   target_stop || return 1
   modprobe null_blk nr_devices=1 gb=1 bs=4096 && modprobe nvmet-rdma || { echo "  cannot load null_blk/nvmet-rdma"; return 1; }
@@ -229,12 +232,17 @@ s_perf() {
   nvmet_export "$knqn" /dev/nullb0 rdma "$TRADDR" 4421 1 || return 1
   nvme_connect_find "$knqn" -t rdma -a "$TRADDR" -s 4421 "${CONN_OPTS[@]}"
   assert "connect nvmet-rdma" [ -n "$DEV" ] || return 1
-  perf_pair "$DEV" nvmet-rdma || return 1; k4=$P4K; k128=$P128K
+  perf_pair "$DEV" nvmet-rdma || return 1; k4=$P4K; k128=$P128K; kw128=$PW128K
   x timeout 60 nvme disconnect-all; wait_no_ctrls 30
   nvmet_unexport "$knqn" 1
   echo "PERF rdma 4k randread qd32x2: fabrikd $f4 IOPS, nvmet-rdma $k4 IOPS, ratio $(awk -v a="$f4" -v b="$k4" 'BEGIN{printf "%.2f", b ? a/b : 0}')"
   echo "PERF rdma 128k read qd16: fabrikd $f128 MB/s, nvmet-rdma $k128 MB/s, ratio $(awk -v a="$f128" -v b="$k128" 'BEGIN{printf "%.2f", b ? a/b : 0}')"
+  echo "PERF rdma 128k write qd16: fabrikd $fw128 MB/s, nvmet-rdma $kw128 MB/s, ratio $(awk -v a="$fw128" -v b="$kw128" 'BEGIN{printf "%.2f", b ? a/b : 0}')"
   assert "fio measured both targets" [ "${f4:-0}" -gt 0 ] && [ "${k4:-0}" -gt 0 ]
+  # Not asserted: rxe 6.1 on the host side still stalls now and then (README, "NVMe/RDMA over
+  # Soft-RoCE"); before fabrikd paced its RDMA READs (transport/rdma/window.rs) one or two of
+  # three 128k write figures did.
+  [ "$fto" = 0 ] || { echo "  host I/O timeouts during fabrikd's figures: $fto"; dmesg | grep -E 'not free|MEMREG' | head -3; }
 }
 # What the kernel host logs about a response it could not take (NVMEOF-FACTS 2.3): a receive
 # that failed (a response longer than the host's buffer), a response for no command, a remote

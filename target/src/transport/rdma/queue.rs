@@ -127,7 +127,8 @@ struct Slot {
     response: Option<Response>,
     /// A read's data, read into this queue's memory (its run comes back when the SEND is done).
     lent: Option<Bytes>,
-    /// WRITE packets in `in_flight` that the completion of its response SEND gives back.
+    /// Sequence numbers in `in_flight` that the completion of its RDMA READ, then of its
+    /// response SEND, gives back.
     packets: u32,
 }
 
@@ -150,7 +151,7 @@ pub struct Connection {
     /// Work requests made during this pass, posted together at its end: one doorbell (with
     /// Soft-RoCE, one system call) for a pass's answers instead of one per command.
     outgoing: Vec<SendWr>,
-    /// Where the device needs it, the bound on RDMA WRITE packets in flight (see `window`).
+    /// Where the device needs it, the bound on sequence numbers in flight (see `window`).
     in_flight: InFlight,
 }
 
@@ -336,6 +337,8 @@ impl Connection {
         }
         match kind {
             WR_READ => {
+                let packets = std::mem::take(&mut self.slots[slot].packets);
+                self.in_flight.read_completed(packets, &mut self.outgoing);
                 self.data_read(slot, queue, inflight)?;
                 self.serve_waiting(queue)
             }
@@ -582,9 +585,8 @@ impl Connection {
             signaled: true,
             local: (self.run_offset(slot), len as u32),
         };
-        tracing::trace!(slot, len, "RDMA READ queued");
-        // Outside the window (see `window`): only a request packet leaves from here.
-        self.outgoing.push(wr);
+        tracing::trace!(slot, len, rkey = k.key, "RDMA READ queued");
+        self.slots[slot].packets = self.in_flight.push(wr, None, &mut self.outgoing);
         Ok(())
     }
 
@@ -755,7 +757,14 @@ impl Connection {
             signaled: true,
         };
         let with_data = data.is_some();
-        tracing::trace!(slot, cid = cqe.cid, status = ?cqe.status, with_data, "response queued");
+        tracing::trace!(
+            slot,
+            cid = cqe.cid,
+            status = ?cqe.status,
+            with_data,
+            invalidate = ?self.slots[slot].invalidate,
+            "response queued"
+        );
         self.slots[slot].packets = match data {
             Some(write) => self.in_flight.push(write, Some(send), &mut self.outgoing),
             None => self.in_flight.push(send, None, &mut self.outgoing),
