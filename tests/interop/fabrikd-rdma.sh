@@ -239,9 +239,9 @@ s_perf() {
   echo "PERF rdma 128k read qd16: fabrikd $f128 MB/s, nvmet-rdma $k128 MB/s, ratio $(awk -v a="$f128" -v b="$k128" 'BEGIN{printf "%.2f", b ? a/b : 0}')"
   echo "PERF rdma 128k write qd16: fabrikd $fw128 MB/s, nvmet-rdma $kw128 MB/s, ratio $(awk -v a="$fw128" -v b="$kw128" 'BEGIN{printf "%.2f", b ? a/b : 0}')"
   assert "fio measured both targets" [ "${f4:-0}" -gt 0 ] && [ "${k4:-0}" -gt 0 ]
-  # Not asserted: rxe 6.1 on the host side still stalls now and then (README, "NVMe/RDMA over
-  # Soft-RoCE"); before fabrikd paced its RDMA READs (transport/rdma/window.rs) one or two of
-  # three 128k write figures did.
+  # Not asserted: the host's rxe 6.1 still stalls now and then, nvmet-rdma's queues too under
+  # the 4-namespace write load above (README, "NVMe/RDMA over Soft-RoCE"); before fabrikd paced
+  # its RDMA READs (transport/rdma/window.rs) one or two of three 128k write figures did.
   [ "$fto" = 0 ] || { echo "  host I/O timeouts during fabrikd's figures: $fto"; dmesg | grep -E 'not free|MEMREG' | head -3; }
 }
 # What the kernel host logs about a response it could not take (NVMEOF-FACTS 2.3): a receive
