@@ -9,6 +9,8 @@
 #[cfg(feature = "verbs")]
 mod cm;
 #[cfg(feature = "verbs")]
+mod cq;
+#[cfg(feature = "verbs")]
 mod mr;
 #[cfg(feature = "verbs")]
 mod qp;
@@ -17,6 +19,8 @@ mod util;
 
 #[cfg(feature = "verbs")]
 pub use cm::*;
+#[cfg(feature = "verbs")]
+pub use cq::{Completion, CompletionQueue};
 #[cfg(feature = "verbs")]
 pub use mr::ForeignRegion;
 #[cfg(feature = "verbs")]

@@ -1,16 +1,17 @@
-//! Verbs: a queue pair with its completion queue and channel, registered memory, the shared
-//! receive queue, and the work requests the NVMe/RDMA queues post.
+//! Verbs: a queue pair with its registered memory, the shared receive queue, and the work
+//! requests the NVMe/RDMA queues post.
 
 use std::io;
 use std::net::SocketAddr;
 use std::ptr;
+use std::sync::Arc;
 
 use rdma_mummy_sys as sys;
-use tokio::io::unix::AsyncFd;
 
 use crate::cm::{sockaddr_from, CmEvent, EventChannel};
 use crate::cm::{EV_ADDR_RESOLVED, EV_ESTABLISHED, EV_ROUTE_RESOLVED};
-use crate::util::{check, os_err, set_nonblocking, Fd, Raw};
+use crate::cq::{Completion, CompletionQueue};
+use crate::util::{check, os_err, Raw};
 
 /// What a device reports that sizes a queue pair (its limits) and shapes its traffic (who made
 /// it: `vendor_id`).
@@ -300,19 +301,17 @@ impl Drop for SharedRecv {
     }
 }
 
-/// Everything one NVMe/RDMA queue holds: its cm_id, protection domain, completion queue and
-/// channel, queue pair and registered memory. Dropped in the order the verbs demand.
+/// Everything one NVMe/RDMA queue holds: its cm_id, protection domain, completion queue (its
+/// own or a shared one), queue pair and registered memory. Dropped in the order the verbs
+/// demand.
 pub struct QueuePair {
     id: Raw<sys::rdma_cm_id>,
     pd: *mut sys::ibv_pd,
-    channel: *mut sys::ibv_comp_channel,
-    cq: *mut sys::ibv_cq,
+    cq: Option<Arc<CompletionQueue>>,
     qp_created: bool,
     pub region: Option<Region>,
-    fd: Option<AsyncFd<Fd>>,
-    unacked_events: u32,
     /// The device's shared receive queue and protection domain, when the QP uses them.
-    shared: Option<std::sync::Arc<SharedRecv>>,
+    shared: Option<Arc<SharedRecv>>,
 }
 
 // SAFETY: the verbs objects are thread-safe; the QueuePair is used by one task at a time.
@@ -327,25 +326,26 @@ impl QueuePair {
         QueuePair {
             id,
             pd: ptr::null_mut(),
-            channel: ptr::null_mut(),
-            cq: ptr::null_mut(),
+            cq: None,
             qp_created: false,
             region: None,
-            fd: None,
-            unacked_events: 0,
             shared: None,
         }
     }
 
     /// Creates the queue's resources on the device the connect request came in on. With
     /// `shared`, the QP takes its receives from that SRQ and lives in its protection domain
-    /// (then `sizes.recv_size` is 0: no receive buffers of its own).
+    /// (then `sizes.recv_size` is 0: no receive buffers of its own). With `cq`, its completions
+    /// go to that shared completion queue (its owner polls it and has room for this QP's work
+    /// requests); without, to a completion queue of its own, armed.
     pub fn setup(
         &mut self,
         sizes: impl FnOnce(&DeviceLimits) -> QpSizes,
-        shared: Option<std::sync::Arc<SharedRecv>>,
+        shared: Option<Arc<SharedRecv>>,
+        cq: Option<Arc<CompletionQueue>>,
     ) -> io::Result<(QpSizes, DeviceLimits)> {
         self.shared = shared;
+        self.cq = cq;
         // SAFETY: the id is a valid connect-request id (see `new`); every object created is
         // checked and recorded in self, so Drop releases exactly what exists.
         unsafe { self.setup_raw(sizes) }
@@ -371,19 +371,17 @@ impl QueuePair {
             }
         };
         let pd = qp.pd();
-        qp.channel = sys::ibv_create_comp_channel(verbs);
-        if qp.channel.is_null() {
-            return Err(os_err("ibv_create_comp_channel"));
-        }
-        set_nonblocking((*qp.channel).fd)?;
-        let cqe = (sizes.recv_slots + sizes.send_wr).min(limits.max_cqe) as i32;
-        qp.cq = sys::ibv_create_cq(verbs, cqe, ptr::null_mut(), qp.channel, 0);
-        if qp.cq.is_null() {
-            return Err(os_err("ibv_create_cq"));
-        }
+        let cq = match &qp.cq {
+            Some(cq) => cq.raw(),
+            None => {
+                let entries = (sizes.recv_slots + sizes.send_wr).min(limits.max_cqe);
+                let cq = Arc::new(CompletionQueue::create(verbs, entries)?);
+                qp.cq.insert(cq).raw()
+            }
+        };
         let mut init: sys::ibv_qp_init_attr = std::mem::zeroed();
-        init.send_cq = qp.cq;
-        init.recv_cq = qp.cq;
+        init.send_cq = cq;
+        init.recv_cq = cq;
         init.qp_type = sys::ibv_qp_type::IBV_QPT_RC;
         init.cap.max_send_wr = sizes.send_wr;
         if srq.is_null() {
@@ -399,7 +397,6 @@ impl QueuePair {
             + sizes.recv_slots as usize * 16
             + sizes.pool_bytes;
         qp.region = Some(Region::register(pd, len, sizes.remote_access)?);
-        check(sys::ibv_req_notify_cq(qp.cq, 0), "ibv_req_notify_cq")?;
         Ok((sizes, limits))
     }
 
@@ -648,81 +645,65 @@ impl QueuePair {
         Ok(())
     }
 
-    /// Takes up to `wcs.len()` completions.
+    /// Takes up to `wcs.len()` completions from its completion queue (32 at most per call).
     pub fn poll(&self, wcs: &mut [Completion]) -> io::Result<usize> {
-        // SAFETY: all-zero is a valid ibv_wc.
-        let mut raw: [sys::ibv_wc; 32] = unsafe { std::mem::zeroed() };
-        let want = wcs.len().min(raw.len()) as i32;
-        // SAFETY: valid CQ; raw holds `want` entries.
-        let n = unsafe { sys::ibv_poll_cq(self.cq, want, raw.as_mut_ptr()) };
-        if n < 0 {
-            return Err(io::Error::other("ibv_poll_cq failed"));
-        }
-        for (w, r) in wcs.iter_mut().zip(&raw[..n as usize]) {
-            *w = Completion {
-                wr_id: r.wr_id,
-                ok: r.status == sys::ibv_wc_status::IBV_WC_SUCCESS,
-                status: r.status,
-                byte_len: r.byte_len,
-            };
-        }
-        Ok(n as usize)
+        self.completions()?.poll(wcs)
     }
 
     /// Re-arms completion notification (then poll once more: completions may have arrived
     /// before the arming).
     pub fn arm(&self) -> io::Result<()> {
-        // SAFETY: valid CQ.
-        check(
-            unsafe { sys::ibv_req_notify_cq(self.cq, 0) },
-            "ibv_req_notify_cq",
-        )
+        self.completions()?.arm()
     }
 
-    /// Waits for the completion channel to signal and consumes the event.
-    ///
-    /// The channel's fd is registered with the runtime of the first wait, not at `setup`: a
-    /// target accepts a queue on its control thread and serves it on a reactor, whose own
-    /// event loop must be the one that watches the queue (a wake-up through another thread's
-    /// epoll is the hand-off the reactors exist to avoid).
-    pub async fn wait(&mut self) -> io::Result<()> {
-        if self.channel.is_null() {
-            return Err(io::Error::other("the queue pair has no completion channel"));
+    /// Waits for the completion channel to signal and consumes the event (see
+    /// `CompletionQueue::wait`).
+    pub async fn wait(&self) -> io::Result<()> {
+        self.completions()?.wait().await
+    }
+
+    fn completions(&self) -> io::Result<&CompletionQueue> {
+        self.cq
+            .as_deref()
+            .ok_or_else(|| io::Error::other("the queue pair has no completion queue"))
+    }
+
+    /// The queue pair's number, which its completions carry; None before `setup`.
+    pub fn qp_num(&self) -> Option<u32> {
+        // SAFETY: valid id; its QP, once created, lives until Drop.
+        unsafe {
+            (self.qp_created && !(*self.id.0).qp.is_null()).then(|| (*(*self.id.0).qp).qp_num)
         }
-        let fd = match &mut self.fd {
-            Some(fd) => fd,
-            // SAFETY: the channel (checked above) and its fd stay open until Drop, which
-            // deregisters the fd first.
-            none => none.insert(unsafe { AsyncFd::register(Fd((*self.channel).fd)) }?),
-        };
-        loop {
-            let mut guard = fd.readable().await?;
-            let mut cq = ptr::null_mut();
-            let mut ctx = ptr::null_mut();
-            // SAFETY: valid channel with a non-blocking fd; out pointers to locals.
-            let ret = unsafe { sys::ibv_get_cq_event(self.channel, &mut cq, &mut ctx) };
-            if ret != 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::WouldBlock {
-                    guard.clear_ready();
-                    continue;
+    }
+
+    /// Posts a signaled, empty RDMA WRITE as the last work request of a queue pair in the error
+    /// state, as the kernel's ib_drain_sq does: its completion (flushed) comes after every
+    /// earlier one of this queue pair, so once it is polled none of them is left in a shared
+    /// completion queue.
+    pub fn post_drain(&self, wr_id: u64) -> io::Result<()> {
+        // SAFETY: all-zero is a valid (empty) work request.
+        let mut wr: sys::ibv_send_wr = unsafe { std::mem::zeroed() };
+        wr.wr_id = wr_id;
+        wr.opcode = sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE;
+        wr.send_flags = sys::ibv_send_flags::IBV_SEND_SIGNALED.0;
+        let mut bad = ptr::null_mut();
+        // SAFETY: valid QP (checked by qp_num); the request has no SGE and lives across the
+        // call.
+        check(
+            unsafe {
+                match self.qp_num() {
+                    Some(_) => sys::ibv_post_send((*self.id.0).qp, &mut wr, &mut bad),
+                    None => libc::EINVAL,
                 }
-                return Err(e);
-            }
-            self.unacked_events += 1;
-            if self.unacked_events >= 64 {
-                // SAFETY: the events came from this CQ.
-                unsafe { sys::ibv_ack_cq_events(self.cq, self.unacked_events) };
-                self.unacked_events = 0;
-            }
-            return Ok(());
-        }
+            },
+            "ibv_post_send (drain)",
+        )
     }
 }
 
 /// # Safety
 /// `verbs` is a valid device context.
-unsafe fn query_limits(verbs: *mut sys::ibv_context) -> io::Result<DeviceLimits> {
+pub(crate) unsafe fn query_limits(verbs: *mut sys::ibv_context) -> io::Result<DeviceLimits> {
     if verbs.is_null() {
         return Err(io::Error::other("the cm_id has no device yet"));
     }
@@ -748,16 +729,8 @@ impl Drop for QueuePair {
             if self.qp_created {
                 sys::rdma_destroy_qp(self.id.0);
             }
-            if !self.cq.is_null() {
-                if self.unacked_events > 0 {
-                    sys::ibv_ack_cq_events(self.cq, self.unacked_events);
-                }
-                sys::ibv_destroy_cq(self.cq);
-            }
-            self.fd = None;
-            if !self.channel.is_null() {
-                sys::ibv_destroy_comp_channel(self.channel);
-            }
+            // Its own completion queue goes here; a shared one with its last user.
+            self.cq = None;
             self.region = None;
             if !self.pd.is_null() {
                 sys::ibv_dealloc_pd(self.pd);
@@ -765,15 +738,6 @@ impl Drop for QueuePair {
             sys::rdma_destroy_id(self.id.0);
         }
     }
-}
-
-/// A completion, reduced to what the queue needs.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Completion {
-    pub wr_id: u64,
-    pub ok: bool,
-    pub status: u32,
-    pub byte_len: u32,
 }
 
 #[derive(Clone, Copy, Debug)]

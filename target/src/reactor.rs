@@ -16,13 +16,15 @@
 //! connection came through where the machine has several nodes (`numa`).
 //!
 //! File and block drives started on a reactor do their I/O through the reactor's own io_uring
-//! (`backend::reactor_ring`). NVMe/RDMA queues run on the reactors too, their completion
-//! queues drained by their reactor. A queue takes at most a few batches of completions per turn
-//! and then lets the reactor's other tasks run: draining until the completion queue ran dry
-//! kept one task on its thread for seconds under fio in the Soft-RoCE guest, and the admin
-//! queues beside it answered Keep Alive 2.5-5 s late until their keep-alive timers expired
-//! (3 controllers torn down in a run with a bounded drain that armed the completion channel
-//! between turns; none, and no late Keep Alive, once a busy queue yields without arming).
+//! (`backend::reactor_ring`). NVMe/RDMA queues run on the reactors too, the queue pairs of one
+//! device on one reactor sharing a completion queue, which a task of that reactor polls and
+//! routes (`transport::rdma::completions`). A queue takes at most a few batches of completions
+//! per turn and then lets the reactor's other tasks run (the poller as well): draining until
+//! the completion queue ran dry kept one task on its thread for seconds under fio in the
+//! Soft-RoCE guest, and the admin queues beside it answered Keep Alive 2.5-5 s late until their
+//! keep-alive timers expired (3 controllers torn down in a run with a bounded drain that armed
+//! the completion channel between turns; none, and no late Keep Alive, once a busy queue yields
+//! without arming).
 //!
 //! Adaptive polling (`--poll-idle-us`): a busy reactor can keep looking for events instead of
 //! sleeping between them (a spinner task yields, which makes the runtime poll epoll with a zero
@@ -30,9 +32,9 @@
 //! first event wakes it. Off by default: each look is an epoll_wait system call, and on the
 //! H200 machine polling lost to sleeping in every figure (4 cores, null drives, medians of 3:
 //! 4K randread 1.52M against 1.65M IOPS, QD1 24.4 against 22.7 µs). Polling pays where a look
-//! costs no system call: completions in memory. An NVMe/RDMA queue polls its own completion
-//! queue for the same window after its last completion before it arms its completion channel
-//! and sleeps (`poll_window`); the reactor's io_uring is next. Idle, a reactor sleeps in epoll
+//! costs no system call: completions in memory. The poller of a shared NVMe/RDMA completion
+//! queue polls it for the same window after its last completion before it arms its completion
+//! channel and sleeps (`poll_window`); the reactor's io_uring is next. Idle, a reactor sleeps in epoll
 //! either way: idle hosts cost nothing.
 //!
 //! Control (accepting connections, REST, keep-alive timers, management) stays on the control
@@ -251,6 +253,16 @@ impl Seat {
             &self.handle,
         )
     }
+
+    /// Runs a service of the seat's reactor beside its connections (not counted as one): a
+    /// task that polls a completion queue the reactor's NVMe/RDMA queues share.
+    pub fn spawn_beside<F>(&self, service: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.handle.spawn(service)
+    }
 }
 
 struct Placed(Arc<AtomicUsize>);
@@ -325,7 +337,7 @@ pub fn on_reactor() -> bool {
     ON_REACTOR.with(Cell::get)
 }
 
-/// How long a queue on this thread's reactor keeps polling its own completions (an RDMA
+/// How long a poller on this thread's reactor keeps polling completions (a shared RDMA
 /// completion queue: a look costs no system call) after the last one, before it sleeps on its
 /// completion channel: `Polling::idle_after`. Zero off the reactors and by default.
 pub fn poll_window() -> Duration {

@@ -161,6 +161,7 @@ impl RdmaQueue {
                     remote_access: true,
                 },
                 None,
+                None,
             )
             .map_err(io("queue pair for"))?;
         let layout = Layout { sizes };

@@ -4,8 +4,9 @@
 //! every queue arrive on the listener's event channel and are routed to their queue's task.
 //! A queue's reactor is chosen when its connect request comes, and the queue pairs of one
 //! device on one reactor share a receive queue (as nvmet-rdma keeps one per completion
-//! vector): its buffers are posted and consumed on that reactor's core alone.
+//! vector) and a completion queue (`completions`): both are used on that reactor's core alone.
 
+mod completions;
 mod pool;
 mod queue;
 mod window;
@@ -27,6 +28,7 @@ use super::{Listener, RdmaUnavailable};
 use crate::controller::{limits, Queue, TargetState};
 use crate::model::{Port, Transport, TransportCaps};
 use crate::reactor::Seat;
+use completions::DeviceQueues;
 use queue::Connection;
 use verbs::{CmEvent, EventChannel, QueuePair, Raw, SharedRecv};
 
@@ -83,8 +85,8 @@ impl RdmaListenerPort {
 }
 
 type Routes = Arc<Mutex<HashMap<usize, UnboundedSender<u32>>>>;
-/// Shared receive queues by device and reactor.
-type Devices = HashMap<(usize, usize), Arc<SharedRecv>>;
+/// Shared receive and completion queues by device and reactor.
+type Devices = HashMap<(usize, usize), DeviceQueues>;
 
 /// Where the listener's new queues go: a reactor near the NIC of its address.
 struct Placement {
@@ -114,7 +116,8 @@ impl Listener for RdmaListenerPort {
     ) -> tokio::task::JoinHandle<()> {
         tokio::spawn(async move {
             let routes: Routes = Arc::default();
-            // One shared receive queue per device and reactor, kept while the listener runs.
+            // Shared receive and completion queues per device and reactor, kept while the
+            // listener runs.
             let mut devices: Devices = HashMap::new();
             let mut connections = tokio::task::JoinSet::new();
             let mut stopping = false;
@@ -155,8 +158,8 @@ impl Listener for RdmaListenerPort {
                     }
                 }
             }
-            // Every queue's id is gone: the shared receive queues, the listening id and the
-            // channel may go too.
+            // Every queue's id is gone: the shared queues (their pollers end), the listening id
+            // and the channel may go too.
             drop(devices);
             drop(self);
         })
@@ -201,26 +204,28 @@ fn on_event(
     let seat = placement.target.reactors.seat_near_nic(placement.ip);
     // SAFETY: the connect request's id is valid and bound to its device.
     let key = (unsafe { verbs::device_key(ev.id) }, seat.index());
-    let srq = match devices.get(&key) {
-        Some(srq) => srq.clone(),
-        None => match SharedRecv::new(ev.id, queue::SRQ_DEPTH, queue::CAPSULE_SIZE) {
-            Ok(srq) => {
-                let srq = Arc::new(srq);
-                tracing::info!(
-                    receives = srq.count(),
-                    reactor = seat.index(),
-                    "shared receive queue created for an RDMA device"
-                );
-                devices.insert(key, srq.clone());
-                srq
+    let device = match devices.entry(key) {
+        std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+        std::collections::hash_map::Entry::Vacant(e) => {
+            match SharedRecv::new(ev.id, queue::SRQ_DEPTH, queue::CAPSULE_SIZE) {
+                Ok(srq) => {
+                    tracing::info!(
+                        receives = srq.count(),
+                        reactor = seat.index(),
+                        "shared receive queue created for an RDMA device"
+                    );
+                    e.insert(DeviceQueues::new(Arc::new(srq)))
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        "NVMe/RDMA connect request failed: no shared receive queue: {e}"
+                    );
+                    return reject(qp, RejectStatus::NO_RESOURCES);
+                }
             }
-            Err(e) => {
-                tracing::warn!("NVMe/RDMA connect request failed: no shared receive queue: {e}");
-                return reject(qp, RejectStatus::NO_RESOURCES);
-            }
-        },
+        }
     };
-    match accept(qp, req, ev, srq) {
+    match accept(qp, req, ev, device, &seat) {
         Ok(conn) => Outcome::Accepted(Box::new(conn), req, seat),
         Err((qp, e)) => {
             tracing::warn!(qid = req.qid, "NVMe/RDMA connect request failed: {e}");
@@ -238,18 +243,29 @@ fn accept(
     mut qp: QueuePair,
     req: CmRequest,
     ev: &CmEvent,
-    srq: Arc<SharedRecv>,
+    device: &mut DeviceQueues,
+    seat: &Seat,
 ) -> Result<Connection, (QueuePair, std::io::Error)> {
-    let sizes = |_: &verbs::DeviceLimits| queue::queue_sizes(req.qid, req.entries());
-    let (sizes, limits) = match qp.setup(sizes, Some(srq.clone())) {
+    let sizes = queue::queue_sizes(req.qid, req.entries());
+    let place = match device.place(&qp, sizes.send_wr, seat) {
+        Ok(place) => place,
+        Err(e) => return Err((qp, e)),
+    };
+    let srq = device.srq.clone();
+    let (sizes, limits) = match qp.setup(|_| sizes, Some(srq.clone()), Some(place.cq.clone())) {
         Ok(s) => s,
         Err(e) => return Err((qp, e)),
     };
     if sizes.send_wr > limits.max_qp_wr {
         return Err((qp, std::io::Error::other("device queue pairs too small")));
     }
+    let Some(qp_num) = qp.qp_num() else {
+        return Err((qp, std::io::Error::other("no queue pair after setup")));
+    };
+    // Routed before it is accepted: its first completion finds its inbox.
+    let completions = place.route(qp_num);
     let window = window::for_device(limits.vendor_id, qp.active_mtu().unwrap_or(256));
-    let conn = Connection::new(qp, srq, sizes, req.qid, req.entries(), window);
+    let conn = Connection::new(qp, srq, completions, sizes, req.qid, req.entries(), window);
     // The CM already turned the host's values round to our side: its responder resources
     // arrive as our initiator depth (how many RDMA READs we may have outstanding, 0 would
     // stall them), as nvmet-rdma uses them.
@@ -295,7 +311,7 @@ async fn serve_queue(
         Err(e) => tracing::info!(%peer, qid = req.qid, "NVMe/RDMA queue ended: {e}"),
     }
     conn.qp.disconnect();
-    conn.return_receives();
+    conn.drain().await;
     routes.lock().unwrap().remove(&(id.0 as usize));
     let qp = conn.qp;
     let _ = tokio::task::spawn_blocking(move || drop(qp)).await;

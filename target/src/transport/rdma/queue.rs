@@ -1,7 +1,9 @@
 //! One NVMe/RDMA queue (one RC queue pair), controller side. Commands arrive by SEND into
 //! receive buffers posted ahead; write data comes by RDMA READ from the host's keyed buffer (or
 //! in the capsule), read data goes by RDMA WRITE chained before the 16-byte response SEND.
-//! Commands run concurrently; a single task drives the queue pair from its completion channel.
+//! Commands run concurrently; a single task drives the queue pair from its inbox of completions,
+//! routed there from the completion queue its reactor shares among its queue pairs on the device
+//! (`completions`).
 //!
 //! Capsules arrive in the device's shared receive queue (SRQ): the SQE and any in-capsule data
 //! are copied out and the buffer goes straight back. Each command then takes a slot of this queue
@@ -32,6 +34,7 @@ use futures_util::FutureExt;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
 
+use super::completions::Routed;
 use super::pool::{Lease, Pool, Run};
 use super::window::{InFlight, Window};
 use crate::controller::books::{Arrival, QueueBooks};
@@ -49,6 +52,8 @@ const WR_RECV: u64 = verbs::SRQ_WR_KIND;
 const WR_READ: u64 = 2;
 const WR_SEND: u64 = 3;
 const WR_WRITE: u64 = 4;
+/// The empty work request that drains a queue pair at its end (see `drain`).
+const WR_DRAIN: u64 = 5;
 
 fn wr_id(kind: u64, slot: usize) -> u64 {
     kind << 32 | slot as u64
@@ -73,8 +78,7 @@ pub fn queue_sizes(qid: u16, entries: u32) -> QpSizes {
     // has at most its RDMA READ, or its RDMA WRITE and the response SEND, posted.
     let wrs_per_slot = 2;
     QpSizes {
-        // Receives come from the SRQ: `recv_slots` only sizes the completion queue and the
-        // response buffers.
+        // Receives come from the SRQ: `recv_slots` only sizes the response buffers.
         recv_slots: slots,
         recv_size: 0,
         send_wr: slots * wrs_per_slot,
@@ -87,9 +91,12 @@ pub fn queue_sizes(qid: u16, entries: u32) -> QpSizes {
     }
 }
 
-/// Batches of completions a queue takes from its completion queue before its reactor's other
-/// tasks get a turn (32 per batch).
+/// Batches of completions a queue takes from its inbox before its reactor's other tasks get a
+/// turn (32 per batch).
 const MAX_POLLS_PER_TURN: usize = 4;
+
+/// How long a queue that ended waits for its drain marker's completion.
+const DRAIN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// How long an accepted queue pair may go without a Connect command.
 const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
@@ -139,6 +146,8 @@ type Inflight<'q> =
 pub struct Connection {
     pub qp: QueuePair,
     srq: Arc<SharedRecv>,
+    /// Its completions, routed from the reactor's shared completion queue.
+    completions: Routed,
     slots: Vec<Slot>,
     free_slots: Vec<usize>,
     pool: Arc<Pool>,
@@ -159,6 +168,7 @@ impl Connection {
     pub fn new(
         qp: QueuePair,
         srq: Arc<SharedRecv>,
+        completions: Routed,
         sizes: QpSizes,
         qid: u16,
         entries: u32,
@@ -169,6 +179,7 @@ impl Connection {
         Connection {
             qp,
             srq,
+            completions,
             slots: (0..sizes.recv_slots).map(|_| Slot::default()).collect(),
             free_slots: (0..sizes.recv_slots as usize).rev().collect(),
             pool: Arc::new(Pool::new(memory, chunks, CHUNK, base)),
@@ -217,11 +228,6 @@ impl Connection {
         let connect_deadline = tokio::time::Instant::now() + CONNECT_TIMEOUT;
         let mut wcs = [Completion::default(); 32];
         let mut stopping = false;
-        // Adaptive polling: a queue that found completions keeps polling for this long after
-        // the last one before it arms its completion channel and sleeps (zero: it sleeps at
-        // once).
-        let poll_window = crate::reactor::poll_window();
-        let mut last_work = std::time::Instant::now();
         loop {
             // A bounded drain, then a turn for the reactor's other queues (below): under a
             // steady stream of completions, draining until the queue ran dry kept this task
@@ -229,7 +235,7 @@ impl Connection {
             // answered Keep Alive too late.
             let mut worked = false;
             for _ in 0..MAX_POLLS_PER_TURN {
-                let n = self.qp.poll(&mut wcs)?;
+                let n = self.take_completions(&mut wcs);
                 worked |= n > 0;
                 for wc in &wcs[..n] {
                     self.on_completion(*wc, queue, inflight)?;
@@ -255,12 +261,10 @@ impl Connection {
             if queue.binding().is_some_and(|b| b.teardown.is_cancelled()) {
                 return Ok(());
             }
-            if worked && !poll_window.is_zero() {
-                last_work = std::time::Instant::now();
-            }
-            if worked || (!poll_window.is_zero() && last_work.elapsed() < poll_window) {
-                // Busy: back for more once the reactor's other tasks had their turn, without
-                // arming the completion channel (the next pass polls anyway). Stop and teardown
+            if worked {
+                // Busy: back for more once the reactor's other tasks had their turn (the
+                // shared completion queue's poller among them: adaptive polling is its
+                // business, see `completions`). Stop and teardown
                 // are checked above on every pass, CM events and the Connect deadline here (a
                 // host streaming commands without a Connect keeps the queue busy).
                 if let Ok(kind) = events.try_recv() {
@@ -278,10 +282,10 @@ impl Connection {
             }
             tracing::trace!(inflight = inflight.len(), "waiting");
             tokio::select! {
-                r = self.qp.wait() => {
-                    r?;
-                    self.qp.arm()?;
-                }
+                wc = self.completions.inbox.recv() => match wc {
+                    Some(wc) => self.on_completion(wc, queue, inflight)?,
+                    None => return Err(ConnError::Protocol("the shared completion queue's poller ended")),
+                },
                 Some((slot, resp)) = inflight.next(), if !inflight.is_empty() => self.executed(queue, slot, resp)?,
                 ev = events.recv() => match ev {
                     Some(kind) if self.on_cm_event(kind) => {}
@@ -357,17 +361,55 @@ impl Connection {
         }
     }
 
-    /// After the disconnect (the QP is in the error state and takes no more receives): gives
-    /// every SRQ buffer this queue received into and never processed back to the SRQ, or the
-    /// device's receive pool would shrink with each connection that went away mid-flight.
-    pub fn return_receives(&mut self) {
-        let mut wcs = [Completion::default(); 32];
-        while let Ok(n) = self.qp.poll(&mut wcs) {
-            for wc in wcs[..n].iter().filter(|wc| wc.wr_id >> 32 == WR_RECV) {
-                let _ = self.srq.post((wc.wr_id & 0xffff_ffff) as usize);
+    /// Up to `wcs.len()` completions from the inbox, in order.
+    fn take_completions(&mut self, wcs: &mut [Completion]) -> usize {
+        let mut n = 0;
+        while n < wcs.len() {
+            match self.completions.inbox.try_recv() {
+                Ok(wc) => {
+                    wcs[n] = wc;
+                    n += 1;
+                }
+                Err(_) => break,
             }
-            if n == 0 {
-                break;
+        }
+        n
+    }
+
+    /// After the disconnect (the QP is in the error state and takes no more receives): takes
+    /// every completion of this queue pair left in the shared completion queue, up to the
+    /// drain marker's, so none is left there when its QP number goes to another queue pair.
+    /// The SRQ buffers among them (received into, never processed) go back to the SRQ, or the
+    /// device's receive pool would shrink with each connection that went away mid-flight.
+    pub async fn drain(&mut self) {
+        let drained = match self.qp.post_drain(wr_id(WR_DRAIN, 0)) {
+            Ok(()) => {
+                let marker = async {
+                    while let Some(wc) = self.completions.inbox.recv().await {
+                        match wc.wr_id >> 32 {
+                            WR_RECV => {
+                                let _ = self.srq.post((wc.wr_id & 0xffff_ffff) as usize);
+                            }
+                            WR_DRAIN => return true,
+                            _ => {}
+                        }
+                    }
+                    false
+                };
+                tokio::time::timeout(DRAIN_TIMEOUT, marker).await == Ok(true)
+            }
+            Err(e) => {
+                tracing::warn!("NVMe/RDMA queue not drained: {e}");
+                false
+            }
+        };
+        if !drained {
+            // What came meanwhile; a receive polled later still goes back (see `completions`).
+            tracing::warn!("NVMe/RDMA queue: no drain completion within {DRAIN_TIMEOUT:?}");
+            while let Ok(wc) = self.completions.inbox.try_recv() {
+                if wc.wr_id >> 32 == WR_RECV {
+                    let _ = self.srq.post((wc.wr_id & 0xffff_ffff) as usize);
+                }
             }
         }
     }
