@@ -7,7 +7,7 @@ use std::ptr;
 use rdma_mummy_sys as sys;
 use tokio::io::unix::AsyncFd;
 
-use crate::util::{check, set_nonblocking, Fd, Raw};
+use crate::util::{check, set_nonblocking, when_readable, Fd, Raw};
 
 /// One rdma_cm event, copied out of the library's buffer (which is acked right after).
 pub struct CmEvent {
@@ -123,47 +123,40 @@ impl EventChannel {
     /// The next CM event. `handle` runs before the event is acknowledged (a connect request's
     /// id must be accepted or rejected while its event is held).
     pub async fn next<R>(&self, mut handle: impl FnMut(&CmEvent) -> R) -> io::Result<R> {
-        loop {
-            let fd = self.fd.as_ref().expect("open channel");
-            let mut guard = fd.readable().await?;
-            let mut ev = ptr::null_mut();
-            // SAFETY: valid channel (non-blocking fd), out pointer to a local.
-            let ret = unsafe { sys::rdma_get_cm_event(self.raw.0, &mut ev) };
-            if ret != 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::WouldBlock {
-                    guard.clear_ready();
-                    continue;
-                }
-                return Err(e);
-            }
-            // SAFETY: ev is a valid event until acked; for connection events `param.conn`
-            // is the active union member and its private data is valid for its length.
-            let event = unsafe {
-                let e = &*ev;
-                let conn = &e.param.conn;
-                let private_data = if conn.private_data.is_null() {
-                    Vec::new()
-                } else {
-                    std::slice::from_raw_parts(
-                        conn.private_data.cast::<u8>(),
-                        conn.private_data_len as usize,
-                    )
-                    .to_vec()
-                };
-                CmEvent {
-                    kind: e.event,
-                    id: Raw(e.id),
-                    private_data,
-                    responder_resources: conn.responder_resources,
-                    initiator_depth: conn.initiator_depth,
-                }
+        let fd = self.fd.as_ref().expect("open channel");
+        let (channel, mut ev) = (self.raw, Raw(ptr::null_mut()));
+        // SAFETY: valid channel (non-blocking fd), out pointer to a local.
+        when_readable(fd, || unsafe {
+            sys::rdma_get_cm_event(channel.get(), ev.out())
+        })
+        .await?;
+        let ev = ev.0;
+        // SAFETY: ev is a valid event until acked; for connection events `param.conn`
+        // is the active union member and its private data is valid for its length.
+        let event = unsafe {
+            let e = &*ev;
+            let conn = &e.param.conn;
+            let private_data = if conn.private_data.is_null() {
+                Vec::new()
+            } else {
+                std::slice::from_raw_parts(
+                    conn.private_data.cast::<u8>(),
+                    conn.private_data_len as usize,
+                )
+                .to_vec()
             };
-            let r = handle(&event);
-            // SAFETY: ev came from rdma_get_cm_event and is acked once.
-            unsafe { sys::rdma_ack_cm_event(ev) };
-            return Ok(r);
-        }
+            CmEvent {
+                kind: e.event,
+                id: Raw(e.id),
+                private_data,
+                responder_resources: conn.responder_resources,
+                initiator_depth: conn.initiator_depth,
+            }
+        };
+        let r = handle(&event);
+        // SAFETY: ev came from rdma_get_cm_event and is acked once.
+        unsafe { sys::rdma_ack_cm_event(ev) };
+        Ok(r)
     }
 }
 

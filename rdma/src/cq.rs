@@ -10,7 +10,7 @@ use rdma_mummy_sys as sys;
 use tokio::io::unix::AsyncFd;
 
 use crate::qp::{query_limits, QueuePair};
-use crate::util::{check, os_err, set_nonblocking, Fd};
+use crate::util::{check, os_err, set_nonblocking, when_readable, Fd, Raw};
 
 /// Completion events taken from the channel before they are acknowledged in one call.
 const ACK_BATCH: u32 = 64;
@@ -140,28 +140,21 @@ impl CompletionQueue {
                 self.fd.get().expect("just set")
             }
         };
-        loop {
-            let mut guard = fd.readable().await?;
+        let channel = Raw(self.channel);
+        when_readable(fd, || {
             let mut cq = std::ptr::null_mut();
             let mut ctx = std::ptr::null_mut();
             // SAFETY: valid channel with a non-blocking fd; out pointers to locals.
-            let ret = unsafe { sys::ibv_get_cq_event(self.channel, &mut cq, &mut ctx) };
-            if ret != 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::WouldBlock {
-                    guard.clear_ready();
-                    continue;
-                }
-                return Err(e);
-            }
-            let unacked = self.unacked.fetch_add(1, Ordering::Relaxed) + 1;
-            if unacked >= ACK_BATCH {
-                self.unacked.fetch_sub(unacked, Ordering::Relaxed);
-                // SAFETY: the events came from this CQ.
-                unsafe { sys::ibv_ack_cq_events(self.cq, unacked) };
-            }
-            return Ok(());
+            unsafe { sys::ibv_get_cq_event(channel.get(), &mut cq, &mut ctx) }
+        })
+        .await?;
+        let unacked = self.unacked.fetch_add(1, Ordering::Relaxed) + 1;
+        if unacked >= ACK_BATCH {
+            self.unacked.fetch_sub(unacked, Ordering::Relaxed);
+            // SAFETY: the events came from this CQ.
+            unsafe { sys::ibv_ack_cq_events(self.cq, unacked) };
         }
+        Ok(())
     }
 }
 

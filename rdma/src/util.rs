@@ -3,6 +3,8 @@
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 
+use tokio::io::unix::AsyncFd;
+
 /// libibverbs and librdmacm can be loaded (the raw layer otherwise fails every call with
 /// EOPNOTSUPP, silently).
 pub fn check_libraries() -> Result<(), String> {
@@ -31,6 +33,26 @@ pub fn check_devices() -> Result<(), String> {
          RDMA NIC, or Soft-RoCE (rdma link add rxe0 type rxe netdev IFACE)"
             .into(),
     )
+}
+
+/// Runs `call` (a non-blocking verbs or rdma_cm call that takes the next event from a channel:
+/// 0, else -1 with errno) until it succeeds, waiting for `fd` to be readable whenever it finds
+/// nothing (EAGAIN); any other failure is returned.
+pub(crate) async fn when_readable(
+    fd: &AsyncFd<Fd>,
+    mut call: impl FnMut() -> i32,
+) -> io::Result<()> {
+    loop {
+        let mut guard = fd.readable().await?;
+        if call() == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::WouldBlock {
+            return Err(e);
+        }
+        guard.clear_ready();
+    }
 }
 
 pub(crate) fn set_nonblocking(fd: RawFd) -> io::Result<()> {
@@ -74,6 +96,18 @@ impl<T> Clone for Raw<T> {
     }
 }
 impl<T> Copy for Raw<T> {}
+impl<T> Raw<T> {
+    /// The pointer, through the whole value: a closure that calls this captures the `Raw`
+    /// (Send), where one that reads the field would capture the bare pointer (not Send).
+    pub(crate) fn get(self) -> *mut T {
+        self.0
+    }
+
+    /// Where a call that returns the pointer through an out parameter writes it.
+    pub(crate) fn out(&mut self) -> *mut *mut T {
+        &mut self.0
+    }
+}
 // SAFETY: see the type's comment.
 unsafe impl<T> Send for Raw<T> {}
 // SAFETY: see the type's comment.
