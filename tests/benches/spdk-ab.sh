@@ -26,49 +26,15 @@ BACKEND=${BACKEND:-null}
 N=${N:-4}
 [ -x "$SPDK/bin/nvmf_tgt" ] || { echo "no SPDK in $SPDK (set SPDK=...)"; exit 1; }
 case " $TARGETS " in *" spdk "*) [ "$BACKEND" != file ] || { echo "BACKEND=file: fabrikd binaries only"; exit 1; } ;; esac
-if [ "$BACKEND" = ram ] && [ "$(id -u)" = 0 ]; then
-  # malloc bdevs live in hugepages: 4 x 1 GiB and SPDK's own pools.
-  mkdir -p /dev/hugepages; mountpoint -q /dev/hugepages || mount -t hugetlbfs nodev /dev/hugepages
-  echo 4096 >/proc/sys/vm/nr_hugepages
-fi
 # shellcheck source=/dev/null
 . "$SPDK/env.sh"
 # shellcheck source=tests/benches/spdk-lib.sh
 . "$REPO/tests/benches/spdk-lib.sh"
+hugepages_for_malloc
 work=$(mktemp -d)
 port=$((20000 + RANDOM % 20000))
 pid=
-stop_target() {
-  [ -n "$pid" ] || return 0
-  kill -INT "$pid" 2>/dev/null || true
-  for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  kill -KILL "$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
-  pid=
-}
 trap 'stop_target; rm -rf "$work"' EXIT
-
-mask_of() { # taskset list -> hex mask
-  python3 -c 'import sys
-m=0
-for p in sys.argv[1].split(","):
-    a,_,b=p.partition("-"); b=b or a
-    for c in range(int(a),int(b)+1): m|=1<<c
-print(hex(m))' "$1"
-}
-
-start_target() { # LABEL CORES
-  local label=$1 cores=$2 bin=${1#*=}
-  port=$((port + 1))
-  if [ "$label" = spdk ]; then
-    local bdev=null; [ "$BACKEND" = ram ] && bdev=malloc
-    export SPDK_LOG=$work/nvmf_tgt.log
-    pid=$("$SPDK/tgt.sh" "$(mask_of "$cores")" "$N" "$port" box "$bdev")
-  else
-    start_fabrikd "$bin" "$cores" "$port"
-  fi
-  precondition "$port"
-}
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 

@@ -35,32 +35,20 @@ WORKLOAD=${WORKLOAD:-"-q 32 -o 4096 -w randread"}
 PERF=${PERF-perf}
 N=${N:-4}
 [ -x "$SPDK/bin/nvmf_tgt" ] || { echo "no SPDK in $SPDK (set SPDK=...)"; exit 1; }
-if [ "$BACKEND" = ram ] && [ "$(id -u)" = 0 ]; then
-  mkdir -p /dev/hugepages; mountpoint -q /dev/hugepages || mount -t hugetlbfs nodev /dev/hugepages
-  echo 4096 >/proc/sys/vm/nr_hugepages
-fi
 # shellcheck source=/dev/null
 . "$SPDK/env.sh"
 # shellcheck source=tests/benches/spdk-lib.sh
 . "$REPO/tests/benches/spdk-lib.sh"
+hugepages_for_malloc
 work=$(mktemp -d)
 port=$((20000 + RANDOM % 20000))
 pid=
-stop_target() {
-  [ -n "$pid" ] || return 0
-  kill -INT "$pid" 2>/dev/null || true
-  for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  kill -KILL "$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
-  pid=
-}
 trap 'stop_target; rm -rf "$work"' EXIT
 
 cpus=$(python3 -c 'import sys
 for p in sys.argv[1].split(","):
     a,_,b=p.partition("-"); b=b or a
     print(*range(int(a),int(b)+1))' "$CORES" | tr '\n' ' ')
-mask=$(python3 -c 'import sys; print(hex(sum(1<<int(c) for c in sys.argv[1].split())))' "$cpus")
 
 # user, system, softirq and idle jiffies summed over the target cores
 cpu_jiffies() {
@@ -82,15 +70,7 @@ trace_counts() {
 printf '%-10s %5s %10s %8s %8s %8s %8s %9s %8s %8s\n' target round IOPS "us/IO" user kernel softirq "syscalls" packets "pure-ack"
 for r in $(seq "$ROUNDS"); do
   for t in $TARGETS; do
-    port=$((port + 1))
-    if [ "$t" = spdk ]; then
-      bdev=null; [ "$BACKEND" = ram ] && bdev=malloc
-      export SPDK_LOG=$work/nvmf_tgt.log
-      pid=$("$SPDK/tgt.sh" "$mask" "$N" "$port" box "$bdev")
-    else
-      start_fabrikd "${t#*=}" "$CORES" "$port"
-    fi
-    precondition "$port"
+    start_target "$t" "$CORES"
     # shellcheck disable=SC2086
     "$SPDK/perf.sh" "$N" "$port" box -c "$PERF_CORES" $WORKLOAD -t $((2 * SECS + 4)) >"$work/perf.out" 2>&1 &
     load=$!

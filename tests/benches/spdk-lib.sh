@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # What spdk-ab.sh and spdk-profile.sh share: fabrikd started the way both compare it, and the
-# drives written before reads. Uses $work, $BACKEND, $N, $SPDK and $PERF_CORES; sets $pid.
+# drives written before reads, either target started and stopped. Uses $work, $BACKEND, $N, $SPDK,
+# $PERF_CORES and $port; sets $pid.
 
 start_fabrikd() { # BIN CORES PORT: pinned to CORES, N drives of 1 GiB, management off
   rm -rf "$work/data"; mkdir -p "$work/data"
@@ -18,4 +19,42 @@ start_fabrikd() { # BIN CORES PORT: pinned to CORES, N drives of 1 GiB, manageme
 precondition() { # PORT
   [ "$BACKEND" = null ] && return 0
   "$SPDK/perf.sh" "$N" "$1" box -c "$PERF_CORES" -q 8 -o 1048576 -w write -t 2 >/dev/null 2>&1 || true
+}
+
+# malloc bdevs live in hugepages: 4 x 1 GiB and SPDK's own pools (set up when run as root).
+hugepages_for_malloc() {
+  [ "$BACKEND" = ram ] && [ "$(id -u)" = 0 ] || return 0
+  mkdir -p /dev/hugepages; mountpoint -q /dev/hugepages || mount -t hugetlbfs nodev /dev/hugepages
+  echo 4096 >/proc/sys/vm/nr_hugepages
+}
+
+mask_of() { # taskset list -> hex mask
+  python3 -c 'import sys
+m=0
+for p in sys.argv[1].split(","):
+    a,_,b=p.partition("-"); b=b or a
+    for c in range(int(a),int(b)+1): m|=1<<c
+print(hex(m))' "$1"
+}
+
+start_target() { # LABEL CORES
+  local label=$1 cores=$2 bin=${1#*=}
+  port=$((port + 1))
+  if [ "$label" = spdk ]; then
+    local bdev=null; [ "$BACKEND" = ram ] && bdev=malloc
+    export SPDK_LOG=$work/nvmf_tgt.log
+    pid=$("$SPDK/tgt.sh" "$(mask_of "$cores")" "$N" "$port" box "$bdev")
+  else
+    start_fabrikd "$bin" "$cores" "$port"
+  fi
+  precondition "$port"
+}
+
+stop_target() {
+  [ -n "$pid" ] || return 0
+  kill -INT "$pid" 2>/dev/null || true
+  for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$pid" 2>/dev/null || true
+  wait "$pid" 2>/dev/null || true
+  pid=
 }
