@@ -105,9 +105,7 @@ impl Reactors {
     pub fn new(cores: Vec<usize>, polling: Polling) -> Reactors {
         let pinned = !cores.is_empty();
         let cores = if pinned { cores } else { allowed_cores() };
-        // The clock that times drive latency calibrates itself against the system clock on
-        // first use (milliseconds, up to 200): here, not in a host's first command.
-        quanta::Instant::now();
+        crate::stats::calibrate_clock();
         Reactors {
             cores,
             pinned,
@@ -295,6 +293,7 @@ fn start(core: usize, pinned: bool, polling: Polling, stop: CancellationToken) -
                 }
             }
             ON_REACTOR.with(|r| r.set(true));
+            crate::stats::claim_stripe();
             POLL_WINDOW.with(|w| w.set(polling.idle_after));
             runtime.block_on(async {
                 tokio::select! {

@@ -113,6 +113,22 @@ impl Guarded {
     }
 
     /// Refuses a change to a failed drive.
+    /// What a write meets before the drive: a fault, an injected full disk or failed sync.
+    fn before_write(&self, offset: u64, len: usize, fua: bool) -> Result<(), DriveError> {
+        self.writable()?;
+        if self.injected(Inject::NoSpace) {
+            return Err(DriveError::Io {
+                offset,
+                len: len as u64,
+                source: std::io::Error::from(std::io::ErrorKind::StorageFull),
+            });
+        }
+        if fua && self.injected(Inject::SyncError) {
+            return Err(self.failed(self.sync_failed(), true));
+        }
+        Ok(())
+    }
+
     fn writable(&self) -> Result<(), DriveError> {
         if !self.faulted.load(Ordering::Acquire) {
             return Ok(());
@@ -214,17 +230,7 @@ impl Drive for Guarded {
 
     fn write(&self, offset: u64, data: Bytes, fua: bool) -> BoxFuture<'_, Result<(), DriveError>> {
         Box::pin(async move {
-            self.writable()?;
-            if self.injected(Inject::NoSpace) {
-                return Err(DriveError::Io {
-                    offset,
-                    len: data.len() as u64,
-                    source: std::io::Error::from(std::io::ErrorKind::StorageFull),
-                });
-            }
-            if fua && self.injected(Inject::SyncError) {
-                return Err(self.failed(self.sync_failed(), true));
-            }
+            self.before_write(offset, data.len(), fua)?;
             if let Some(d) = self.injected_delay() {
                 tokio::time::sleep(d).await;
             }
@@ -233,6 +239,26 @@ impl Drive for Guarded {
                 .await
                 .map_err(|e| self.failed(e, fua))
         })
+    }
+
+    /// At once where the drive is, unless a fault is to be injected (a slow write waits).
+    fn completes_at_once(&self) -> bool {
+        self.inner.completes_at_once() && !self.armed.load(Ordering::Acquire)
+    }
+
+    fn read_now(&self, offset: u64, len: usize) -> Result<Bytes, DriveError> {
+        self.inner.read_now(offset, len)
+    }
+
+    fn read_into_now(&self, offset: u64, buf: ReadBuf) -> Result<Bytes, DriveError> {
+        self.inner.read_into_now(offset, buf)
+    }
+
+    fn write_now(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), DriveError> {
+        self.before_write(offset, data.len(), fua)?;
+        self.inner
+            .write_now(offset, data, fua)
+            .map_err(|e| self.failed(e, fua))
     }
 
     fn flush(&self) -> BoxFuture<'_, Result<(), DriveError>> {
@@ -318,6 +344,38 @@ mod tests {
         assert!(g.clear_fault().is_some());
         g.flush().await.unwrap();
         g.write(0, data, true).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn writes_at_once_meet_the_same_guard() {
+        let (g, told) = guarded();
+        let data = vec![3u8; 4096];
+        assert!(g.completes_at_once(), "a RAM drive, nothing injected");
+        g.write_now(0, &data, false).unwrap();
+        assert_eq!(g.read_now(0, 4096).unwrap(), data);
+        // Anything injected goes through the awaited path (a slow write waits there).
+        g.inject(Inject::SlowWrite(std::time::Duration::from_millis(1)));
+        assert!(!g.completes_at_once());
+        g.write(0, Bytes::from(data.clone()), false).await.unwrap();
+        assert!(g.completes_at_once(), "the injection was used");
+        // Injected between the caller's look and the write: applied at once all the same.
+        g.inject(Inject::NoSpace);
+        assert!(matches!(
+            g.write_now(0, &data, false),
+            Err(DriveError::Io { ref source, .. }) if is_no_space(source)
+        ));
+        assert_eq!(g.fault(), None, "a full disk is no loss");
+        g.inject(Inject::SyncError);
+        assert!(matches!(
+            g.write_now(0, &data, true),
+            Err(DriveError::Io { .. })
+        ));
+        assert_eq!(told.load(Ordering::Relaxed), 1);
+        assert!(matches!(
+            g.write_now(0, &data, false),
+            Err(DriveError::Failed(_))
+        ));
+        assert_eq!(g.read_now(0, 4096).unwrap(), data, "reads go on");
     }
 
     #[tokio::test]

@@ -134,6 +134,37 @@ pub trait Drive: Send + Sync + 'static {
     /// Writes `data` at `offset`. With `fua`, returns only once the data is durable.
     fn write(&self, offset: u64, data: Bytes, fua: bool) -> BoxFuture<'_, Result<(), DriveError>>;
 
+    /// Whether reads and writes complete at once, in the calling thread (memory: ram, null).
+    /// The I/O path then calls `read_now`, `read_into_now` and `write_now` instead of awaiting
+    /// `read`, `read_into` and `write`: no future is made for the command.
+    fn completes_at_once(&self) -> bool {
+        false
+    }
+
+    /// `read`, done at once (see `completes_at_once`).
+    fn read_now(&self, offset: u64, len: usize) -> Result<Bytes, DriveError> {
+        let _ = (offset, len);
+        Err(DriveError::Unusable(
+            "the drive does not read at once".into(),
+        ))
+    }
+
+    /// `read_into`, done at once (see `completes_at_once`).
+    fn read_into_now(&self, offset: u64, buf: ReadBuf) -> Result<Bytes, DriveError> {
+        let _ = (offset, buf);
+        Err(DriveError::Unusable(
+            "the drive does not read at once".into(),
+        ))
+    }
+
+    /// `write`, done at once (see `completes_at_once`).
+    fn write_now(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), DriveError> {
+        let _ = (offset, data, fua);
+        Err(DriveError::Unusable(
+            "the drive does not write at once".into(),
+        ))
+    }
+
     /// Makes every completed write durable (fdatasync or equivalent; a no-op without a volatile cache).
     fn flush(&self) -> BoxFuture<'_, Result<(), DriveError>>;
 

@@ -42,26 +42,37 @@ impl Drive for NullDrive {
         &self.info
     }
 
-    /// Zeros; up to 1 MiB they share one static buffer, so a read allocates nothing.
     fn read(&self, offset: u64, len: usize) -> BoxFuture<'_, Result<Bytes, DriveError>> {
-        match check_range(&self.info, offset, len as u64) {
-            Ok(()) => Box::pin(std::future::ready(Ok(zeroed_bytes(len)))),
-            Err(e) => Box::pin(std::future::ready(Err(e))),
-        }
+        Box::pin(std::future::ready(self.read_now(offset, len)))
     }
 
-    /// Zeros written into the caller's buffer (its memory held whatever it last carried).
-    fn read_into(&self, offset: u64, mut buf: ReadBuf) -> BoxFuture<'_, Result<Bytes, DriveError>> {
-        Box::pin(std::future::ready(
-            check_range(&self.info, offset, buf.len() as u64).map(|()| {
-                buf.as_mut_slice().fill(0);
-                buf.filled()
-            }),
-        ))
+    fn read_into(&self, offset: u64, buf: ReadBuf) -> BoxFuture<'_, Result<Bytes, DriveError>> {
+        Box::pin(std::future::ready(self.read_into_now(offset, buf)))
     }
 
     fn write(&self, offset: u64, data: Bytes, _fua: bool) -> BoxFuture<'_, Result<(), DriveError>> {
         self.ready(offset, data.len() as u64, ())
+    }
+
+    fn completes_at_once(&self) -> bool {
+        true
+    }
+
+    /// Zeros; up to 1 MiB they share one static buffer, so a read allocates nothing.
+    fn read_now(&self, offset: u64, len: usize) -> Result<Bytes, DriveError> {
+        check_range(&self.info, offset, len as u64).map(|()| zeroed_bytes(len))
+    }
+
+    /// Zeros written into the caller's buffer (its memory held whatever it last carried).
+    fn read_into_now(&self, offset: u64, mut buf: ReadBuf) -> Result<Bytes, DriveError> {
+        check_range(&self.info, offset, buf.len() as u64).map(|()| {
+            buf.as_mut_slice().fill(0);
+            buf.filled()
+        })
+    }
+
+    fn write_now(&self, offset: u64, data: &[u8], _fua: bool) -> Result<(), DriveError> {
+        check_range(&self.info, offset, data.len() as u64)
     }
 
     fn flush(&self) -> BoxFuture<'_, Result<(), DriveError>> {

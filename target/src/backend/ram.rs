@@ -321,6 +321,22 @@ impl Drive for RamDrive {
         Box::pin(std::future::ready(self.do_write(offset, &data)))
     }
 
+    fn completes_at_once(&self) -> bool {
+        true
+    }
+
+    fn read_now(&self, offset: u64, len: usize) -> Result<Bytes, DriveError> {
+        self.do_read(offset, len)
+    }
+
+    fn read_into_now(&self, offset: u64, buf: ReadBuf) -> Result<Bytes, DriveError> {
+        self.do_read_into(offset, buf)
+    }
+
+    fn write_now(&self, offset: u64, data: &[u8], _fua: bool) -> Result<(), DriveError> {
+        self.do_write(offset, data)
+    }
+
     /// Nothing to do: there is no volatile cache between a write and its storage.
     fn flush(&self) -> BoxFuture<'_, Result<(), DriveError>> {
         Box::pin(std::future::ready(Ok(())))

@@ -2,11 +2,6 @@
 
 use std::sync::Arc;
 
-// Drive latency is timed with the TSC where it is invariant (quanta falls back to the system
-// clock elsewhere): two clock reads per command, each a vDSO call costing about 40 ns on the
-// H200 machine with `std::time::Instant`.
-use quanta::Instant;
-
 use bytes::Bytes;
 use fabrik_proto::nvme::io::{DsmRange, IoCommand, DSM_RANGE_LEN};
 use fabrik_proto::nvme::NSID_BROADCAST;
@@ -17,6 +12,7 @@ use super::queue::{IoRequest, Response};
 use super::{limits, Controller};
 use crate::backend::DriveError;
 use crate::model::Namespace;
+use crate::stats::Stopwatch;
 
 impl Controller {
     fn namespace_for_io(&self, nsid: u32) -> Result<Arc<Namespace>, Status> {
@@ -72,7 +68,42 @@ impl Controller {
 
     pub(super) async fn execute_io(&self, req: IoRequest, data: Bytes) -> Response {
         let nsid = req.cmd.nsid();
-        match self.run_io(req, data).await {
+        let result = self.run_io(req, data).await;
+        self.io_answer(nsid, result)
+    }
+
+    /// A Read or Write whose drive completes at once (`Drive::completes_at_once`: memory),
+    /// done here and now: no future is made for it. None: it did not run, and `execute_io`
+    /// runs it.
+    pub(super) fn execute_io_now(&self, req: &mut IoRequest, data: &Bytes) -> Option<Response> {
+        let IoRequest { cmd, ns, into } = req;
+        let ns = ns
+            .as_ref()
+            .filter(|ns| ns.drive.completes_at_once() && ns.is_ready() && !ns.is_removed())?;
+        let bs = ns.block_size() as u64;
+        let result = match *cmd {
+            IoCommand::Read { slba, nlb, .. } => {
+                let len = nlb as u64 * bs;
+                let started = Stopwatch::start();
+                let read = match into.take() {
+                    Some(buf) if buf.len() as u64 == len => ns.drive.read_into_now(slba * bs, buf),
+                    _ => ns.drive.read_now(slba * bs, len as usize),
+                };
+                self.read_done(ns, len, started, read)
+            }
+            IoCommand::Write { slba, fua, .. } => {
+                let fua = fua || !self.volatile_write_cache();
+                let started = Stopwatch::start();
+                let written = ns.drive.write_now(slba * bs, data, fua);
+                self.write_done(ns, data.len() as u64, started, written)
+            }
+            _ => return None,
+        };
+        Some(self.io_answer(cmd.nsid(), result))
+    }
+
+    fn io_answer(&self, nsid: u32, result: Result<Response, Status>) -> Response {
+        match result {
             Ok(r) => r,
             Err(status) => {
                 // Counted against the drive (a failure path: the lookup costs nothing on success).
@@ -82,6 +113,32 @@ impl Controller {
                 Response::status(status)
             }
         }
+    }
+
+    fn read_done(
+        &self,
+        ns: &Namespace,
+        len: u64,
+        started: Stopwatch,
+        read: Result<Bytes, DriveError>,
+    ) -> Result<Response, Status> {
+        let data = read.map_err(|e| media_error(ns, e, false))?;
+        ns.stats.read(len, started.nanos());
+        self.io_counters.local().add_read(len);
+        Ok(Response::data(data))
+    }
+
+    fn write_done(
+        &self,
+        ns: &Namespace,
+        len: u64,
+        started: Stopwatch,
+        written: Result<(), DriveError>,
+    ) -> Result<Response, Status> {
+        written.map_err(|e| media_error(ns, e, true))?;
+        ns.stats.write(len, started.nanos());
+        self.io_counters.local().add_write(len);
+        Ok(Response::ok())
     }
 
     async fn run_io(&self, req: IoRequest, data: Bytes) -> Result<Response, Status> {
@@ -96,30 +153,21 @@ impl Controller {
         match cmd {
             IoCommand::Read { slba, nlb, .. } => {
                 let len = nlb as u64 * bs;
-                let started = Instant::now();
+                let started = Stopwatch::start();
                 let read = match into {
                     // (A namespace replaced meanwhile may have another block size.)
                     Some(buf) if buf.len() as u64 == len => ns.drive.read_into(slba * bs, buf),
                     _ => ns.drive.read(slba * bs, len as usize),
                 };
-                let data = read.await.map_err(|e| media_error(&ns, e, false))?;
-                ns.stats.read_latency(started.elapsed());
-                ns.stats.add_read(len);
-                self.io_counters.local().add_read(len);
-                Ok(Response::data(data))
+                let read = read.await;
+                self.read_done(&ns, len, started, read)
             }
             IoCommand::Write { slba, fua, .. } => {
                 let len = data.len() as u64;
                 let fua = fua || !self.volatile_write_cache();
-                let started = Instant::now();
-                ns.drive
-                    .write(slba * bs, data, fua)
-                    .await
-                    .map_err(|e| media_error(&ns, e, true))?;
-                ns.stats.write_latency(started.elapsed());
-                ns.stats.add_write(len);
-                self.io_counters.local().add_write(len);
-                Ok(Response::ok())
+                let started = Stopwatch::start();
+                let written = ns.drive.write(slba * bs, data, fua).await;
+                self.write_done(&ns, len, started, written)
             }
             IoCommand::Flush { .. } => {
                 ns.drive

@@ -317,9 +317,25 @@ impl Queue {
                 ctrl.execute_io(io, data).await
             }
         };
+        self.answered(sqid, &cmd.sqe, response)
+    }
+
+    /// Runs an admitted command at once where nothing in it waits: a Read or Write of a drive
+    /// that completes at once (memory), with no future made for it. None: it did not run (a
+    /// Read's lent memory is still in `cmd`), and `execute` runs it.
+    pub fn execute_now(&self, cmd: &mut Admitted, data: &Bytes) -> Option<Response> {
+        let (Command::Io(io), Some(b)) = (&mut cmd.command, self.binding.get()) else {
+            return None;
+        };
+        let response = b.ctrl.execute_io_now(io, data)?;
+        Some(self.answered(b.qid, &cmd.sqe, response))
+    }
+
+    /// A failed command goes into its controller's error log.
+    fn answered(&self, sqid: u16, sqe: &Sqe, response: Response) -> Response {
         if !response.status.is_success() {
             if let Some(ctrl) = self.controller() {
-                ctrl.record_error(sqid, cmd.sqe.cid, response.status, cmd.sqe.nsid);
+                ctrl.record_error(sqid, sqe.cid, response.status, sqe.nsid);
             }
         }
         response

@@ -16,7 +16,7 @@ use fabrik_proto::{Cqe, Sqe, Status};
 
 use super::books::{Arrival, QueueBooks, QueueOverrun};
 use super::limits;
-use super::queue::{Queue, Response, Route};
+use super::queue::{Admitted, Queue, Response, Route};
 use super::{Subsystem, TargetState};
 use crate::backend::ram::RamDrive;
 use crate::model::{Namespace, Port, Transport, TransportCaps};
@@ -75,8 +75,8 @@ impl TestQueue {
         let len = data.len() as u32;
         let in_capsule = (!data.is_empty()).then(|| data.clone());
         let resp = match self.queue.route(&sqe, len, in_capsule) {
-            Route::Execute(cmd, d) => self.queue.execute(cmd, d).await,
-            Route::FetchData(cmd) => self.queue.execute(cmd, data).await,
+            Route::Execute(cmd, d) => self.run(cmd, d).await,
+            Route::FetchData(cmd) => self.run(cmd, data).await,
             Route::Fail(status) => Response::status(status),
         };
         self.books.answered(sqe.cid);
@@ -86,11 +86,20 @@ impl TestQueue {
         )
     }
 
+    /// Runs an admitted command as the transports do: at once where it can, else awaited.
+    async fn run(&self, cmd: Admitted, data: Bytes) -> Response {
+        let mut cmd = cmd;
+        match self.queue.execute_now(&mut cmd, &data) {
+            Some(resp) => resp,
+            None => self.queue.execute(cmd, data).await,
+        }
+    }
+
     /// A read command moving `len` bytes to the host.
     async fn submit_read(&mut self, sqe: Sqe, len: u32) -> (Cqe, Bytes) {
         assert_eq!(self.books.arrived(&self.queue, sqe.cid), Ok(Arrival::New));
         let resp = match self.queue.route(&sqe, len, None) {
-            Route::Execute(cmd, d) => self.queue.execute(cmd, d).await,
+            Route::Execute(cmd, d) => self.run(cmd, d).await,
             Route::Fail(status) => Response::status(status),
             other => panic!("a read never fetches data: {other:?}"),
         };
@@ -353,6 +362,122 @@ async fn completions_follow_the_queue_s_size_and_flow_control() {
 }
 
 #[tokio::test]
+async fn memory_drives_run_reads_and_writes_at_once_and_count_them_as_awaited_ones() {
+    use crate::backend::guard::{Guarded, Inject};
+    use crate::backend::Drive;
+    let target = target();
+    let sub = target.subsystem(SUBNQN).unwrap();
+    let guarded = Arc::new(Guarded::new(
+        Arc::new(RamDrive::new(1 << 20, 4096).unwrap()),
+        None,
+        Box::new(|_| {}),
+    ));
+    sub.add_namespace(Arc::new(Namespace::new(2, "01", guarded.clone(), "seed1")));
+    let (admin, cntlid) = enabled_controller(&target).await;
+    let mut io = TestQueue::new(&target, 1, 16);
+    assert_eq!(io.connect(1, 15, 0, cntlid).await.status, Status::SUCCESS);
+    let data: Bytes = (0..4096u32).map(|i| (i % 241) as u8).collect();
+    let write = |cid, fua| {
+        IoCommand::Write {
+            nsid: 2,
+            slba: 1,
+            nlb: 1,
+            fua,
+        }
+        .to_sqe(cid)
+    };
+    let read = |cid| {
+        IoCommand::Read {
+            nsid: 2,
+            slba: 1,
+            nlb: 1,
+            fua: false,
+        }
+        .to_sqe(cid)
+    };
+    let admitted = |sqe: &Sqe, len| match io.queue.route(sqe, len, None) {
+        Route::Execute(cmd, _) | Route::FetchData(cmd) => cmd,
+        Route::Fail(s) => panic!("{s:?}"),
+    };
+    // At once: no future.
+    let resp = io
+        .queue
+        .execute_now(&mut admitted(&write(1, false), 4096), &data);
+    assert_eq!(resp.map(|r| r.status), Some(Status::SUCCESS));
+    let resp = io
+        .queue
+        .execute_now(&mut admitted(&read(2), 4096), &Bytes::new());
+    assert_eq!(resp.map(|r| r.data), Some(data.clone()));
+    // Awaited: the same command, the same answer.
+    let resp = io
+        .queue
+        .execute(admitted(&read(3), 4096), Bytes::new())
+        .await;
+    assert_eq!(resp.data, data);
+    // Counted alike: two reads, one write, each with its latency.
+    let ns = sub.namespace(2).unwrap();
+    assert_eq!((ns.stats.read_commands(), ns.stats.bytes_read()), (2, 8192));
+    assert_eq!(
+        (ns.stats.write_commands(), ns.stats.bytes_written()),
+        (1, 4096)
+    );
+    let timed = |f: fn(&crate::stats::DriveCounters) -> u64| ns.stats.io.all().map(f).sum::<u64>();
+    assert_eq!(timed(|c| c.read_latency.snapshot().count()), 2);
+    assert_eq!(timed(|c| c.write_latency.snapshot().count()), 1);
+    let ctrl = io.queue.controller().unwrap();
+    let ops: u64 = ctrl
+        .io_counters
+        .all()
+        .map(|c| c.read_ops.load(std::sync::atomic::Ordering::Relaxed))
+        .sum();
+    assert_eq!(ops, 2);
+
+    // A write the drive fails at once is answered as an awaited one would be: Write Fault,
+    // counted against the drive, in the controller's error log.
+    guarded.inject(Inject::SyncError);
+    guarded.write(0, data.clone(), true).await.unwrap_err();
+    let resp = io
+        .queue
+        .execute_now(&mut admitted(&write(4, true), 4096), &data);
+    assert_eq!(resp.map(|r| r.status), Some(Status::WRITE_FAULT));
+    assert_eq!(
+        timed(|c| c.errors.load(std::sync::atomic::Ordering::Relaxed)),
+        1
+    );
+    let get_log = AdminCommand::GetLogPage {
+        nsid: 0,
+        lid: fabrik_proto::nvme::log::lid::ERROR_INFO,
+        lsp: 0,
+        rae: false,
+        numd: 64 / 4 - 1,
+        lpo: 0,
+        csi: 0,
+    };
+    let mut admin = admin;
+    let (cqe, log) = admin.submit_read(get_log.to_sqe(10), 64).await;
+    assert_eq!(cqe.status, Status::SUCCESS);
+    let newest = fabrik_proto::nvme::log::ErrorLogEntry::decode(&log).unwrap();
+    assert_eq!((newest.sqid, newest.cid, newest.nsid), (1, 4, 2));
+
+    // What cannot run at once comes back: an admin command, a drive that waits.
+    let identify = AdminCommand::Identify {
+        nsid: 0,
+        cns: cns::CONTROLLER,
+        cntid: 0,
+        csi: 0,
+    };
+    let Route::Execute(mut cmd, d) = admin.queue.route(&identify.to_sqe(9), 4096, None) else {
+        panic!("identify executes at once");
+    };
+    assert!(admin.queue.execute_now(&mut cmd, &d).is_none());
+    assert!(guarded.clear_fault().is_some());
+    guarded.inject(Inject::SlowWrite(std::time::Duration::from_millis(1)));
+    let mut slow = admitted(&write(5, false), 4096);
+    assert!(io.queue.execute_now(&mut slow, &data).is_none());
+    assert_eq!(io.queue.execute(slow, data).await.status, Status::SUCCESS);
+}
+
+#[tokio::test]
 async fn a_write_admitted_before_its_namespace_went_away_follows_the_nsid() {
     let target = target();
     let sub = target.subsystem(SUBNQN).unwrap();
@@ -375,6 +500,11 @@ async fn a_write_admitted_before_its_namespace_went_away_follows_the_nsid() {
         panic!("a write without in-capsule data fetches it")
     };
     let old = sub.remove_namespace(1).unwrap();
+    let mut cmd = cmd;
+    assert!(
+        io.queue.execute_now(&mut cmd, &data).is_none(),
+        "a removed namespace's write is not run at once"
+    );
     let resp = io.queue.execute(cmd, data.clone()).await;
     assert_eq!(resp.status, Status::INVALID_NAMESPACE);
 

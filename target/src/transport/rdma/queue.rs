@@ -661,16 +661,21 @@ impl Connection {
         self.start(queue, inflight, slot, cmd, data)
     }
 
-    /// Runs a command. One that completes when first polled (RAM and null drives, most admin
-    /// commands) is answered in this pass: no task in `inflight`, no wake-up to come back for.
+    /// Runs a command. Reads and writes of drives that complete at once (RAM, null) run in
+    /// place, with no future allocated; any other command that completes when first polled
+    /// (most admin commands) is answered in this pass too: no task in `inflight`, no wake-up
+    /// to come back for.
     fn start<'q>(
         &mut self,
         queue: &'q Queue,
         inflight: &mut Inflight<'q>,
         slot: usize,
-        cmd: Admitted,
+        mut cmd: Admitted,
         data: Bytes,
     ) -> Result<(), ConnError> {
+        if let Some(resp) = queue.execute_now(&mut cmd, &data) {
+            return self.respond(queue, slot, resp);
+        }
         let mut run = Box::pin(queue.execute(cmd, data));
         match run.as_mut().now_or_never() {
             Some(resp) => self.respond(queue, slot, resp),
