@@ -4,9 +4,10 @@
 //! Counting must not slow I/O down: every counter is a relaxed atomic in an object the I/O path
 //! already holds (the namespace for per-drive figures, the controller for per-host figures, the
 //! connection for bytes on the wire). Counters that queues on several cores share are striped:
-//! each thread adds to its own cache line, so queues never contend for one. Nothing is looked up
-//! or locked per command; the sums over stripes, connections, controllers and namespaces are
-//! made when Prometheus scrapes.
+//! each thread adds to its own cache line, so queues never contend for one, and a reactor's
+//! stripe is its own alone, so it adds with a plain load and store, not a locked instruction.
+//! Nothing is looked up or locked per command; the sums over stripes, connections, controllers
+//! and namespaces are made when Prometheus scrapes.
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
