@@ -39,7 +39,10 @@ pub struct Binding {
 /// A parsed command, checked as far as possible before its data arrives.
 #[derive(Debug)]
 pub struct Admitted {
-    pub sqe: Sqe,
+    /// The command's identifier and namespace, for the error log (the rest of the SQE is in
+    /// `command`: a transport moves this struct a few times per command, so it stays small).
+    pub cid: u16,
+    pub nsid: u32,
     pub command: Command,
     /// Bytes the command moves (the SGL's length).
     pub transfer_len: u32,
@@ -270,7 +273,8 @@ impl Queue {
             return Err(Status::SGL_LENGTH_INVALID);
         }
         Ok(Admitted {
-            sqe: *sqe,
+            cid: sqe.cid,
+            nsid: sqe.nsid,
             command,
             transfer_len,
             direction,
@@ -298,6 +302,7 @@ impl Queue {
     /// (exactly `transfer_len` bytes); a response's data is at most `transfer_len` bytes.
     pub async fn execute(&self, cmd: Admitted, data: Bytes) -> Response {
         let sqid = self.binding.get().map_or(0, |b| b.qid);
+        let (cid, nsid) = (cmd.cid, cmd.nsid);
         let response = match cmd.command {
             Command::Fabrics(f) => self.execute_fabrics(f, data).await,
             Command::Admin(a) => {
@@ -317,7 +322,7 @@ impl Queue {
                 ctrl.execute_io(io, data).await
             }
         };
-        self.answered(sqid, &cmd.sqe, response)
+        self.answered(sqid, cid, nsid, response)
     }
 
     /// Runs an admitted command at once where nothing in it waits: a Read or Write of a drive
@@ -328,14 +333,14 @@ impl Queue {
             return None;
         };
         let response = b.ctrl.execute_io_now(io, data)?;
-        Some(self.answered(b.qid, &cmd.sqe, response))
+        Some(self.answered(b.qid, cmd.cid, cmd.nsid, response))
     }
 
     /// A failed command goes into its controller's error log.
-    fn answered(&self, sqid: u16, sqe: &Sqe, response: Response) -> Response {
+    fn answered(&self, sqid: u16, cid: u16, nsid: u32, response: Response) -> Response {
         if !response.status.is_success() {
             if let Some(ctrl) = self.controller() {
-                ctrl.record_error(sqid, sqe.cid, response.status, sqe.nsid);
+                ctrl.record_error(sqid, cid, response.status, nsid);
             }
         }
         response
