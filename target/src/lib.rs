@@ -10,8 +10,8 @@
 //! this list; a new module gets a place in it.
 //!
 //! - `numa`: where cores and NICs sit (sysfs)
-//! - `stats`, `files`, `reactor`: the counters the I/O path increments; private files and
-//!   directories; the I/O threads
+//! - `stats`, `files`: the counters the I/O path increments; private files and directories
+//! - `reactor`: the I/O threads (each claims its own stripe of the counters)
 //! - `backend`: drives (file, block device, RAM, null) and the lost-write guard
 //! - `model`: namespaces and ports
 //! - `controller`: controllers, their queues, and the subsystems that register them
