@@ -64,24 +64,39 @@ impl IntoResponse for ApiError {
 }
 
 /// `axum::Json` whose rejections are problems (400 malformed JSON, 415 wrong content type,
-/// 422 JSON of the wrong shape) rather than plain text.
+/// 422 JSON of the wrong shape) rather than plain text. Every request body of this API is a JSON
+/// object: serde would also fill a struct from an array of its fields in order (`[true]` for
+/// `{"allow_any_host": true}`), which the schema does not allow, so anything but an object is
+/// refused before the fields are read.
 pub struct JsonBody<T>(pub T);
 
 impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        match axum::Json::<T>::from_request(req, state).await {
-            Ok(axum::Json(v)) => Ok(JsonBody(v)),
+        let value = match axum::Json::<serde_json::Value>::from_request(req, state).await {
+            Ok(axum::Json(value)) => value,
             Err(rej) => {
                 let status = match &rej {
                     JsonRejection::JsonDataError(_) => StatusCode::UNPROCESSABLE_ENTITY,
                     JsonRejection::MissingJsonContentType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
                     _ => StatusCode::BAD_REQUEST,
                 };
-                Err(ApiError::new(status, rej.body_text()))
+                return Err(ApiError::new(status, rej.body_text()));
             }
+        };
+        if !value.is_object() {
+            return Err(ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "the request body must be a JSON object",
+            ));
         }
+        serde_json::from_value(value).map(JsonBody).map_err(|e| {
+            ApiError::new(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                format!("the request body does not fit: {e}"),
+            )
+        })
     }
 }
 

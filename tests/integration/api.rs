@@ -150,6 +150,31 @@ async fn errors_are_problems_and_changes_need_the_token() {
     .await;
     assert_eq!(status, 422, "{body}");
     assert!(body.contains("host"), "{body}");
+    // Every body is a JSON object: serde would fill a struct from an array of its fields in
+    // order, and schemathesis found `[true]` accepted as `{"allow_any_host": true}`.
+    let access = format!(
+        "/api/v1/subsystems/{}/access",
+        nqn("00").replace(':', "%3A")
+    );
+    for (path, method, array) in [
+        (access.as_str(), "PUT", "[false]"),
+        (
+            "/api/v1/compositions",
+            "POST",
+            "[\"nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000009\", [\"00\"]]",
+        ),
+    ] {
+        let (status, ctype, body) =
+            raw(api.api, method, path, Some(("application/json", array))).await;
+        assert_eq!(
+            (status, ctype.as_str()),
+            (422, "application/problem+json"),
+            "{path}: {body}"
+        );
+        assert!(body.contains("JSON object"), "{body}");
+    }
+    let sub = api.local.subsystem(&nqn("00")).await.unwrap();
+    assert!(sub.allow_any_host, "the refused change left no trace");
     let (status, _, _) = raw(
         api.api,
         "POST",
