@@ -74,11 +74,11 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        // Any JSON is a `Value`: the only rejections left are the content type and the syntax.
         let value = match axum::Json::<serde_json::Value>::from_request(req, state).await {
             Ok(axum::Json(value)) => value,
             Err(rej) => {
                 let status = match &rej {
-                    JsonRejection::JsonDataError(_) => StatusCode::UNPROCESSABLE_ENTITY,
                     JsonRejection::MissingJsonContentType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
                     _ => StatusCode::BAD_REQUEST,
                 };

@@ -64,6 +64,11 @@ impl Namespace {
         self.removed.load(Ordering::Acquire)
     }
 
+    /// Ready, and still its subsystem's: a command may use it as it was looked up.
+    pub fn serves_io(&self) -> bool {
+        self.is_ready() && !self.is_removed()
+    }
+
     /// Its subsystem let it go (see `Subsystem::remove_namespace`).
     pub fn mark_removed(&self) {
         self.removed.store(true, Ordering::Release);

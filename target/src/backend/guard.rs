@@ -112,7 +112,6 @@ impl Guarded {
         }
     }
 
-    /// Refuses a change to a failed drive.
     /// What a write meets before the drive: a fault, an injected full disk or failed sync.
     fn before_write(&self, offset: u64, len: usize, fua: bool) -> Result<(), DriveError> {
         self.writable()?;
@@ -129,6 +128,7 @@ impl Guarded {
         Ok(())
     }
 
+    /// Refuses a change to a failed drive.
     fn writable(&self) -> Result<(), DriveError> {
         if !self.faulted.load(Ordering::Acquire) {
             return Ok(());

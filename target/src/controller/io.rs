@@ -79,7 +79,7 @@ impl Controller {
         let IoRequest { cmd, ns, into } = req;
         let ns = ns
             .as_ref()
-            .filter(|ns| ns.drive.completes_at_once() && ns.is_ready() && !ns.is_removed())?;
+            .filter(|ns| ns.drive.completes_at_once() && ns.serves_io())?;
         let bs = ns.block_size() as u64;
         let result = match *cmd {
             IoCommand::Read { slba, nlb, .. } => {
@@ -145,7 +145,7 @@ impl Controller {
         let IoRequest { cmd, ns, into } = req;
         let ns = match ns {
             None => return Ok(Response::status(self.flush_all().await)),
-            Some(ns) if ns.is_ready() && !ns.is_removed() => ns,
+            Some(ns) if ns.serves_io() => ns,
             // Removed or replaced while the command's data was in flight: looked up again.
             Some(_) => Arc::new(self.namespace_for_io(cmd.nsid())?),
         };

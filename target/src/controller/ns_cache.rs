@@ -42,7 +42,7 @@ impl NamespaceCache {
         let mut entries = self.entries.lock().unwrap();
         if let Some(i) = entries.iter().position(|(id, _)| *id == nsid) {
             let ns = &entries[i].1;
-            if ns.is_ready() && !ns.is_removed() {
+            if ns.serves_io() {
                 return Ok(ns.clone());
             }
             entries.remove(i);

@@ -87,8 +87,7 @@ impl TestQueue {
     }
 
     /// Runs an admitted command as the transports do: at once where it can, else awaited.
-    async fn run(&self, cmd: Admitted, data: Bytes) -> Response {
-        let mut cmd = cmd;
+    async fn run(&self, mut cmd: Admitted, data: Bytes) -> Response {
         match self.queue.execute_now(&mut cmd, &data) {
             Some(resp) => resp,
             None => self.queue.execute(cmd, data).await,
