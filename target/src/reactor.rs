@@ -30,8 +30,10 @@
 //! sleeping between them (a spinner task yields, which makes the runtime poll epoll with a zero
 //! timeout), and it goes back to sleeping once nothing happened for `Polling::idle_after`; the
 //! first event wakes it. Off by default: each look is an epoll_wait system call, and on the
-//! H200 machine polling lost to sleeping in every figure (4 cores, null drives, medians of 3:
-//! 4K randread 1.52M against 1.65M IOPS, QD1 24.4 against 22.7 µs). Polling pays where a look
+//! H200 machine polling lost to sleeping in every figure with a 200 µs window (4 cores, null
+//! drives, medians of 3: 4K randread 1.52M against 1.65M IOPS, QD1 24.4 against 22.7 µs); a
+//! 20 µs window won every round in one run and lost most rounds in the next (README,
+//! Performance). Polling pays where a look
 //! costs no system call: completions in memory. The poller of a shared NVMe/RDMA completion
 //! queue polls it for the same window after its last completion before it arms its completion
 //! channel and sleeps (`poll_window`); the reactor's io_uring is next. Idle, a reactor sleeps in epoll
