@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # fabrikd against SPDK's nvmf_tgt, side by side: the same initiator (SPDK's spdk_nvme_perf on
-# cores of their own), the targets pinned to the same cores, alternated round by round; the
+# cores of their own), the targets pinned to the same cores, alternated figure by figure; the
 # medians of the rounds, the ratios to SPDK, and each target's CPU use. Never in CI: it needs the
 # prebuilt SPDK of ../shared/spdk and a machine with cores to spare (the H200 machine: 16).
 #
@@ -34,7 +34,9 @@ hugepages_for_malloc
 work=$(mktemp -d)
 port=$((20000 + RANDOM % 20000))
 pid=
-trap 'stop_target; rm -rf "$work"' EXIT
+declare -A pids=() ports=()
+stop_all() { for l in "${!pids[@]}"; do stop_target "${pids[$l]}"; done; pids=(); }
+trap 'stop_all; rm -rf "$work"' EXIT
 
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
@@ -47,38 +49,54 @@ figures=(
 )
 hz=$(getconf CLK_TCK)
 : >"$work/results.tsv"
+# SPDK polls its cores at 100 % even without a host: stopped (SIGSTOP) whenever another target is
+# measured; fabrikd sleeps when it has nothing to do.
+pause() { [ "$1" != spdk ] || kill -STOP "${pids[$1]}"; }
+resume() { [ "$1" != spdk ] || kill -CONT "${pids[$1]}"; }
+measure_idle() { # CORES LABEL: CPU with no host, then with 24 hosts sending only keep-alives
+  local cores=$1 label=$2 p=${pids[$2]} t0 idle idler
+  sleep 1
+  t0=$(cpu_ticks "$p"); sleep 3; idle=$(( $(cpu_ticks "$p") - t0 ))
+  printf '%s\t%s\t%s\t%s\t%s\n' "$cores" idle-no-hosts "$label" \
+    "$(awk -v t="$idle" -v hz="$hz" 'BEGIN{print t/hz/3*100}')" 0 >>"$work/results.tsv"
+  python3 "$REPO/tests/benches/idle-hosts.py" 127.0.0.1 "${ports[$label]}" nqn.2024-01.io.fabrik:box:drive-00 24 9 \
+    >"$work/idle-hosts.log" 2>&1 &
+  idler=$!
+  for _ in $(seq 50); do grep -q connected "$work/idle-hosts.log" && break; sleep 0.1; done
+  sleep 1
+  t0=$(cpu_ticks "$p"); sleep 5; idle=$(( $(cpu_ticks "$p") - t0 ))
+  wait "$idler" || { echo "idle hosts failed:"; cat "$work/idle-hosts.log"; }
+  printf '%s\t%s\t%s\t%s\t%s\n' "$cores" idle-24-hosts "$label" \
+    "$(awk -v t="$idle" -v hz="$hz" 'BEGIN{print t/hz/5*100}')" 0 >>"$work/results.tsv"
+}
+# Each round starts every target once, all on the same cores, and then alternates them figure by
+# figure: the targets compared in one figure ran seconds apart (the machines drift by tens of
+# percent within minutes), and each figure's order is the previous one's reversed.
+flip=0
 for cores in $CORE_SETS; do
   for round in $(seq "$ROUNDS"); do
-    # Alternate: this round's order is the last round's reversed.
-    order=($TARGETS)
-    if [ $((round % 2)) = 0 ]; then order=($(printf '%s\n' "${order[@]}" | tac)); fi
-    for t in "${order[@]}"; do
+    for t in $TARGETS; do
       label=${t%%=*}
       start_target "$t" "$cores"
-      sleep 1
-      t0=$(cpu_ticks "$pid")
-      sleep 3
-      idle=$(( $(cpu_ticks "$pid") - t0 ))
-      printf '%s\t%s\t%s\t%s\t%s\n' "$cores" idle-no-hosts "$label" \
-        "$(awk -v t="$idle" -v hz="$hz" 'BEGIN{print t/hz/3*100}')" 0 >>"$work/results.tsv"
-      # 24 hosts connected (admin and one I/O queue each), sending only keep-alives.
-      python3 "$REPO/tests/benches/idle-hosts.py" 127.0.0.1 "$port" nqn.2024-01.io.fabrik:box:drive-00 24 9 \
-        >"$work/idle-hosts.log" 2>&1 &
-      idler=$!
-      for _ in $(seq 50); do grep -q connected "$work/idle-hosts.log" && break; sleep 0.1; done
-      sleep 1
-      t0=$(cpu_ticks "$pid")
-      sleep 5
-      idle=$(( $(cpu_ticks "$pid") - t0 ))
-      wait "$idler" || { echo "idle hosts failed:"; cat "$work/idle-hosts.log"; }
-      printf '%s\t%s\t%s\t%s\t%s\n' "$cores" idle-24-hosts "$label" \
-        "$(awk -v t="$idle" -v hz="$hz" 'BEGIN{print t/hz/5*100}')" 0 >>"$work/results.tsv"
-      for f in "${figures[@]}"; do
-        IFS='|' read -r name n args <<<"$f"
-        t0=$(cpu_ticks "$pid")
+      pids[$label]=$pid ports[$label]=$port
+      [ "$round" != 1 ] || measure_idle "$cores" "$label"
+      pause "$label"
+    done
+    for f in "${figures[@]}"; do
+      IFS='|' read -r name n args <<<"$f"
+      order=($TARGETS)
+      flip=$((1 - flip))
+      if [ $flip = 0 ]; then order=($(printf '%s\n' "${order[@]}" | tac)); fi
+      for t in "${order[@]}"; do
+        label=${t%%=*} p=${pids[${t%%=*}]}
+        resume "$label"
+        t0=$(cpu_ticks "$p")
         # shellcheck disable=SC2086
-        out=$("$SPDK/perf.sh" "$n" "$port" box -c "$PERF_CORES" $args -t "$SECS" 2>&1) || true
-        ticks=$(( $(cpu_ticks "$pid") - t0 ))
+        out=$("$SPDK/perf.sh" "$n" "${ports[$label]}" box -c "$PERF_CORES" $args -t "$SECS" 2>&1) || true
+        ticks=$(( $(cpu_ticks "$p") - t0 ))
+        # Let it see the host's queues go before it stops.
+        sleep 0.5
+        pause "$label"
         total=$(grep -E '^Total' <<<"$out" | tail -1)
         [ -n "$total" ] || { echo "no result from perf for $label $name:"; tail -5 <<<"$out"; total="Total : 0 0 0"; }
         # IOPS, MiB/s, average us; CPU in cores (% of one).
@@ -92,13 +110,14 @@ for cores in $CORE_SETS; do
         printf '%s\t%s\t%s\t%s\t%s\n' "$cores" "$name" "$label" "$v" "$cpu" >>"$work/results.tsv"
         echo "cores $cores round $round $label $name: $v (target CPU ${cpu}%)" >&2
       done
-      stop_target
     done
+    stop_all
   done
 done
 
 echo
-echo "Medians of $ROUNDS alternated rounds, $SECS s each; backend $BACKEND; $N namespaces;"
+echo "Medians of $ROUNDS rounds, targets alternated figure by figure, $SECS s each; backend $BACKEND;"
+echo "$N namespaces; idle figures from the first round;"
 echo "4k QD32/128k: IOPS / GB/s (higher is better); qd1: average latency in us (lower is better);"
 echo "idle: target CPU (% of one core) with no host, and with 24 hosts sending only keep-alives;"
 echo "cpu: the target's CPU during the figure (% of one core). Ratios: of the medians, and in"
@@ -122,7 +141,7 @@ for cores, name in order:
     ratio = []
     for l in labels[1:]:
         r = med[l] / med[ref] if med[ref] else float("nan")
-        # The spread of the ratio within each round (targets alternated in one round ran
+        # The spread of the ratio within each round (the targets of one figure and round ran
         # seconds apart; the machine drifts more between rounds).
         per_round = [a / b for a, b in zip(vals[cores, name, l], vals[cores, name, ref]) if b]
         spread = f" ({min(per_round):.2f}-{max(per_round):.2f})" if len(per_round) > 1 else ""

@@ -3,14 +3,15 @@
 # drives written before reads, either target started and stopped. Uses $work, $BACKEND, $N, $SPDK,
 # $PERF_CORES and $port; sets $pid.
 
-start_fabrikd() { # BIN CORES PORT: pinned to CORES, N drives of 1 GiB, management off
-  rm -rf "$work/data"; mkdir -p "$work/data"
-  taskset -c "$2" "$1" --cores "$2" --data-dir "$work/data" --listen "127.0.0.1:$3" \
+start_fabrikd() { # BIN CORES PORT [DIR]: pinned to CORES, N drives of 1 GiB, management off
+  local dir=${4:-$work}
+  rm -rf "$dir/data"; mkdir -p "$dir/data"
+  taskset -c "$2" "$1" --cores "$2" --data-dir "$dir/data" --listen "127.0.0.1:$3" \
     --backend "$BACKEND" --drives "$N" --drive-size 1G --box-name box \
-    --api off --api-socket off --metrics off >"$work/fabrikd.log" 2>&1 &
+    --api off --api-socket off --metrics off >"$dir/fabrikd.log" 2>&1 &
   pid=$!
-  for _ in $(seq 100); do grep -q "listener" "$work/fabrikd.log" && break; sleep 0.1; done
-  grep -q "listener" "$work/fabrikd.log" || { cat "$work/fabrikd.log"; exit 1; }
+  for _ in $(seq 100); do grep -q "listener" "$dir/fabrikd.log" && break; sleep 0.1; done
+  grep -q "listener" "$dir/fabrikd.log" || { cat "$dir/fabrikd.log"; exit 1; }
 }
 
 # Drives that hold data (not null) are written first, so reads meet written memory: 1 MiB writes
@@ -37,24 +38,27 @@ for p in sys.argv[1].split(","):
 print(hex(m))' "$1"
 }
 
-start_target() { # LABEL CORES
-  local label=$1 cores=$2 bin=${1#*=}
+start_target() { # LABEL[=BIN] CORES: on a port of its own, files in $work/LABEL
+  local label=${1%%=*} cores=$2 bin=${1#*=}
   port=$((port + 1))
+  mkdir -p "$work/$label"
   if [ "$label" = spdk ]; then
     local bdev=null; [ "$BACKEND" = ram ] && bdev=malloc
-    export SPDK_LOG=$work/nvmf_tgt.log
+    export SPDK_LOG=$work/spdk/nvmf_tgt.log
     pid=$("$SPDK/tgt.sh" "$(mask_of "$cores")" "$N" "$port" box "$bdev")
   else
-    start_fabrikd "$bin" "$cores" "$port"
+    start_fabrikd "$bin" "$cores" "$port" "$work/$label"
   fi
   precondition "$port"
 }
 
-stop_target() {
-  [ -n "$pid" ] || return 0
-  kill -INT "$pid" 2>/dev/null || true
-  for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  kill -KILL "$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
-  pid=
+stop_target() { # [PID] (default $pid)
+  local p=${1:-$pid}
+  [ -n "$p" ] || return 0
+  kill -CONT "$p" 2>/dev/null || true
+  kill -INT "$p" 2>/dev/null || true
+  for _ in $(seq 100); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$p" 2>/dev/null || true
+  wait "$p" 2>/dev/null || true
+  [ "$p" != "$pid" ] || pid=
 }
