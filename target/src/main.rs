@@ -71,7 +71,7 @@ struct Args {
     #[arg(long, value_name = "LIST")]
     cores: Option<String>,
     /// Microseconds a busy reactor keeps polling for events after its last one before it sleeps
-    /// in epoll (200 bridges queue-depth-1 gaps); 0: it sleeps between events [default: 0].
+    /// in epoll; 0: it sleeps between events [default: 20].
     #[arg(long, value_name = "US")]
     poll_idle_us: Option<u64>,
 }

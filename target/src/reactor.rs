@@ -26,18 +26,23 @@
 //! the completion channel between turns; none, and no late Keep Alive, once a busy queue yields
 //! without arming).
 //!
-//! Adaptive polling (`--poll-idle-us`): a busy reactor can keep looking for events instead of
-//! sleeping between them (a spinner task yields, which makes the runtime poll epoll with a zero
-//! timeout), and it goes back to sleeping once nothing happened for `Polling::idle_after`; the
-//! first event wakes it. Off by default: each look is an epoll_wait system call, and on the
-//! H200 machine polling lost to sleeping in every figure with a 200 µs window (4 cores, null
-//! drives, medians of 3: 4K randread 1.52M against 1.65M IOPS, QD1 24.4 against 22.7 µs); a
-//! 20 µs window won every round in one run and lost most rounds in the next (README,
-//! Performance). Polling pays where a look
-//! costs no system call: completions in memory. The poller of a shared NVMe/RDMA completion
-//! queue polls it for the same window after its last completion before it arms its completion
-//! channel and sleeps (`poll_window`); the reactor's io_uring is next. Idle, a reactor sleeps in epoll
-//! either way: idle hosts cost nothing.
+//! Adaptive polling (`--poll-idle-us`, default 20): a busy reactor keeps looking for events
+//! instead of sleeping between them (a spinner task yields, which makes the runtime poll epoll
+//! with a zero timeout), and it goes back to sleeping once nothing happened for
+//! `Polling::idle_after`; the first event wakes it. Each look is an epoll_wait system call, so
+//! the window is short: it bridges the gaps between a host's commands, and a reactor does not
+//! spin through the host's think time. What it saves is the wake-up: a sleeping reactor is
+//! woken by the host's own CPU as its command arrives (on loopback the host pays for that
+//! wake-up in its send), and a wake-up is slow where cores sleep deeply or the machine is
+//! virtual. On the development VM (one target core, spdk_nvme_perf, null drives, 4 rounds
+//! alternated figure by figure) 20 µs took QD1 latency from 33.4 to 11.6 µs (SPDK 10.4) and was
+//! ahead on 4K reads and writes in 3 of 4 rounds. On the H200 machine, whose wake-ups cost less,
+//! it was not shown beyond the noise: 4 cores, 4K randread 2.58M against 2.29M IOPS and QD1
+//! 16.4 against 21.4 µs in every round of one run, 2.63M against 3.09M and 18.4 against 17.0
+//! µs in a repeat. 200 µs lost there in an earlier run (1.52M against 1.65M). The poller of a
+//! shared NVMe/RDMA completion queue polls it for the same window after its last completion
+//! before it arms its completion channel and sleeps (`poll_window`). Idle, a reactor sleeps in
+//! epoll either way: 24 idle hosts cost under 0.5 % of a core.
 //!
 //! Control (accepting connections, REST, keep-alive timers, management) stays on the control
 //! runtime: see `TargetState::spawn_control`.
@@ -73,18 +78,13 @@ pub struct Polling {
     pub idle_after: Duration,
 }
 
-impl Polling {
-    /// A window that bridges the gap between a completion and the host's next command at queue
-    /// depth 1 (tens of microseconds), and costs a keep-alive every few seconds well under 0.1%
-    /// of a core.
-    pub const SUGGESTED_IDLE_AFTER: Duration = Duration::from_micros(200);
-}
-
 impl Default for Polling {
-    /// Sleeping between events: see the module documentation for why.
+    /// 20 µs: it bridges the gaps between a host's commands under load and at queue depth 1,
+    /// and costs a keep-alive every few seconds well under 0.1% of a core. Chosen by
+    /// measurement against sleeping, 50 and 200 µs: see the module documentation.
     fn default() -> Polling {
         Polling {
-            idle_after: Duration::ZERO,
+            idle_after: Duration::from_micros(20),
         }
     }
 }
@@ -340,7 +340,7 @@ pub fn on_reactor() -> bool {
 
 /// How long a poller on this thread's reactor keeps polling completions (a shared RDMA
 /// completion queue: a look costs no system call) after the last one, before it sleeps on its
-/// completion channel: `Polling::idle_after`. Zero off the reactors and by default.
+/// completion channel: `Polling::idle_after`. Zero off the reactors.
 pub fn poll_window() -> Duration {
     POLL_WINDOW.with(Cell::get)
 }
@@ -626,8 +626,8 @@ mod tests {
         // little as a tenth).
         let polled = cpu_after_an_event(Duration::from_secs(5));
         assert!(polled > Duration::from_millis(4), "{polled:?}");
-        // Polling for 200 µs, or not at all: it sleeps through the pause.
-        for idle_after in [Polling::SUGGESTED_IDLE_AFTER, Polling::default().idle_after] {
+        // Polling for the default window, or not at all: it sleeps through the pause.
+        for idle_after in [Polling::default().idle_after, Duration::ZERO] {
             let slept = cpu_after_an_event(idle_after);
             assert!(
                 slept < Duration::from_millis(2) && slept * 2 < polled,
