@@ -41,9 +41,13 @@ pub struct ConfigFile {
     pub api_token: Option<String>,
     /// Cores for the I/O reactors, as `taskset -c` writes them: "0-3,8".
     pub cores: Option<String>,
-    /// Microseconds a busy reactor keeps polling after its last event before it sleeps (0, the
-    /// default: it sleeps between events).
+    /// Microseconds a busy reactor keeps polling after its last event before it sleeps (default
+    /// 20; 0: it sleeps between events).
     pub poll_idle_us: Option<u64>,
+    /// NVMe/TCP: end a successful read with its last C2HData PDU (SUCCESS flag) instead of a
+    /// response capsule, for every host (default false: only for hosts that disabled SQ flow
+    /// control, as the NVMe/TCP specification allows).
+    pub c2h_success: Option<bool>,
     pub drives: Option<GeneratedDrives>,
     #[serde(default, rename = "drive")]
     pub drive: Vec<DriveEntry>,

@@ -74,6 +74,8 @@ pub struct Config {
     pub cores: Vec<usize>,
     /// When a reactor stops polling and sleeps.
     pub polling: crate::reactor::Polling,
+    /// NVMe/TCP reads end with a SUCCESS-flagged C2HData for every host (see `TargetState`).
+    pub c2h_success: bool,
 }
 
 /// Settings given explicitly rather than defaulted.
@@ -106,6 +108,7 @@ impl Config {
             api: None,
             cores: Vec::new(),
             polling: Default::default(),
+            c2h_success: false,
         }
     }
 
@@ -124,6 +127,9 @@ impl Config {
         }
         if let Some(us) = file.poll_idle_us {
             self.polling.idle_after = std::time::Duration::from_micros(us);
+        }
+        if let Some(on) = file.c2h_success {
+            self.c2h_success = on;
         }
         if file.api.is_some() {
             self.api = file.api.clone();
@@ -485,11 +491,19 @@ mod tests {
     }
 
     #[test]
-    fn reactor_cores_and_polling_come_from_the_file() {
+    fn reactor_cores_polling_and_c2h_success_come_from_the_file() {
         let core = crate::reactor::allowed_cores()[0];
-        let f = ConfigFile::parse(&format!("cores = \"{core}\"\npoll_idle_us = 50")).unwrap();
+        let f = ConfigFile::parse(&format!(
+            "cores = \"{core}\"\npoll_idle_us = 50\nc2h_success = true"
+        ))
+        .unwrap();
         let mut c = Config::default_jbof("/tmp/x".into());
+        assert!(
+            !c.c2h_success,
+            "off by default, as the specification has it"
+        );
         c.apply_file(&f).unwrap();
+        assert!(c.c2h_success);
         c.validate().unwrap();
         assert_eq!(c.cores, vec![core]);
         assert_eq!(c.polling.idle_after, std::time::Duration::from_micros(50));

@@ -110,7 +110,8 @@ impl Target {
         }
         let target = Arc::new(
             TargetState::new(persisted.box_name.clone())
-                .with_reactors(config.cores.clone(), config.polling),
+                .with_reactors(config.cores.clone(), config.polling)
+                .with_c2h_success(config.c2h_success),
         );
         let ports = persisted.ports.clone();
         let stop = CancellationToken::new();

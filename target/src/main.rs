@@ -74,6 +74,11 @@ struct Args {
     /// in epoll; 0: it sleeps between events [default: 20].
     #[arg(long, value_name = "US")]
     poll_idle_us: Option<u64>,
+    /// NVMe/TCP: end every successful read with its last C2HData PDU (SUCCESS flag), without a
+    /// response capsule, as SPDK's target does by default. The specification allows it only
+    /// for hosts that disable SQ flow control (without this flag, only for those).
+    #[arg(long)]
+    c2h_success: bool,
 }
 
 fn main() -> ExitCode {
@@ -220,6 +225,9 @@ fn build_config(args: &Args) -> anyhow::Result<Config> {
     }
     if let Some(us) = args.poll_idle_us {
         config.polling.idle_after = std::time::Duration::from_micros(us);
+    }
+    if args.c2h_success {
+        config.c2h_success = true;
     }
     if let Some(cores) = &args.cores {
         config.cores = fabrik_target::reactor::parse_cores(cores)

@@ -13,7 +13,8 @@
 # BACKEND=null (fabrikd null, SPDK null bdevs) or ram (fabrikd ram, SPDK malloc: needs 4 GiB
 #   of hugepages for SPDK, set up here when run as root) or file (fabrikd's file backend, files
 #   in TMPDIR: on tmpfs, the drive I/O path without a device's time; fabrikd binaries only).
-# N=4 namespaces, one subsystem each.
+# N=4 namespaces, one subsystem each. FABRIKD_ARGS: more arguments for every fabrikd, e.g.
+#   "--c2h-success" to answer reads as SPDK's target does by default (see the README).
 set -euo pipefail
 ROUNDS=${1:-3}
 SECS=${2:-5}

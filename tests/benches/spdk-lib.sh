@@ -1,14 +1,15 @@
 # shellcheck shell=bash
 # What spdk-ab.sh and spdk-profile.sh share: fabrikd started the way both compare it, and the
 # drives written before reads, either target started and stopped. Uses $work, $BACKEND, $N, $SPDK,
-# $PERF_CORES and $port; sets $pid.
+# $PERF_CORES, $port and $FABRIKD_ARGS (more arguments for every fabrikd); sets $pid.
 
 start_fabrikd() { # BIN CORES PORT [DIR]: pinned to CORES, N drives of 1 GiB, management off
   local dir=${4:-$work}
   rm -rf "$dir/data"; mkdir -p "$dir/data"
+  # shellcheck disable=SC2086
   taskset -c "$2" "$1" --cores "$2" --data-dir "$dir/data" --listen "127.0.0.1:$3" \
     --backend "$BACKEND" --drives "$N" --drive-size 1G --box-name box \
-    --api off --api-socket off --metrics off >"$dir/fabrikd.log" 2>&1 &
+    --api off --api-socket off --metrics off ${FABRIKD_ARGS:-} >"$dir/fabrikd.log" 2>&1 &
   pid=$!
   for _ in $(seq 100); do grep -q "listener" "$dir/fabrikd.log" && break; sleep 0.1; done
   grep -q "listener" "$dir/fabrikd.log" || { cat "$dir/fabrikd.log"; exit 1; }

@@ -7,11 +7,16 @@ mod common;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
+use common::raw::RawConn;
 use common::*;
+use fabrik_initiator::proto::fabrics::CATTR_DISABLE_SQ_FLOW;
 use fabrik_initiator::proto::nvme::features::fid;
 use fabrik_initiator::proto::nvme::identify::NsDescriptor;
-use fabrik_initiator::proto::tcp::Digests;
+use fabrik_initiator::proto::nvme::io::IoCommand;
+use fabrik_initiator::proto::tcp::{CapsuleCmd, Digests, Pdu};
+use fabrik_initiator::proto::SglDescriptor;
 use fabrik_initiator::Controller;
+use fabrik_initiator::HostIdentity;
 use fabrik_target::backend::BackendKind;
 use tokio::task::JoinSet;
 
@@ -334,6 +339,77 @@ async fn sq_flow_control_disabled() {
         ctrl.shutdown().await.unwrap();
     }
     target.shutdown().await;
+}
+
+/// With `c2h_success` a read ends with its SUCCESS-flagged C2HData and no response capsule,
+/// whether or not the host disabled SQ flow control; without it, only when it did. On the wire,
+/// as SPDK's and the Linux host's queues see it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c2h_success_ends_reads_without_a_response_capsule() {
+    for c2h_success in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = config(dir.path(), BackendKind::Ram, 1, 64 << 20);
+        cfg.c2h_success = c2h_success;
+        let target = start(cfg).await;
+        let nqn = &nqns(&target)[0];
+        let host = HostIdentity::random();
+        let mut admin = RawConn::connect(addr(&target), Digests::default()).await;
+        let cntlid = admin.admin_connect_as(nqn, Some(&host.nqn)).await.dw0() as u16;
+        admin.enable_controller().await;
+        for disable_sq_flow in [false, true] {
+            let mut io = RawConn::connect(addr(&target), Digests::default()).await;
+            let cattr = if disable_sq_flow {
+                CATTR_DISABLE_SQ_FLOW
+            } else {
+                0
+            };
+            let connected = io
+                .connect_queue_with(nqn, Some(&host.nqn), 1, cntlid, cattr)
+                .await;
+            assert!(connected.status.is_success(), "{connected:?}");
+            let mut read = IoCommand::Read {
+                nsid: 1,
+                slba: 0,
+                nlb: 1,
+                fua: false,
+            }
+            .to_sqe(7);
+            read.set_sgl(&SglDescriptor::TransportDataBlock { length: 4096 });
+            io.send(Pdu::CapsuleCmd(CapsuleCmd {
+                sqe: read,
+                data: Bytes::new(),
+            }))
+            .await;
+            let what =
+                format!("c2h_success {c2h_success}, SQ flow control disabled {disable_sq_flow}");
+            let Some(Pdu::C2HData(data)) = io.next().await else {
+                panic!("{what}: expected C2HData")
+            };
+            assert!(
+                data.last && data.cccid == 7 && data.data.len() == 4096,
+                "{what}"
+            );
+            let expect_success = c2h_success || disable_sq_flow;
+            assert_eq!(data.success, expect_success, "{what}");
+            let next = tokio::time::timeout(std::time::Duration::from_millis(300), io.next()).await;
+            match next {
+                Ok(Some(Pdu::CapsuleResp(r))) if !expect_success => {
+                    assert!(r.cqe.status.is_success() && r.cqe.cid == 7, "{what}: {r:?}")
+                }
+                Err(_) if expect_success => {}
+                other => panic!("{what}: after the data, {other:?}"),
+            }
+        }
+        // A host of ours reads and verifies through either kind of answer.
+        let ctrl = Controller::connect(options(addr(&target), nqn))
+            .await
+            .unwrap();
+        let data = random_data(64 << 10, 9);
+        ctrl.write(1, 64, data.clone(), false).await.unwrap();
+        assert_same_data(&ctrl.read(1, 64, 16).await.unwrap(), &data, "read back");
+        ctrl.shutdown().await.unwrap();
+        target.shutdown().await;
+    }
 }
 
 /// More write data in flight on one queue than the target's per-connection R2T budget (16 MiB):

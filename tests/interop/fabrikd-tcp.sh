@@ -227,6 +227,23 @@ s_smart() {
   assert "disconnected" wait_no_ctrls 30 || return 1
   assert "fabrikd stops cleanly" target_stop
 }
+# Reads answered by their data alone: with --c2h-success fabrikd sets SUCCESS in a read's last
+# C2HData and sends no response capsule, though the kernel host keeps SQ flow control on (SPDK's
+# target does the same by default); fio verifies what it reads back through that.
+s_c2h_success() {
+  local FABRIKD_ARGS="${FABRIKD_ARGS:-} --c2h-success" rc
+  case $FABRIKD in */fake-fabrikd) echo "  fake-fabrikd: nothing to test"; return 0 ;; esac
+  [ "$(ctrl_count)" = 0 ] || { timeout 60 nvme disconnect-all; wait_no_ctrls 30; }
+  [ -z "$FPID" ] || target_stop || return 1
+  assert "target starts with --c2h-success" target_start || return 1
+  nvme_connect_find "$(drive_nqn 2)" "${FAB[@]}" "${CONN_OPTS[@]}"; rc=$?
+  assert "connect $(drive_nqn 2)" [ $rc = 0 ] || return 1
+  fio_verify c2h-4k 4k 2 16 16 "$DEV" || return 1
+  fio_verify c2h-128k 128k 1 8 16 "$DEV" || return 1
+  x timeout 60 nvme disconnect-all
+  assert "disconnected" wait_no_ctrls 30 || return 1
+  assert "fabrikd stops cleanly" target_stop
+}
 # Metrics of the fio traffic: fabrikd's /metrics (default 127.0.0.1:9420), scraped in the guest
 # right after the fio step, counts bytes read and written on every namespace fio used, and the
 # kernel's connections are open on the port.
@@ -271,6 +288,7 @@ suite_extra_steps() {
   skipped smart || step "drive health from the SMART log of an NVMe drive (block backend)" s_smart
   skipped block || step "block backend on kernel block devices (null_blk)" s_block
   skipped lost || step "a lost writeback fails every later Flush and FUA write (ext4 on a full device)" s_lost_write
+  skipped c2h || step "reads answered by their data alone (--c2h-success): fio verify" s_c2h_success
   step "fabrikd log has no panic" s_log
 }
 

@@ -215,6 +215,12 @@ pub struct TargetState {
     pub metrics: TargetMetrics,
     /// The I/O threads queues are placed on.
     pub reactors: Reactors,
+    /// NVMe/TCP ends a successful read with a SUCCESS-flagged C2HData and no response capsule
+    /// for every host, not only for those that disabled SQ flow control (the one case the
+    /// specification allows). The Linux and SPDK hosts complete the command from that PDU
+    /// either way and do not use the SQ head the capsule would carry; SPDK's target does this by
+    /// default. Saves the host parsing a second PDU per read.
+    pub c2h_success: bool,
     /// The control runtime (the one the target was made on): keep-alive timers and other
     /// background work of a controller go there, not onto a reactor.
     control: Option<tokio::runtime::Handle>,
@@ -234,6 +240,7 @@ impl TargetState {
             shutting_down: AtomicBool::new(false),
             metrics: TargetMetrics::default(),
             reactors: Reactors::new(Vec::new(), Polling::default()),
+            c2h_success: false,
             control: tokio::runtime::Handle::try_current().ok(),
         }
     }
@@ -242,6 +249,12 @@ impl TargetState {
     /// this polling policy.
     pub fn with_reactors(mut self, cores: Vec<usize>, polling: Polling) -> TargetState {
         self.reactors = Reactors::new(cores, polling);
+        self
+    }
+
+    /// NVMe/TCP reads end with a SUCCESS-flagged C2HData for every host (see `c2h_success`).
+    pub fn with_c2h_success(mut self, on: bool) -> TargetState {
+        self.c2h_success = on;
         self
     }
 

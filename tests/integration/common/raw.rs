@@ -148,6 +148,19 @@ impl RawConn {
         qid: u16,
         cntlid: u16,
     ) -> Cqe {
+        self.connect_queue_with(subnqn, hostnqn, qid, cntlid, 0)
+            .await
+    }
+
+    /// `connect_queue` with these Connect attributes (CATTR).
+    pub async fn connect_queue_with(
+        &mut self,
+        subnqn: &str,
+        hostnqn: Option<&str>,
+        qid: u16,
+        cntlid: u16,
+        cattr: u8,
+    ) -> Cqe {
         let data = ConnectData {
             host_id: [0x5d; 16],
             cntlid,
@@ -158,7 +171,7 @@ impl RawConn {
             recfmt: 0,
             qid,
             sqsize: 31,
-            cattr: 0,
+            cattr,
             kato: 0,
         }
         .to_sqe(1);
