@@ -36,13 +36,14 @@
 //! wake-up in its send), and a wake-up is slow where cores sleep deeply or the machine is
 //! virtual. On the development VM (one target core, spdk_nvme_perf, null drives, 4 rounds
 //! alternated figure by figure) 20 µs took QD1 latency from 33.4 to 11.6 µs (SPDK 10.4) and was
-//! ahead on 4K reads and writes in 3 of 4 rounds. On the H200 machine, whose wake-ups cost less,
-//! it was not shown beyond the noise: 4 cores, 4K randread 2.58M against 2.29M IOPS and QD1
-//! 16.4 against 21.4 µs in every round of one run, 2.63M against 3.09M and 18.4 against 17.0
-//! µs in a repeat. 200 µs lost there in an earlier run (1.52M against 1.65M). The poller of a
-//! shared NVMe/RDMA completion queue polls it for the same window after its last completion
-//! before it arms its completion channel and sleeps (`poll_window`). Idle, a reactor sleeps in
-//! epoll either way: 24 idle hosts cost under 0.5 % of a core.
+//! ahead on 4K reads and writes in 3 of 4 rounds. On the H200 machine, where QD1 latency without
+//! polling was already near SPDK's, it was not shown beyond the noise: 4 cores, 4K randread
+//! 2.58M against 2.29M IOPS and QD1 16.4 against 21.4 µs in every round of one run, 2.63M
+//! against 3.09M and 18.4 against 17.0 µs in a repeat. 200 µs lost there in an earlier run
+//! (1.52M against 1.65M). The poller of a shared NVMe/RDMA completion queue polls it for the same
+//! window after its last completion before it arms its completion channel and sleeps
+//! (`poll_window`). Idle, a reactor sleeps in epoll either way: 24 idle hosts cost under 0.5 % of
+//! a core.
 //!
 //! Control (accepting connections, REST, keep-alive timers, management) stays on the control
 //! runtime: see `TargetState::spawn_control`.

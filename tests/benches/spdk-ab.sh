@@ -89,7 +89,8 @@ for cores in $CORE_SETS; do
       flip=$((1 - flip))
       if [ $flip = 0 ]; then order=($(printf '%s\n' "${order[@]}" | tac)); fi
       for t in "${order[@]}"; do
-        label=${t%%=*} p=${pids[${t%%=*}]}
+        label=${t%%=*}
+        p=${pids[$label]}
         resume "$label"
         t0=$(cpu_ticks "$p")
         # shellcheck disable=SC2086

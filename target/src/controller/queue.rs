@@ -151,6 +151,12 @@ impl Response {
             ..Response::default()
         }
     }
+
+    /// Data, success and nothing else: the data alone may stand for the completion (NVMe/TCP's
+    /// SUCCESS flag), for the host then completes the command with a zero result.
+    pub fn completes_with_data(&self) -> bool {
+        !self.data.is_empty() && self.status.is_success() && self.result == 0
+    }
 }
 
 impl From<Status> for Response {

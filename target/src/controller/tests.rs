@@ -568,3 +568,24 @@ async fn queues_keep_no_namespace_once_it_is_removed_or_they_close() {
     io.queue.closed();
     assert_eq!(Arc::strong_count(&ns), 2);
 }
+
+#[test]
+fn only_data_with_a_plain_success_may_stand_for_the_completion() {
+    assert!(Response::data(vec![1u8; 4096]).completes_with_data());
+    // The host completes from the data with a zero result and success: anything more needs the
+    // completion itself.
+    let with_result = Response {
+        result: 7,
+        ..Response::data(vec![1u8; 4096])
+    };
+    assert!(!with_result.completes_with_data());
+    let failed = Response {
+        status: Status::UNRECOVERED_READ_ERROR,
+        ..Response::data(vec![1u8; 4096])
+    };
+    assert!(!failed.completes_with_data());
+    assert!(
+        !Response::ok().completes_with_data(),
+        "no data to stand for it"
+    );
+}

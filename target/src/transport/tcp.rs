@@ -707,12 +707,10 @@ impl Connection {
             self.close_after_flush = true;
         }
         let cqe = self.books.completion(queue, cid, &resp);
+        // SUCCESS in the last C2HData replaces the response capsule, which the spec allows only
+        // when SQ flow control is disabled (and `c2h_success` does for every host).
+        let success = resp.completes_with_data() && (sq_flow_disabled || queue.target.c2h_success);
         if !resp.data.is_empty() && resp.status.is_success() {
-            // SUCCESS in the last C2HData replaces the response capsule, which the spec allows
-            // only when SQ flow control is disabled (and `c2h_success` does for every host). The
-            // host then completes with a zero result: a command whose result says more gets its
-            // capsule.
-            let success = resp.result == 0 && (sq_flow_disabled || queue.target.c2h_success);
             self.push_c2h_data(C2HData {
                 cccid: cid,
                 datao: 0,
