@@ -10,8 +10,20 @@
 //! the common initiator; `tests/benches/spdk-ab.sh`), it removes the cross-thread wake-ups and
 //! task migrations that small commands paid for, and it keeps all of the transport and
 //! controller code as it is: on 4 cores 4K random reads went from 1.47M to 1.65M IOPS, QD1
-//! latency from 35.8 to 22.7 µs, and 1 to 4 cores now scale 3.97x (3.72x before). Raw io_uring
-//! is the next step where the kernel's share of a command (two thirds of it) is the cost.
+//! latency from 35.8 to 22.7 µs, and 1 to 4 cores now scale 3.97x (3.72x before).
+//!
+//! Sockets stay on tokio's epoll loop, against raw io_uring by measurement
+//! (`target/examples/socket_loops.rs`, `tests/benches/socket-loops.sh`: NVMe/TCP-shaped 4K read
+//! traffic on loopback, the server's CPU per request, medians of alternated rounds). io_uring
+//! with every connection's recv and sendmsg in one submission per turn, tuned (DEFER_TASKRUN,
+//! one issuer, registered sockets), saved 1-4 % of the server's CPU per request at queue depth
+//! 32, 3-9 % with 8 connections at depth 1 and 6-12 % with 32 at depth 4 (the development VM
+//! and the H200 machine); untuned, it cost 8-80 % more on the VM and was within 6 % of epoll on
+//! the H200 machine. The kernel's TCP work is over nine tenths of that server's CPU in either
+//! loop, and SPDK's default socket layer makes the same epoll, recv and sendmsg calls as this
+//! loop. So the gain is a few percent of the kernel's share, against moving the transport onto
+//! buffers owned by the ring: not taken yet.
+//!
 //! Placement balances connections, among the reactors on the NUMA node of the NIC a
 //! connection came through where the machine has several nodes (`numa`).
 //!
