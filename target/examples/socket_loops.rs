@@ -6,7 +6,8 @@
 //! each. The server runs on one core, the client on another; what counts is the server's CPU
 //! time (user and system) per answered request, over the same seconds.
 //!
-//!     cargo run --release --example socket_loops -- epoll|uring [CONNS [QD [SECS [SERVER_CORE [CLIENT_CORE]]]]]
+//!     cargo run --release --example socket_loops -- epoll|uring|uring-tuned|uring-zc \
+//!         [CONNS [QD [SECS [SERVER_CORE [CLIENT_CORE [DATA_BYTES]]]]]]
 //!
 //! Prints one line: loop, requests per second, server µs of CPU per request (user + system).
 //! `tests/benches/socket-loops.sh` alternates the two and prints medians.
@@ -22,12 +23,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const REQUEST: usize = 72;
 const HEADER: usize = 24;
-const DATA: usize = 4096;
-const RESPONSE: usize = HEADER + DATA;
+/// The largest response's data: a 128K read.
+const MAX_DATA: usize = 128 * 1024;
 /// Responses gathered into one send at most (two iovecs each, IOV_MAX is 1024).
 const MAX_BATCH: usize = 256;
 
-static ZEROS: [u8; DATA] = [0; DATA];
+static ZEROS: [u8; MAX_DATA] = [0; MAX_DATA];
 static HEADER_BYTES: [u8; HEADER] = [7; HEADER];
 
 /// 0 warming up, 1 measuring, 2 done: the server takes its CPU time and count at each change.
@@ -100,7 +101,7 @@ fn pin(core: usize) {
 
 /// The epoll loop: one task per connection, reading whatever arrived and answering every whole
 /// request in it with one writev.
-fn serve_epoll(conns: Vec<TcpStream>, tally: Arc<Tally>) -> (Usage, Usage) {
+fn serve_epoll(conns: Vec<TcpStream>, tally: Arc<Tally>, data: usize) -> (Usage, Usage) {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .build()
@@ -127,7 +128,9 @@ fn serve_epoll(conns: Vec<TcpStream>, tally: Arc<Tally>) -> (Usage, Usage) {
                     while left > 0 {
                         let n = left.min(MAX_BATCH);
                         let mut slices: Vec<IoSlice<'_>> = (0..n)
-                            .flat_map(|_| [IoSlice::new(&HEADER_BYTES), IoSlice::new(&ZEROS)])
+                            .flat_map(|_| {
+                                [IoSlice::new(&HEADER_BYTES), IoSlice::new(&ZEROS[..data])]
+                            })
                             .collect();
                         let mut slices = &mut slices[..];
                         while !slices.is_empty() {
@@ -153,7 +156,15 @@ fn serve_epoll(conns: Vec<TcpStream>, tally: Arc<Tally>) -> (Usage, Usage) {
 
 /// The io_uring loop: per turn, every connection's recv (re-armed as it completes) and one
 /// sendmsg per connection with answers owed, all in one submission.
-fn serve_uring(conns: Vec<TcpStream>, tally: Arc<Tally>, tuned: bool) -> (Usage, Usage) {
+/// `zero_copy`: sends with IORING_OP_SENDMSG_ZC (the kernel's MSG_ZEROCOPY: the pages are
+/// pinned instead of copied, and a second completion says when they are free again).
+fn serve_uring(
+    conns: Vec<TcpStream>,
+    tally: Arc<Tally>,
+    tuned: bool,
+    zero_copy: bool,
+    data: usize,
+) -> (Usage, Usage) {
     use io_uring::{opcode, types, IoUring};
     struct Conn {
         stream: TcpStream,
@@ -218,7 +229,9 @@ fn serve_uring(conns: Vec<TcpStream>, tally: Arc<Tally>, tuned: bool) -> (Usage,
         let iov = &mut c.iov[c.iov_at..];
         c.msg.msg_iov = iov.as_mut_ptr();
         c.msg.msg_iovlen = iov.len();
-        let sqe = if tuned {
+        let sqe = if zero_copy {
+            opcode::SendMsgZc::new(types::Fixed(i as u32), &c.msg).build()
+        } else if tuned {
             opcode::SendMsg::new(types::Fixed(i as u32), &c.msg).build()
         } else {
             opcode::SendMsg::new(types::Fd(c.stream.as_raw_fd()), &c.msg).build()
@@ -234,8 +247,11 @@ fn serve_uring(conns: Vec<TcpStream>, tally: Arc<Tally>, tuned: bool) -> (Usage,
     let mut answered = 0u64;
     loop {
         ring.submit_and_wait(1).expect("submit");
+        // A zero-copy send's notification (its pages are free again) needs nothing here: they
+        // are static.
         let done: Vec<(u64, i32)> = ring
             .completion()
+            .filter(|c| !io_uring::cqueue::notif(c.flags()))
             .map(|c| (c.user_data(), c.result()))
             .collect();
         for (data, res) in done {
@@ -292,7 +308,7 @@ fn serve_uring(conns: Vec<TcpStream>, tally: Arc<Tally>, tuned: bool) -> (Usage,
                 });
                 c.iov.push(libc::iovec {
                     iov_base: ZEROS.as_ptr() as *mut _,
-                    iov_len: DATA,
+                    iov_len: data,
                 });
             }
             c.sending = true;
@@ -314,7 +330,13 @@ fn serve_uring(conns: Vec<TcpStream>, tally: Arc<Tally>, tuned: bool) -> (Usage,
 
 /// The client: each connection keeps `qd` requests outstanding, sending one for every whole
 /// response that came back.
-fn client(addr: std::net::SocketAddr, conns: usize, qd: usize, core: usize) -> Vec<TcpStream> {
+fn client(
+    addr: std::net::SocketAddr,
+    conns: usize,
+    qd: usize,
+    core: usize,
+    response: usize,
+) -> Vec<TcpStream> {
     let streams: Vec<TcpStream> = (0..conns)
         .map(|_| {
             let s = TcpStream::connect(addr).expect("connect");
@@ -348,8 +370,8 @@ fn client(addr: std::net::SocketAddr, conns: usize, qd: usize, core: usize) -> V
                         Ok(n) => n,
                     };
                     partial += n;
-                    let whole = partial / RESPONSE;
-                    partial %= RESPONSE;
+                    let whole = partial / response;
+                    partial %= response;
                     if whole > 0 && s.write_all(&requests[..whole * REQUEST]).await.is_err() {
                         return;
                     }
@@ -374,9 +396,14 @@ fn main() {
         .to_string();
     let (conns, qd, secs) = (arg(1, 8), arg(2, 32), arg(3, 3));
     let (server_core, client_core) = (arg(4, 0), arg(5, 1));
+    let data = arg(6, 4096);
+    if data == 0 || data > MAX_DATA {
+        eprintln!("socket_loops: a response carries 1 to {MAX_DATA} bytes of data");
+        std::process::exit(2);
+    }
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = listener.local_addr().expect("address");
-    let _client_side = client(addr, conns, qd, client_core);
+    let _client_side = client(addr, conns, qd, client_core, HEADER + data);
     let accepted: Vec<TcpStream> = (0..conns)
         .map(|_| {
             let (s, _) = listener.accept().expect("accept");
@@ -389,11 +416,14 @@ fn main() {
     let server = std::thread::spawn(move || {
         pin(server_core);
         match mode.as_str() {
-            "epoll" => serve_epoll(accepted, server_tally),
-            "uring" => serve_uring(accepted, server_tally, false),
-            "uring-tuned" => serve_uring(accepted, server_tally, true),
+            "epoll" => serve_epoll(accepted, server_tally, data),
+            "uring" => serve_uring(accepted, server_tally, false, false, data),
+            "uring-tuned" => serve_uring(accepted, server_tally, true, false, data),
+            "uring-zc" => serve_uring(accepted, server_tally, true, true, data),
             other => {
-                eprintln!("socket_loops: unknown loop {other:?} (epoll or uring)");
+                eprintln!(
+                    "socket_loops: unknown loop {other:?} (epoll, uring, uring-tuned, uring-zc)"
+                );
                 std::process::exit(2);
             }
         }

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The reactors' event loop, measured (target/examples/socket_loops.rs): tokio's epoll loop against
-# raw io_uring (plain, and tuned: DEFER_TASKRUN, single issuer, registered sockets), alternated,
-# medians of the rounds: requests/s and the server's CPU per request. Never in CI (a benchmark).
+# raw io_uring (plain, and tuned: DEFER_TASKRUN, single issuer, registered sockets; uring-zc: tuned,
+# sending with zero copy), alternated, medians of the rounds: requests/s and the server's CPU per
+# request. Never in CI (a benchmark).
 #
 #   tests/benches/socket-loops.sh [ROUNDS [SECS]]      (default 5 rounds of 3 s)
 #
-# SHAPES="8x32 8x1 32x4": connections x queue depth each. SERVER_CORE=0 CLIENT_CORE=1.
+# SHAPES="8x32 8x1 32x4": connections x queue depth each [x data bytes per response, default
+#   4096; e.g. 4x8x131072]. LOOPS="epoll uring uring-tuned" (or uring-zc). SERVER_CORE=0
+#   CLIENT_CORE=1.
 # BIN=path of a socket_loops binary built elsewhere (a machine without cargo).
 set -euo pipefail
 ROUNDS=${1:-5}
@@ -23,13 +26,15 @@ trap 'rm -f "$out"' EXIT
 for shape in $SHAPES; do
   for r in $(seq "$ROUNDS"); do
     for l in $LOOPS; do
-      line=$(timeout $((SECS + 20)) "$bin" "$l" "${shape%x*}" "${shape#*x}" "$SECS" \
-        "${SERVER_CORE:-0}" "${CLIENT_CORE:-1}") || { echo "$shape $l round $r: no result" >&2; continue; }
+      IFS=x read -r conns qd bytes <<<"$shape"
+      line=$(timeout $((SECS + 20)) "$bin" "$l" "$conns" "$qd" "$SECS" \
+        "${SERVER_CORE:-0}" "${CLIENT_CORE:-1}" "${bytes:-4096}") ||
+        { echo "$shape $l round $r: no result" >&2; continue; }
       echo "$shape $l $line" >>"$out"
     done
   done
 done
-echo "| shape (conns x QD) | loop | req/s | server us/req | user | system |"
+echo "| shape (conns x QD [x bytes]) | loop | req/s | server us/req | user | system |"
 echo "|---|---|---|---|---|---|"
 median() { sort -g | awk '{v[NR]=$1} END {printf "%.10g\n", (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'; }
 for shape in $SHAPES; do
