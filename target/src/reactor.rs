@@ -23,7 +23,8 @@
 //! loop, and SPDK's default socket layer makes the same epoll, recv and sendmsg calls as this
 //! loop. So the gain is a few percent of the kernel's share, against moving the transport onto
 //! buffers owned by the ring: not taken yet. Zero-copy sends of 128 KiB reads cost 1.44x the CPU
-//! there (loopback copies on delivery anyway): not used, and not measurable here with a NIC.
+//! there (loopback copies on delivery anyway): not used; no machine here has a NIC path to
+//! measure where it pays.
 //!
 //! Placement balances connections, among the reactors on the NUMA node of the NIC a
 //! connection came through where the machine has several nodes (`numa`).
