@@ -363,8 +363,10 @@ async fn c2h_success_ends_reads_without_a_response_capsule() {
             } else {
                 0
             };
+            // A queue ID of its own: the previous connection's queue may not be detached yet.
+            let qid = 1 + disable_sq_flow as u16;
             let connected = io
-                .connect_queue_with(nqn, Some(&host.nqn), 1, cntlid, cattr)
+                .connect_queue_with(nqn, Some(&host.nqn), qid, cntlid, cattr)
                 .await;
             assert!(connected.status.is_success(), "{connected:?}");
             let mut read = IoCommand::Read {
