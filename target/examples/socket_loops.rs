@@ -15,8 +15,7 @@
 use std::io::{IoSlice, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -33,11 +32,6 @@ static HEADER_BYTES: [u8; HEADER] = [7; HEADER];
 
 /// 0 warming up, 1 measuring, 2 done: the server takes its CPU time and count at each change.
 static PHASE: AtomicU8 = AtomicU8::new(0);
-
-#[derive(Default)]
-struct Tally {
-    answered: AtomicU64,
-}
 
 struct Usage {
     user: Duration,
@@ -101,7 +95,9 @@ fn pin(core: usize) {
 
 /// The epoll loop: one task per connection, reading whatever arrived and answering every whole
 /// request in it with one writev.
-fn serve_epoll(conns: Vec<TcpStream>, tally: Arc<Tally>, data: usize) -> (Usage, Usage) {
+fn serve_epoll(conns: Vec<TcpStream>, data: usize) -> (Usage, Usage) {
+    // Requests answered by all connections: they share one thread.
+    let answered = std::rc::Rc::new(std::cell::Cell::new(0u64));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_io()
         .build()
@@ -112,7 +108,7 @@ fn serve_epoll(conns: Vec<TcpStream>, tally: Arc<Tally>, data: usize) -> (Usage,
         for conn in conns {
             conn.set_nonblocking(true).expect("nonblocking");
             let mut stream = tokio::net::TcpStream::from_std(conn).expect("register");
-            let tally = tally.clone();
+            let answered = answered.clone();
             let done_tx = done_tx.clone();
             local.spawn_local(async move {
                 let mut rbuf = bytes::BytesMut::with_capacity(64 * 1024);
@@ -139,8 +135,8 @@ fn serve_epoll(conns: Vec<TcpStream>, tally: Arc<Tally>, data: usize) -> (Usage,
                         }
                         left -= n;
                     }
-                    let answered = tally.answered.fetch_add(whole as u64, Ordering::Relaxed);
-                    if meter.tick(answered + whole as u64) {
+                    answered.set(answered.get() + whole as u64);
+                    if meter.tick(answered.get()) {
                         let _ = done_tx.send(meter.result.take().expect("ended"));
                         return;
                     }
@@ -158,20 +154,14 @@ fn serve_epoll(conns: Vec<TcpStream>, tally: Arc<Tally>, data: usize) -> (Usage,
 /// sendmsg per connection with answers owed, all in one submission.
 /// `zero_copy`: sends with IORING_OP_SENDMSG_ZC (the kernel's MSG_ZEROCOPY: the pages are
 /// pinned instead of copied, and a second completion says when they are free again).
-fn serve_uring(
-    conns: Vec<TcpStream>,
-    tally: Arc<Tally>,
-    tuned: bool,
-    zero_copy: bool,
-    data: usize,
-) -> (Usage, Usage) {
+fn serve_uring(conns: Vec<TcpStream>, tuned: bool, zero_copy: bool, data: usize) -> (Usage, Usage) {
     use io_uring::{opcode, types, IoUring};
     struct Conn {
         stream: TcpStream,
         rbuf: Vec<u8>,
         partial: usize,
         owed: usize,
-        iov: Vec<libc::iovec>,
+        iov: Vec<IoSlice<'static>>,
         /// Where the in-flight send has got to in `iov`.
         iov_at: usize,
         msg: libc::msghdr,
@@ -227,7 +217,8 @@ fn serve_uring(
     };
     let send_sqe = |i: usize, c: &mut Conn| {
         let iov = &mut c.iov[c.iov_at..];
-        c.msg.msg_iov = iov.as_mut_ptr();
+        // IoSlice is an iovec on Unix (std documents the two as ABI compatible).
+        c.msg.msg_iov = iov.as_mut_ptr().cast::<libc::iovec>();
         c.msg.msg_iovlen = iov.len();
         let sqe = if zero_copy {
             opcode::SendMsgZc::new(types::Fixed(i as u32), &c.msg).build()
@@ -271,18 +262,10 @@ fn serve_uring(
             } else {
                 assert!(res > 0, "send: {res}");
                 // Advance over what was sent; whatever is left goes again.
-                let mut sent = res as usize;
-                while sent > 0 {
-                    let v = &mut c.iov[c.iov_at];
-                    if sent >= v.iov_len {
-                        sent -= v.iov_len;
-                        c.iov_at += 1;
-                    } else {
-                        v.iov_base = (v.iov_base as usize + sent) as *mut libc::c_void;
-                        v.iov_len -= sent;
-                        sent = 0;
-                    }
-                }
+                let mut rest = &mut c.iov[c.iov_at..];
+                IoSlice::advance_slices(&mut rest, res as usize);
+                let left = rest.len();
+                c.iov_at = c.iov.len() - left;
                 if c.iov_at < c.iov.len() {
                     let sqe = send_sqe(i, c);
                     // SAFETY: the iovecs and msghdr live in the boxed Conn, untouched until
@@ -302,21 +285,14 @@ fn serve_uring(
             c.iov.clear();
             c.iov_at = 0;
             for _ in 0..n {
-                c.iov.push(libc::iovec {
-                    iov_base: HEADER_BYTES.as_ptr() as *mut _,
-                    iov_len: HEADER,
-                });
-                c.iov.push(libc::iovec {
-                    iov_base: ZEROS.as_ptr() as *mut _,
-                    iov_len: data,
-                });
+                c.iov.push(IoSlice::new(&HEADER_BYTES));
+                c.iov.push(IoSlice::new(&ZEROS[..data]));
             }
             c.sending = true;
             let sqe = send_sqe(i, c);
             // SAFETY: as above.
             unsafe { ring.submission().push(&sqe).expect("room") };
         }
-        tally.answered.store(answered, Ordering::Relaxed);
         if meter.tick(answered) {
             // Receives are still in flight into the connections' buffers: they, and the
             // ring, stay until the process exits (dropped, a late receive wrote into freed
@@ -411,15 +387,13 @@ fn main() {
             s
         })
         .collect();
-    let tally = Arc::new(Tally::default());
-    let server_tally = tally.clone();
     let server = std::thread::spawn(move || {
         pin(server_core);
         match mode.as_str() {
-            "epoll" => serve_epoll(accepted, server_tally, data),
-            "uring" => serve_uring(accepted, server_tally, false, false, data),
-            "uring-tuned" => serve_uring(accepted, server_tally, true, false, data),
-            "uring-zc" => serve_uring(accepted, server_tally, true, true, data),
+            "epoll" => serve_epoll(accepted, data),
+            "uring" => serve_uring(accepted, false, false, data),
+            "uring-tuned" => serve_uring(accepted, true, false, data),
+            "uring-zc" => serve_uring(accepted, true, true, data),
             other => {
                 eprintln!(
                     "socket_loops: unknown loop {other:?} (epoll, uring, uring-tuned, uring-zc)"

@@ -20,8 +20,8 @@
 //! 32, 3-9 % with 8 connections at depth 1 and 6-12 % with 32 at depth 4 (the development VM
 //! and the H200 machine); untuned, it cost 8-80 % more on the VM and was within 6 % of epoll on
 //! the H200 machine. The kernel's TCP work is over nine tenths of that server's CPU in either
-//! loop, and SPDK's default socket layer makes the same epoll, recv and sendmsg calls as this
-//! loop. So the gain is a few percent of the kernel's share, against moving the transport onto
+//! loop, and SPDK's default socket layer makes the same calls per read as this loop (an
+//! epoll_wait, a read, a vectored send: readv and sendmsg there, recv and writev here). So the gain is a few percent of the kernel's share, against moving the transport onto
 //! buffers owned by the ring: not taken yet. Zero-copy sends of 128 KiB reads cost 1.44x the CPU
 //! there (loopback copies on delivery anyway): not used; no machine here has a NIC path to
 //! measure where it pays.

@@ -806,7 +806,6 @@ impl Connection {
     }
 }
 
-/// One R2T for the whole transfer, as the Linux target does; TTAG = CID.
 /// Writes the first segments, up to `N` of them, with one system call.
 async fn write_segments<const N: usize>(
     writer: &mut OwnedWriteHalf,
@@ -820,6 +819,7 @@ async fn write_segments<const N: usize>(
     writer.write_vectored(&slices[..count]).await
 }
 
+/// One R2T for the whole transfer, as the Linux target does; TTAG = CID.
 fn r2t(cid: u16, len: u32) -> Pdu {
     Pdu::R2T(R2T {
         cccid: cid,
