@@ -7,14 +7,16 @@
 //! read the CC register". A new command that comes with a parked AER's CID therefore retires
 //! the AER: it never gets a completion (the host has finished it already), and the new command
 //! runs. A CID held by any other command still conflicts.
+//!
+//! A list, not a map: a controller parks at most `limits::AER_LIMIT` AERs, I/O queues none,
+//! and every answered command looks here (hashing its CID took 150 instructions of a 4K read).
 
-use std::collections::HashMap;
 use std::future::Future;
 
 use futures_util::future::{AbortHandle, Abortable};
 
 #[derive(Default)]
-pub(super) struct ParkedEvents(HashMap<u16, AbortHandle>);
+pub(super) struct ParkedEvents(Vec<(u16, AbortHandle)>);
 
 impl ParkedEvents {
     /// Parks the AER `cid`: the future yields its answer, or None once it was retired.
@@ -24,20 +26,26 @@ impl ParkedEvents {
         request: F,
     ) -> impl Future<Output = Option<F::Output>> {
         let (handle, registration) = AbortHandle::new_pair();
-        self.0.insert(cid, handle);
+        // The books gave `cid` to this AER: no other parked one holds it.
+        self.0.push((cid, handle));
         async move { Abortable::new(request, registration).await.ok() }
     }
 
     /// The command `cid` was answered (an AER or not).
     pub(super) fn answered(&mut self, cid: u16) {
-        self.0.remove(&cid);
+        self.take(cid);
+    }
+
+    fn take(&mut self, cid: u16) -> Option<AbortHandle> {
+        let at = self.0.iter().position(|(parked, _)| *parked == cid)?;
+        Some(self.0.swap_remove(at).1)
     }
 
     /// A new command came with `cid`: if a parked AER holds it, that AER is retired (its
     /// future yields None at once and its answer is never sent) and the CID is the new
     /// command's. False if no AER holds the CID.
     pub(super) fn retire(&mut self, cid: u16) -> bool {
-        match self.0.remove(&cid) {
+        match self.take(cid) {
             Some(handle) => {
                 handle.abort();
                 tracing::debug!(
@@ -52,7 +60,7 @@ impl ParkedEvents {
 
     /// The queue ends: every parked AER is retired (they hold nothing at the backend).
     pub(super) fn retire_all(&mut self) {
-        for (_, handle) in self.0.drain() {
+        for (_, handle) in self.0.drain(..) {
             handle.abort();
         }
     }
