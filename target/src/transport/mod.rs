@@ -4,6 +4,7 @@
 mod admission;
 #[cfg(feature = "rdma")]
 pub mod rdma;
+pub(crate) mod signals;
 pub mod tcp;
 
 use std::net::SocketAddr;

@@ -7,7 +7,7 @@ use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::io::IoSlice;
 use std::net::SocketAddr;
-use std::pin::{pin, Pin};
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,7 +19,6 @@ use fabrik_proto::tcp::{
     Role, TermReq, R2T,
 };
 use fabrik_proto::{SglDescriptor, Status};
-use futures_util::future::OptionFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -30,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 use super::admission::{
     AcceptBackoff, Admission, MAX_CONNECTIONS_PER_LISTENER, MAX_CONNECTIONS_PER_PEER,
 };
+use super::signals::{Signal, Signals};
 use super::Listener;
 use crate::controller::books::{Arrival, QueueBooks};
 use crate::controller::{limits, Admitted, Queue, Response, Route, TargetState};
@@ -215,20 +215,6 @@ async fn serve_connection(
 type Inflight<'q> =
     FuturesUnordered<Pin<Box<dyn Future<Output = (u16, Option<Response>)> + Send + 'q>>>;
 
-/// What a connection waits for besides its socket and its commands.
-enum Signal {
-    /// fabrikd is stopping.
-    Stop,
-    /// The controller of the queue was torn down.
-    Teardown,
-}
-
-/// The connection's signals, in a set that polls a future only after its waker fired:
-/// `select!` polls every branch on every turn, and polling a cancellation token takes two locks
-/// (its state, its waiters). Polled and made anew on every turn, the stop and teardown tokens
-/// took 475 of the user-space instructions of a QD1 4K read (callgrind).
-type Signals = FuturesUnordered<Pin<Box<dyn Future<Output = Signal> + Send>>>;
-
 /// A write command waiting for its data (H2CData answering our R2T).
 struct PendingWrite {
     cmd: Admitted,
@@ -294,16 +280,7 @@ impl Connection {
         stop: &CancellationToken,
         inflight: &mut Inflight<'q>,
     ) -> Result<(), ConnError> {
-        let mut signals = Signals::new();
-        signals.push(Box::pin(
-            stop.clone().cancelled_owned().map(|_| Signal::Stop),
-        ));
-        // Polled only until Connect, then dropped: a timer left registered costs every turn of
-        // the reactor a look at the timer wheel.
-        let mut connect_deadline = pin!(OptionFuture::from(Some(tokio::time::sleep(
-            CONNECT_TIMEOUT
-        ))));
-        let mut bound = false;
+        let mut signals = Signals::new(stop, CONNECT_TIMEOUT);
         let mut stopping = false;
         loop {
             crate::reactor::active();
@@ -339,20 +316,14 @@ impl Connection {
             if stopping && inflight.len() <= self.books.parked() {
                 return Ok(());
             }
-            if !bound {
-                if let Some(binding) = queue.binding() {
-                    bound = true;
-                    connect_deadline.set(None.into());
-                    let teardown = binding.teardown.clone().cancelled_owned();
-                    signals.push(Box::pin(teardown.map(|_| Signal::Teardown)));
-                }
-            }
+            signals.follow(queue);
             tokio::select! {
                 // In this order, without select!'s random start (a thread-local generator's
                 // draw per poll): the loop returns to it after every event anyway.
                 biased;
-                Some(signal) = signals.next(), if !signals.is_empty() => match signal {
+                signal = signals.next() => match signal {
                     Signal::Teardown => return Ok(()),
+                    Signal::ConnectTimeout => return Err(ConnError::ConnectTimeout(CONNECT_TIMEOUT)),
                     Signal::Stop => {
                         // Finish what is executing; writes still waiting for data were never
                         // acknowledged and the host will retry them after reconnecting.
@@ -360,9 +331,6 @@ impl Connection {
                         queue.target.shutting_down.store(true, Ordering::Release);
                     }
                 },
-                Some(()) = connect_deadline.as_mut(), if !bound => {
-                    return Err(ConnError::ConnectTimeout(CONNECT_TIMEOUT));
-                }
                 Some((cid, resp)) = inflight.next(), if !inflight.is_empty() => self.executed(queue, cid, resp),
                 read = self.reader.read_buf(&mut self.rbuf), if !stopping => {
                     let n = read?;

@@ -28,12 +28,12 @@ use bytes::Bytes;
 use fabrik_proto::nvme::cqe::CQE_LEN;
 use fabrik_proto::nvme::sqe::SQE_LEN;
 use fabrik_proto::{SglDescriptor, Sqe, Status};
-use futures_util::future::OptionFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
 
+use super::super::signals::{Signal, Signals};
 use super::completions::Routed;
 use super::pool::{Lease, Pool, Run};
 use super::window::{InFlight, Window};
@@ -225,7 +225,7 @@ impl Connection {
         inflight: &mut Inflight<'q>,
     ) -> Result<(), ConnError> {
         // As on NVMe/TCP: a queue pair that never sends its Connect holds resources for nothing.
-        let connect_deadline = tokio::time::Instant::now() + CONNECT_TIMEOUT;
+        let mut signals = Signals::new(stop, CONNECT_TIMEOUT);
         let mut wcs = [Completion::default(); 32];
         let mut stopping = false;
         loop {
@@ -251,32 +251,27 @@ impl Connection {
             if self.close_after_send && self.sends_outstanding == 0 {
                 return Ok(());
             }
-            if !stopping && stop.is_cancelled() {
-                stopping = true;
-                queue.target.shutting_down.store(true, Ordering::Release);
-            }
-            if stopping && inflight.len() <= self.books.parked() && self.sends_outstanding == 0 {
-                return Ok(());
-            }
-            if queue.binding().is_some_and(|b| b.teardown.is_cancelled()) {
-                return Ok(());
-            }
+            signals.follow(queue);
             if worked {
                 // Busy: back for more once the reactor's other tasks had their turn (the
                 // shared completion queue's poller among them: adaptive polling is its
-                // business, see `completions`). Stop and teardown
-                // are checked above on every pass, CM events and the Connect deadline here (a
-                // host streaming commands without a Connect keeps the queue busy).
+                // business, see `completions`). Signals and CM events are looked at here too
+                // (a host streaming commands without a Connect keeps the queue busy).
+                if let Some(signal) = signals.next().now_or_never() {
+                    if let Some(end) = self.on_signal(signal, queue, &mut stopping) {
+                        return end;
+                    }
+                }
                 if let Ok(kind) = events.try_recv() {
                     if !self.on_cm_event(kind) {
                         return Ok(());
                     }
                 }
-                if queue.binding().is_none() && tokio::time::Instant::now() >= connect_deadline {
-                    return Err(ConnError::Protocol(
-                        "no Connect within 10 s of the connection",
-                    ));
-                }
+            }
+            if stopping && inflight.len() <= self.books.parked() && self.sends_outstanding == 0 {
+                return Ok(());
+            }
+            if worked {
                 tokio::task::yield_now().await;
                 continue;
             }
@@ -291,13 +286,33 @@ impl Connection {
                     Some(kind) if self.on_cm_event(kind) => {}
                     _ => return Ok(()),
                 },
-                Some(()) = OptionFuture::from(queue.binding().map(|b| b.teardown.cancelled())) => return Ok(()),
-                _ = tokio::time::sleep_until(connect_deadline), if queue.binding().is_none() => {
-                    return Err(ConnError::Protocol("no Connect within 10 s of the connection"));
+                signal = signals.next() => {
+                    if let Some(end) = self.on_signal(signal, queue, &mut stopping) {
+                        return end;
+                    }
                 }
-                // Noted at the top of the next pass.
-                _ = stop.cancelled(), if !stopping => {}
             }
+        }
+    }
+
+    /// Stop: finish what is executing (commands still waiting for their data were never
+    /// acknowledged). Teardown and a missed Connect end the queue: Some(how).
+    fn on_signal(
+        &self,
+        signal: Signal,
+        queue: &Queue,
+        stopping: &mut bool,
+    ) -> Option<Result<(), ConnError>> {
+        match signal {
+            Signal::Stop => {
+                *stopping = true;
+                queue.target.shutting_down.store(true, Ordering::Release);
+                None
+            }
+            Signal::Teardown => Some(Ok(())),
+            Signal::ConnectTimeout => Some(Err(ConnError::Protocol(
+                "no Connect within 10 s of the connection",
+            ))),
         }
     }
 
