@@ -114,6 +114,9 @@ impl Signals {
         if !self.flag.woken.swap(false, Ordering::AcqRel) {
             return Poll::Pending;
         }
+        // The wake took the registered waker with it: register again before looking, so that
+        // a wake from here on finds it.
+        self.flag.task.register(cx.waker());
         let mut flagged = Context::from_waker(&self.flag_waker);
         if let Some(deadline) = &mut self.connect_deadline {
             if deadline.as_mut().poll(&mut flagged).is_ready() {
@@ -149,5 +152,24 @@ mod tests {
         assert_eq!(signals.next().now_or_never(), None, "Stop is not repeated");
         assert_eq!(signals.next().await, Signal::ConnectTimeout);
         assert!(start.elapsed() >= Duration::from_millis(100));
+    }
+
+    /// The task is woken for a second signal too, after the first one's wake.
+    #[tokio::test]
+    async fn each_signal_wakes_the_task() {
+        let stop = CancellationToken::new();
+        let mut signals = Signals::new(&stop, Duration::from_millis(200));
+        let waiting = tokio::spawn(async move {
+            let first = signals.next().await;
+            let second = signals.next().await;
+            (first, second)
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        stop.cancel();
+        let (first, second) = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("both signals wake the task")
+            .unwrap();
+        assert_eq!((first, second), (Signal::Stop, Signal::ConnectTimeout));
     }
 }
