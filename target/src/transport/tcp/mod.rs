@@ -3,6 +3,8 @@
 //! write data with R2T, and sends data (C2HData) and responses, batching whatever is ready
 //! into one vectored write.
 
+mod outgoing;
+
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::io::IoSlice;
@@ -26,6 +28,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
+use self::outgoing::Outgoing;
 use super::admission::{
     AcceptBackoff, Admission, MAX_CONNECTIONS_PER_LISTENER, MAX_CONNECTIONS_PER_PEER,
 };
@@ -191,8 +194,7 @@ async fn serve_connection(
         rbuf: BytesMut::with_capacity(256 * 1024),
         decoder: Decoder::new(Role::Controller, MAX_H2C_DATA.max(limits::IO_INLINE_DATA)),
         digests: Digests::default(),
-        out: BytesMut::with_capacity(64 * 1024),
-        segments: VecDeque::new(),
+        out: Outgoing::with_capacity(64 * 1024),
         pending_writes: HashMap::new(),
         r2t_waiting: VecDeque::new(),
         r2t_outstanding: 0,
@@ -234,10 +236,8 @@ struct Connection {
     rbuf: BytesMut,
     decoder: Decoder,
     digests: Digests,
-    /// Headers and small PDUs being assembled for the next write.
-    out: BytesMut,
-    /// What the next write sends, in order (headers from `out` and data payloads, zero-copy).
-    segments: VecDeque<Bytes>,
+    /// What the next write sends.
+    out: Outgoing,
     pending_writes: HashMap<u16, PendingWrite>,
     /// Writes waiting for R2T budget, oldest first.
     r2t_waiting: VecDeque<u16>,
@@ -401,9 +401,9 @@ impl Connection {
             digests: icreq.digests,
             maxh2cdata: MAX_H2C_DATA,
         });
-        resp.encode(Digests::default(), &mut self.out);
         // The 6.1 host reads the ICResp with one receive: send it as one 128-byte write.
-        let icresp = self.out.split().freeze();
+        let mut icresp = BytesMut::new();
+        resp.encode(Digests::default(), &mut icresp);
         self.writer.write_all(&icresp).await?;
         self.counters.add_sent(icresp.len());
         self.decoder.set_digests(icreq.digests);
@@ -644,7 +644,7 @@ impl Connection {
             self.r2t_waiting.pop_front();
             pending.r2t_sent = true;
             self.r2t_outstanding += len;
-            r2t(cid, len as u32).encode(self.digests, &mut self.out);
+            r2t(cid, len as u32).encode(self.digests, self.out.encoded());
         }
     }
 
@@ -722,51 +722,35 @@ impl Connection {
                 return;
             }
         }
-        Pdu::CapsuleResp(CapsuleResp { cqe }).encode(self.digests, &mut self.out);
+        Pdu::CapsuleResp(CapsuleResp { cqe }).encode(self.digests, self.out.encoded());
     }
 
     /// Appends a C2HData PDU without copying its data.
     fn push_c2h_data(&mut self, data: C2HData) {
         let payload = data.data.clone();
-        let ddgst = Pdu::C2HData(data).encode_head(self.digests, &mut self.out);
-        self.segments.push_back(self.out.split().freeze());
-        self.segments.push_back(payload);
+        let ddgst = Pdu::C2HData(data).encode_head(self.digests, self.out.encoded());
+        self.out.push_data(payload);
         if let Some(d) = ddgst {
-            self.out.extend_from_slice(&d.to_le_bytes());
+            self.out.encoded().extend_from_slice(&d.to_le_bytes());
         }
     }
 
     async fn flush(&mut self) -> Result<(), ConnError> {
-        if !self.out.is_empty() {
-            self.segments.push_back(self.out.split().freeze());
-        }
-        while !self.segments.is_empty() {
+        while !self.out.is_empty() {
             // Up to 128 read responses per system call. At 32 (64 segments), 4K random reads
             // at QD32 on the H200 machine took 1.7 writes per receive of commands. A few
             // segments go from a small array: setting up the large one took 773 of a QD1
             // read's 6,922 instructions (callgrind).
-            let mut n = if self.segments.len() <= FEW_SEGMENTS {
-                write_segments::<FEW_SEGMENTS>(&mut self.writer, &self.segments).await?
+            let n = if self.out.segments() <= FEW_SEGMENTS {
+                write_segments::<FEW_SEGMENTS>(&mut self.writer, &mut self.out).await?
             } else {
-                write_segments::<MAX_SEGMENTS_PER_WRITE>(&mut self.writer, &self.segments).await?
+                write_segments::<MAX_SEGMENTS_PER_WRITE>(&mut self.writer, &mut self.out).await?
             };
             if n == 0 {
                 return Err(ConnError::Io(std::io::ErrorKind::WriteZero.into()));
             }
             self.counters.add_sent(n);
-            while n > 0 {
-                let front = self
-                    .segments
-                    .front_mut()
-                    .expect("written bytes come from segments");
-                if n >= front.len() {
-                    n -= front.len();
-                    self.segments.pop_front();
-                } else {
-                    let _ = front.split_to(n);
-                    n = 0;
-                }
-            }
+            self.out.advance(n);
         }
         Ok(())
     }
@@ -807,13 +791,10 @@ impl Connection {
 /// Writes the first segments, up to `N` of them, with one system call.
 async fn write_segments<const N: usize>(
     writer: &mut OwnedWriteHalf,
-    segments: &VecDeque<Bytes>,
+    out: &mut Outgoing,
 ) -> std::io::Result<usize> {
     let mut slices = [IoSlice::new(&[]); N];
-    for (slice, segment) in slices.iter_mut().zip(segments) {
-        *slice = IoSlice::new(segment);
-    }
-    let count = segments.len().min(N);
+    let count = out.slices(&mut slices);
     writer.write_vectored(&slices[..count]).await
 }
 
