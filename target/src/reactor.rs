@@ -54,7 +54,8 @@
 //! polling was already near SPDK's, it was not shown beyond the noise: 4 cores, 4K randread
 //! 2.58M against 2.29M IOPS and QD1 16.4 against 21.4 µs in every round of one run, 2.63M
 //! against 3.09M and 18.4 against 17.0 µs in a repeat. 200 µs lost there in an earlier run
-//! (1.52M against 1.65M). The poller of a shared NVMe/RDMA completion queue polls it for the same
+//! (1.52M against 1.65M), and 50 µs did no better than 20 in the same runs on another day (QD1
+//! 1.08x against 1.03x SPDK's on 4 cores, 1.11x both on one). The poller of a shared NVMe/RDMA completion queue polls it for the same
 //! window after its last completion before it arms its completion channel and sleeps
 //! (`poll_window`). Idle, a reactor sleeps in epoll either way: 24 idle hosts cost under 0.5 % of
 //! a core.
