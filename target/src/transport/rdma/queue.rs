@@ -33,12 +33,12 @@ use futures_util::FutureExt;
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_util::sync::CancellationToken;
 
-use super::super::signals::{Signal, Signals};
 use super::completions::Routed;
 use super::pool::{Lease, Pool, Run};
 use super::window::{InFlight, Window};
 use crate::controller::books::{Arrival, QueueBooks};
 use crate::controller::{limits, Admitted, Queue, Response, Route};
+use crate::transport::signals::{Signal, Signals};
 use fabrik_rdma::{self as verbs, Completion, QpSizes, QueuePair, SendOp, SendWr, SharedRecv};
 
 /// Unit of the data buffer pool: a transfer takes a run of whole chunks (see `pool`).
