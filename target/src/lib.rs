@@ -9,7 +9,7 @@
 //! or a later one, so the crate has no import circles. `tests/layers.rs` checks the code against
 //! this list; a new module gets a place in it.
 //!
-//! - `numa`: where cores and NICs sit (sysfs)
+//! - `numa`, `timer`: where cores and NICs sit (sysfs); timers, on a thread of their own
 //! - `stats`, `files`: the counters the I/O path increments; private files and directories
 //! - `reactor`: the I/O threads (each claims its own stripe of the counters)
 //! - `backend`: drives (file, block device, RAM, null) and the lost-write guard
@@ -35,6 +35,7 @@ pub mod numa;
 pub mod reactor;
 pub mod state;
 pub mod stats;
+pub mod timer;
 pub mod transport;
 
 use std::collections::BTreeMap;

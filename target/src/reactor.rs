@@ -60,6 +60,9 @@
 //! (`poll_window`). Idle, a reactor sleeps in epoll either way: 24 idle hosts cost under 0.5 % of
 //! a core.
 //!
+//! A reactor's runtime has no time driver (it looked at its timer wheel and the clock on every
+//! park); the few timers the queues set live on one thread of their own (`crate::timer`).
+//!
 //! Control (accepting connections, REST, keep-alive timers, management) stays on the control
 //! runtime: see `TargetState::spawn_control`.
 
@@ -297,10 +300,11 @@ impl Drop for Placed {
 }
 
 fn start(core: usize, pinned: bool, polling: Polling, stop: CancellationToken) -> Reactor {
+    // No time driver: timers come from `timer`, whose thread holds them all.
     let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
+        .enable_io()
         .build()
-        .expect("a reactor's runtime (epoll and timers) builds");
+        .expect("a reactor's runtime (epoll) builds");
     let handle = runtime.handle().clone();
     std::thread::Builder::new()
         .name(format!("reactor-{core}"))
@@ -629,7 +633,7 @@ mod tests {
         reactors.place(&mut set, async {
             let start = thread_cpu();
             active();
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            crate::timer::sleep(Duration::from_millis(200)).await;
             thread_cpu() - start
         });
         rt.block_on(set.join_next()).unwrap().unwrap()

@@ -232,7 +232,7 @@ impl Drive for Guarded {
         Box::pin(async move {
             self.before_write(offset, data.len(), fua)?;
             if let Some(d) = self.injected_delay() {
-                tokio::time::sleep(d).await;
+                crate::timer::sleep(d).await;
             }
             self.inner
                 .write(offset, data, fua)

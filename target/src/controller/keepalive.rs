@@ -38,7 +38,7 @@ pub(super) fn start(ctrl: &Arc<Controller>) {
                 last_heard = now;
                 tokio::select! {
                     _ = teardown.cancelled() => return,
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                    _ = crate::timer::sleep(Duration::from_secs(1)) => continue,
                 }
             }
             let kato = Duration::from_millis(kato as u64);
@@ -54,7 +54,7 @@ pub(super) fn start(ctrl: &Arc<Controller>) {
             let next_look = (kato / LOOKS_PER_KATO).min(kato - since);
             tokio::select! {
                 _ = teardown.cancelled() => return,
-                _ = tokio::time::sleep(next_look) => {}
+                _ = crate::timer::sleep(next_look) => {}
             }
         }
     });

@@ -186,7 +186,7 @@ impl Subsystem {
             .filter(|c| c.hostnqn.as_deref() == hostnqn && !c.drained())
             .collect();
         let all = futures_util::future::join_all(old.iter().map(|c| c.wait_drained()));
-        tokio::time::timeout(limit, all).await.is_ok()
+        crate::timer::timeout(limit, all).await.is_ok()
     }
 
     pub fn controllers(&self) -> Vec<Arc<Controller>> {

@@ -99,7 +99,7 @@ impl AcceptBackoff {
         }
         self.failures += 1;
         let ms = 10u64 << self.failures.min(7);
-        tokio::time::sleep(Duration::from_millis(ms.min(1000))).await;
+        crate::timer::sleep(Duration::from_millis(ms.min(1000))).await;
     }
 
     pub(crate) fn accepted(&mut self, what: &str) {

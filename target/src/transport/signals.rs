@@ -75,7 +75,7 @@ impl Signals {
                 stopped.await;
                 Signal::Stop
             })],
-            connect_deadline: Some(Box::pin(tokio::time::sleep(connect_timeout))),
+            connect_deadline: Some(Box::pin(crate::timer::sleep(connect_timeout))),
             bound: false,
             flag_waker: Waker::from(flag.clone()),
             flag,

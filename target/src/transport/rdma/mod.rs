@@ -146,7 +146,7 @@ impl Listener for RdmaListenerPort {
                         }
                         Err(e) => {
                             tracing::warn!("rdma_cm event channel: {e}");
-                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            crate::timer::sleep(Duration::from_millis(50)).await;
                         }
                     },
                     Some(done) = connections.join_next(), if !connections.is_empty() => {

@@ -411,7 +411,7 @@ impl Connection {
                     }
                     false
                 };
-                tokio::time::timeout(DRAIN_TIMEOUT, marker).await == Ok(true)
+                crate::timer::timeout(DRAIN_TIMEOUT, marker).await == Ok(true)
             }
             Err(e) => {
                 tracing::warn!("NVMe/RDMA queue not drained: {e}");

@@ -364,7 +364,7 @@ impl Connection {
     async fn initialize(&mut self, stop: &CancellationToken) -> Result<(), ConnError> {
         let icreq = tokio::select! {
             _ = stop.cancelled() => return Err(ConnError::Eof),
-            r = tokio::time::timeout(IC_TIMEOUT, self.read_first_pdu()) => r.map_err(|_| ConnError::IcTimeout(IC_TIMEOUT))??,
+            r = crate::timer::timeout(IC_TIMEOUT, self.read_first_pdu()) => r.map_err(|_| ConnError::IcTimeout(IC_TIMEOUT))??,
         };
         let icreq: IcReq = match icreq {
             Ok(Pdu::IcReq(r)) => r,
@@ -773,7 +773,7 @@ impl Connection {
                 }
             }
         };
-        let _ = tokio::time::timeout(CLOSE_LINGER, drain).await;
+        let _ = crate::timer::timeout(CLOSE_LINGER, drain).await;
     }
 
     /// Sends a C2HTermReq; the error it returns makes `serve_connection` close, as the spec asks
