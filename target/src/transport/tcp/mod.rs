@@ -727,9 +727,11 @@ impl Connection {
 
     /// Appends a C2HData PDU without copying its data.
     fn push_c2h_data(&mut self, data: C2HData) {
-        let payload = data.data.clone();
-        let ddgst = Pdu::C2HData(data).encode_head(self.digests, self.out.encoded());
-        self.out.push_data(payload);
+        let pdu = Pdu::C2HData(data);
+        let ddgst = pdu.encode_head(self.digests, self.out.encoded());
+        if let Pdu::C2HData(data) = pdu {
+            self.out.push_data(data.data);
+        }
         if let Some(d) = ddgst {
             self.out.encoded().extend_from_slice(&d.to_le_bytes());
         }
