@@ -11,7 +11,8 @@
 #   other LABEL=PATH a fabrikd binary (default: spdk and build/release/fabrikd).
 # CORE_SETS="0 0-3": target cores per table (taskset lists).   PERF_CORES=0xFF00: initiator.
 # BACKEND=null (fabrikd null, SPDK null bdevs) or ram (fabrikd ram, SPDK malloc: needs 4 GiB
-#   of hugepages for SPDK, set up here when run as root) or file (fabrikd's file backend, files
+#   of hugepages for SPDK, set up here when run as root; every drive is written whole first,
+#   FILL_SECS=3 of 128K writes) or file (fabrikd's file backend, files
 #   in TMPDIR: on tmpfs, the drive I/O path without a device's time; fabrikd binaries only).
 # N=4 namespaces, one subsystem each. FABRIKD_ARGS: more arguments for every fabrikd, e.g.
 #   "--c2h-success" to answer reads as SPDK's target does by default (see the README).
@@ -70,6 +71,15 @@ measure_idle() { # CORES LABEL: CPU with no host, then with 24 hosts sending onl
   printf '%s\t%s\t%s\t%s\t%s\n' "$cores" idle-24-hosts "$label" \
     "$(awk -v t="$idle" -v hz="$hz" 'BEGIN{print t/hz/5*100}')" 0 >>"$work/results.tsv"
 }
+# SPDK's malloc bdevs hold all their memory from the start; fabrikd's ram drives map it on first
+# write (2 MiB chunks, zeroed by the kernel), which cost its first 4K random write figure on one
+# core about a tenth (H200 machine, 309K then 414-478K IOPS in back-to-back 3 s runs). So each
+# drive of both targets is written whole once, before any figure, and both meet written memory.
+fill() {
+  [ "$BACKEND" = ram ] || return 0
+  "$SPDK/perf.sh" "$N" "${ports[$1]}" box -c "$PERF_CORES" -q 8 -o 131072 -w write \
+    -t "${FILL_SECS:-3}" >/dev/null 2>&1 || echo "fill of $1 failed" >&2
+}
 # Each round starts every target once, all on the same cores, and then alternates them figure by
 # figure: the targets compared in one figure ran seconds apart (the machines drift by tens of
 # percent within minutes), and each figure's order is the previous one's reversed.
@@ -81,6 +91,7 @@ for cores in $CORE_SETS; do
       start_target "$t" "$cores"
       pids[$label]=$pid ports[$label]=$port
       [ "$round" != 1 ] || measure_idle "$cores" "$label"
+      fill "$label"
       pause "$label"
     done
     for f in "${figures[@]}"; do
