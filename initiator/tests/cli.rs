@@ -109,7 +109,12 @@ async fn bench_json_is_consistent_with_the_bytes_moved() {
     assert!(field("p50") <= field("p99") && field("p99") <= field("p999"));
     assert!(field("p999") <= field("max") && field("avg") > 0.0);
     assert!(json["write"]["ios"].as_u64() == Some(512) && json["read"].is_null());
-    assert!(json["cpu"]["percent"].as_f64().unwrap() > 0.0);
+    let cpu = |k: &str| json["cpu"][k].as_f64().unwrap_or_else(|| panic!("cpu.{k}"));
+    assert!(cpu("percent") > 0.0 && cpu("us_per_io") > 0.0);
+    // CPU per I/O: the phase's CPU time over its 512 commands, user and system adding up.
+    let per_io = (cpu("user_s") + cpu("sys_s")) * 1e6 / 512.0;
+    assert!((cpu("us_per_io") - per_io).abs() < 1e-6 * per_io.max(1.0));
+    assert!((cpu("user_us_per_io") + cpu("sys_us_per_io") - cpu("us_per_io")).abs() < 1e-6);
     target.shutdown().await;
 }
 

@@ -78,7 +78,8 @@ jq -rs --argjson rounds "$ROUNDS" '
     "  4 KiB randread QD32                \($qd32 | map(.iops) | median | round) IOPS",
     "  128 KiB read QD8                   \($rd | map(.bytes_per_sec) | median / 1e7 | round / 100) GB/s, \($rdratio | round) % of raw (goal: 80 %) \(if $rdratio >= 80 then "MET" else "NOT MET" end)",
     "  128 KiB write QD8                  \($wr | map(.bytes_per_sec) | median / 1e7 | round / 100) GB/s, \($wr | ratio | round) % of raw",
-    "  host CPU (QD1 / 128K read)         \($qd1 | map(.cpu.percent) | median | round) % / \($rd | map(.cpu.percent) | median | round) % of a core"
+    "  host CPU (QD1 / 128K read)         \($qd1 | map(.cpu.percent) | median | round) % / \($rd | map(.cpu.percent) | median | round) % of a core",
+    "  host CPU per I/O (QD1 / QD32)      \($qd1 | map(.cpu.us_per_io) | median * 100 | round / 100) us / \($qd32 | map(.cpu.us_per_io) | median * 100 | round / 100) us"
   ] | .[]' "$work/results.jsonl"
 [ -n "${KEEP:-}" ] && cp "$work/results.jsonl" "$KEEP"
 true

@@ -119,7 +119,7 @@ pub async fn run(
             .rw
             .writes()
             .then(|| report::direction(&measured.writes, measured.write_bytes, wall)),
-        cpu: measured.cpu,
+        cpu: measured.cpu.per_io(all.len()),
         verify: ctx.verify.as_ref().map(|v| {
             let mut r = v.report.lock().unwrap().clone();
             r.blocks_checked = v.checked.load(Ordering::Relaxed);

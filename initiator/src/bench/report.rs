@@ -59,6 +59,24 @@ pub struct CpuUse {
     pub sys_s: f64,
     /// (user + sys) / wall time, in percent of one core.
     pub percent: f64,
+    /// CPU time per completed command, in µs (user + sys, then each): what a host core pays
+    /// per I/O, comparable across runs of any depth or thread count.
+    pub us_per_io: f64,
+    pub user_us_per_io: f64,
+    pub sys_us_per_io: f64,
+}
+
+impl CpuUse {
+    /// The same figures, with the per-command ones for `ios` commands (none: zero).
+    pub fn per_io(self, ios: u64) -> CpuUse {
+        let per = |s: f64| if ios == 0 { 0.0 } else { s * 1e6 / ios as f64 };
+        CpuUse {
+            us_per_io: per(self.user_s + self.sys_s),
+            user_us_per_io: per(self.user_s),
+            sys_us_per_io: per(self.sys_s),
+            ..self
+        }
+    }
 }
 
 /// Verify-mode results: blocks checked and the ones that were wrong.
@@ -188,6 +206,7 @@ pub fn cpu_use(start: (Duration, Duration), end: (Duration, Duration), wall: Dur
         } else {
             (user + sys) / wall.as_secs_f64() * 100.0
         },
+        ..CpuUse::default()
     }
 }
 
@@ -269,8 +288,13 @@ impl Report {
         line(
             &mut out,
             format!(
-                "  cpu  : {:.1}% of a core (user {:.2}s, sys {:.2}s)",
-                self.cpu.percent, self.cpu.user_s, self.cpu.sys_s
+                "  cpu  : {:.2} us per I/O (user {:.2}, sys {:.2}); {:.1}% of a core (user {:.2}s, sys {:.2}s)",
+                self.cpu.us_per_io,
+                self.cpu.user_us_per_io,
+                self.cpu.sys_us_per_io,
+                self.cpu.percent,
+                self.cpu.user_s,
+                self.cpu.sys_s
             ),
         );
         if let Some(p) = &self.placement {

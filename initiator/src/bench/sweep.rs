@@ -36,13 +36,13 @@ pub fn points(bs: &[u32], threads: &[usize], iodepth: &[u32]) -> Vec<Point> {
 /// The sweep's table: one line per point.
 pub fn table(results: &[(Point, Report)]) -> String {
     let mut out = format!(
-        "{:>9} {:>7} {:>7} {:>10} {:>9} {:>10} {:>10} {:>10}\n",
-        "bs", "threads", "iodepth", "IOPS", "GB/s", "avg us", "p99 us", "cpu %"
+        "{:>9} {:>7} {:>7} {:>10} {:>9} {:>10} {:>10} {:>10} {:>10}\n",
+        "bs", "threads", "iodepth", "IOPS", "GB/s", "avg us", "p99 us", "cpu %", "cpu us/io"
     );
     for (p, r) in results {
         let _ = writeln!(
             out,
-            "{:>9} {:>7} {:>7} {:>10.0} {:>9.3} {:>10.1} {:>10.1} {:>10.0}",
+            "{:>9} {:>7} {:>7} {:>10.0} {:>9.3} {:>10.1} {:>10.1} {:>10.0} {:>10.2}",
             human_bytes(p.bs as f64),
             p.threads,
             p.iodepth,
@@ -50,7 +50,8 @@ pub fn table(results: &[(Point, Report)]) -> String {
             r.bytes_per_sec / 1e9,
             r.lat_us.avg,
             r.lat_us.p99,
-            r.cpu.percent
+            r.cpu.percent,
+            r.cpu.us_per_io
         );
     }
     out
