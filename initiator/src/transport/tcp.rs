@@ -382,6 +382,11 @@ impl State {
 }
 
 impl Shared {
+    /// Commands submitted and not yet completed.
+    fn commands_in_flight(&self) -> usize {
+        self.state.lock().unwrap().in_flight.len()
+    }
+
     fn closed_error(&self) -> HostError {
         self.state
             .lock()

@@ -26,6 +26,13 @@ pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
         // Everything already queued goes in the same system call(s): a PDU's header with its
         // payload, and many small capsules together.
         batch.extend(segments);
+        if shared.commands_in_flight() > 1 {
+            // Other commands' callers are likely runnable too (a receive completes many at
+            // once) and about to submit: let them run first so that their capsules go in this
+            // system call. Woken by the first of them, this task ran next and sent each alone:
+            // one writev per command at QD32 (strace, `fabrik bench` 4K random reads).
+            tokio::task::yield_now().await;
+        }
         while batch.segments.len() < MAX_IOVECS {
             match outgoing.try_recv() {
                 Ok(more) => batch.extend(more),
