@@ -70,6 +70,9 @@ pub struct AddressArgs {
     pub paths: Vec<String>,
 }
 
+/// `--poll-us`'s default: see the README's section on the host's CPU.
+pub const POLL_US_DEFAULT: u64 = 50;
+
 /// How the sessions are made, wherever the drives are (nvme-cli's names).
 #[derive(Args, Clone)]
 pub struct SessionArgs {
@@ -97,6 +100,10 @@ pub struct SessionArgs {
     /// Keep-alive timeout in seconds.
     #[arg(short = 'k', long, default_value_t = 5)]
     pub keep_alive_tmo: u32,
+    /// NVMe/TCP: how long (µs) a queue with commands in flight polls for their answers before
+    /// it sleeps until the socket wakes it (0: always sleep).
+    #[arg(long, default_value_t = POLL_US_DEFAULT)]
+    pub poll_us: u64,
     /// Seconds between reconnect attempts of a lost path.
     #[arg(short = 'c', long, default_value_t = 2.0)]
     pub reconnect_delay: f64,
@@ -435,6 +442,7 @@ pub async fn open_drives(
                     .max(iodepth.saturating_add(1).min(u16::MAX as u32) as u16),
             );
             opts.kato_ms = session_args.keep_alive_tmo.saturating_mul(1000);
+            opts.poll_window = std::time::Duration::from_micros(session_args.poll_us);
             opts.digests = Digests {
                 header: session_args.hdr_digest,
                 data: session_args.data_digest,

@@ -538,6 +538,7 @@ fn queue_config(opts: &ConnectOptions, qid: u16, depth: u16) -> TcpQueueConfig {
         h2c_data_limit: opts.h2c_data_limit,
         host_traddr: opts.host_traddr,
         host_iface: opts.host_iface.clone(),
+        poll_window: opts.poll_window,
         ..TcpQueueConfig::new(qid, depth, opts.digests)
     }
 }

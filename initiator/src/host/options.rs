@@ -41,6 +41,9 @@ pub struct ConnectOptions {
     /// Local interface every NVMe/TCP queue connects through (nvme-cli `--host-iface`,
     /// SO_BINDTODEVICE: kernels before 5.7 allow it only with CAP_NET_RAW).
     pub host_iface: Option<String>,
+    /// How long an NVMe/TCP queue with commands in flight keeps looking for their answers
+    /// instead of sleeping until the socket wakes it (adaptive polling; zero: it always sleeps).
+    pub poll_window: Duration,
 }
 
 /// Defaults of the Linux host (`fabrics.h`): 128 entries per queue, 5 s keep-alive.
@@ -69,6 +72,7 @@ impl ConnectOptions {
             transport: Transport::Tcp,
             host_traddr: None,
             host_iface: None,
+            poll_window: Duration::ZERO,
         }
     }
 

@@ -56,6 +56,10 @@ pub struct TcpQueueConfig {
     /// Local interface to connect through (nvme-cli `--host-iface`; SO_BINDTODEVICE, which kernels
     /// before 5.7 allow only with CAP_NET_RAW).
     pub host_iface: Option<String>,
+    /// With commands in flight, how long the receiving task looks for their answers (yielding
+    /// to the runtime, which polls the socket without waiting) before it sleeps until the
+    /// socket wakes it. Zero: it always sleeps.
+    pub poll_window: Duration,
 }
 
 impl TcpQueueConfig {
@@ -69,6 +73,7 @@ impl TcpQueueConfig {
             h2c_data_limit: None,
             host_traddr: None,
             host_iface: None,
+            poll_window: Duration::ZERO,
         }
     }
 }
@@ -94,6 +99,8 @@ struct Shared {
     /// Data bytes per H2CData PDU: MAXH2CDATA, or less if configured.
     h2c_pdu_size: u32,
     slots: Arc<Semaphore>,
+    /// See `TcpQueueConfig::poll_window`.
+    poll_window: Duration,
     state: Mutex<State>,
     /// PDUs to send, each as its segments (header, payload, data digest). Unbounded, but every
     /// entry belongs to a command holding a slot, so the queue depth bounds it.
@@ -206,6 +213,7 @@ impl TcpQueue {
                 .min(config.h2c_data_limit.unwrap_or(u32::MAX))
                 .max(4),
             slots: Arc::new(Semaphore::new(config.depth.max(1) as usize)),
+            poll_window: config.poll_window,
             state: Mutex::new(State {
                 in_flight: HashMap::new(),
                 next_cid: 0,

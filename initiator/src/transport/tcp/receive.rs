@@ -11,6 +11,8 @@ use fabrik_proto::tcp::{
     digest, flags, pdu_type, C2HData, CommonHeader, DataHead, Decoder, Pdu, PduError, DATA_HLEN,
 };
 use fabrik_proto::{Cqe, Status};
+use std::time::Instant;
+
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 use super::data_in::Lent;
@@ -63,7 +65,7 @@ pub(super) async fn read_loop<R: AsyncRead + Unpin>(
                 } else {
                     READ_CHUNK
                 };
-                if let Err(err) = fill(qid, &mut reader, &mut buf, want).await {
+                if let Err(err) = fill(&shared, &mut reader, &mut buf, want).await {
                     break err;
                 }
             }
@@ -90,18 +92,52 @@ pub(super) async fn read_loop<R: AsyncRead + Unpin>(
     shared.fail(err);
 }
 
-/// Reads once from the socket into `buf`, at most `want` bytes.
+/// Reads once from the socket into `buf`, at most `want` bytes. With commands in flight it
+/// looks for their answers for up to the queue's polling window first, yielding between looks
+/// (the runtime polls its sockets without waiting before it runs this task again), instead of
+/// sleeping until the socket wakes it: a sleeping thread's wake-up is slow, more so where cores
+/// sleep deeply or the machine is virtual.
 async fn fill<R: AsyncRead + Unpin>(
-    qid: u16,
+    shared: &Shared,
     reader: &mut R,
     buf: &mut BytesMut,
     want: usize,
 ) -> Result<(), HostError> {
+    let qid = shared.qid;
     buf.reserve(want);
-    match reader.read_buf(&mut buf.limit(want)).await {
+    let received = |read: std::io::Result<usize>| match read {
         Ok(0) => Err(HostError::ConnectionClosed { qid }),
         Ok(_) => Ok(()),
         Err(e) => Err(HostError::io(format!("queue {qid}: receive"), e)),
+    };
+    if !shared.poll_window.is_zero() {
+        let start = Instant::now();
+        let mut yielded = false;
+        loop {
+            if let Some(read) = look(reader.read_buf(&mut buf.limit(want))) {
+                return received(read);
+            }
+            // Nothing in flight even after the callers had a turn (the answers just taken
+            // complete commands whose callers submit their next ones when they run): idle.
+            let idle = yielded && shared.commands_in_flight() == 0;
+            if idle || start.elapsed() >= shared.poll_window {
+                break;
+            }
+            tokio::task::yield_now().await;
+            yielded = true;
+        }
+    }
+    received(reader.read_buf(&mut buf.limit(want)).await)
+}
+
+/// Polls `read` once, without a waker to call: the caller looks again after yielding, and
+/// waits with its own waker once it stops looking.
+fn look<F: std::future::Future>(read: F) -> Option<F::Output> {
+    let read = std::pin::pin!(read);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match read.poll(&mut cx) {
+        std::task::Poll::Ready(v) => Some(v),
+        std::task::Poll::Pending => None,
     }
 }
 
@@ -153,7 +189,7 @@ async fn receive_direct<R: AsyncRead + Unpin>(
     let mut digest_failed = false;
     if head.ddgst {
         while buf.len() < 4 {
-            fill(qid, reader, buf, READ_CHUNK).await?;
+            fill(shared, reader, buf, READ_CHUNK).await?;
         }
         let sent = buf.get_u32_le();
         digest_failed = sent != digest(&dest.filled()[start..]);

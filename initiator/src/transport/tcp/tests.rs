@@ -99,6 +99,11 @@ impl FakeTarget {
 
 /// A queue and the fake target it talks to, after a normal ICReq/ICResp exchange.
 async fn pair(digests: Digests, maxh2cdata: u32) -> (TcpQueue, FakeTarget) {
+    pair_with(TcpQueueConfig::new(1, 32, digests), maxh2cdata).await
+}
+
+async fn pair_with(config: TcpQueueConfig, maxh2cdata: u32) -> (TcpQueue, FakeTarget) {
+    let digests = config.digests;
     let (host_end, target_end) = tokio::io::duplex(1 << 20);
     let mut target = FakeTarget {
         stream: target_end,
@@ -124,7 +129,6 @@ async fn pair(digests: Digests, maxh2cdata: u32) -> (TcpQueue, FakeTarget) {
         target.digests = digests;
         target
     };
-    let config = TcpQueueConfig::new(1, 32, digests);
     let (queue, target) = tokio::join!(TcpQueue::establish(host_end, config), accept);
     (queue.expect("queue set up"), target)
 }
@@ -769,4 +773,79 @@ async fn large_c2h_data_beyond_the_transfer_ends_the_queue() {
     let err = result.unwrap_err().to_string();
     assert!(err.contains("of a 32768-byte transfer"), "{err}");
     assert!(queue.closed().is_some());
+}
+
+fn polling(window: std::time::Duration) -> TcpQueueConfig {
+    TcpQueueConfig {
+        poll_window: window,
+        ..TcpQueueConfig::new(1, 32, Digests::default())
+    }
+}
+
+/// CPU time of the calling thread.
+fn thread_cpu() -> std::time::Duration {
+    // SAFETY: getrusage writes into the struct passed; zeroed is a valid rusage.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    assert_eq!(
+        unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) },
+        0
+    );
+    let tv = |t: libc::timeval| std::time::Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
+#[tokio::test]
+async fn a_polling_queue_matches_answers_that_come_slowly_and_sees_the_close() {
+    // A window longer than the test: the reader polls through every gap between answers.
+    let (queue, mut target) = pair_with(polling(std::time::Duration::from_secs(30)), 4096).await;
+    let script = async {
+        let mut sqes = Vec::new();
+        for _ in 0..8 {
+            sqes.push(target.recv_capsule().await.sqe);
+        }
+        for sqe in sqes.iter().rev() {
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+            target
+                .send_data(sqe.cid, 0, &pattern(4096, sqe.cdw10 as u8), true, true)
+                .await;
+        }
+        target.recv_capsule().await;
+        drop(target);
+    };
+    let reads_then_one_more = async {
+        let results = join_all_local(reads_concurrently(&queue)).await;
+        (results, queue.submit(Sqe::default(), None, 0, 0).await)
+    };
+    let ((results, last), ()) = tokio::join!(reads_then_one_more, script);
+    for (slba, result) in results {
+        assert_eq!(&result.unwrap().data[..], &pattern(4096, slba as u8)[..]);
+    }
+    assert!(
+        matches!(last, Err(HostError::ConnectionClosed { qid: 1 })),
+        "{last:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_polling_queue_sleeps_once_nothing_is_in_flight() {
+    let (queue, mut target) = pair_with(polling(std::time::Duration::from_secs(30)), 4096).await;
+    let script = async {
+        let sqe = target.recv_capsule().await.sqe;
+        target
+            .send_data(sqe.cid, 0, &pattern(4096, 1), true, true)
+            .await;
+        target
+    };
+    let (result, target) = tokio::join!(queue.submit(read_sqe(1), None, 4096, 0), script);
+    assert_eq!(&result.unwrap().data[..], &pattern(4096, 1)[..]);
+    // The reader and this test share the thread (a current-thread runtime): polling through
+    // the idle time would take about all of it.
+    let before = thread_cpu();
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let spent = thread_cpu() - before;
+    assert!(
+        spent < std::time::Duration::from_millis(60),
+        "{spent:?} of CPU while idle"
+    );
+    drop(target);
 }
