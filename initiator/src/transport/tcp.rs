@@ -102,9 +102,9 @@ struct Shared {
     /// See `TcpQueueConfig::poll_window`.
     poll_window: Duration,
     state: Mutex<State>,
-    /// PDUs to send, each as its segments (header, payload, data digest). Unbounded, but every
-    /// entry belongs to a command holding a slot, so the queue depth bounds it.
-    outgoing: mpsc::UnboundedSender<Vec<Bytes>>,
+    /// PDUs to send, encoded by the writer. Unbounded, but every entry belongs to a command
+    /// holding a slot, so the queue depth bounds it.
+    outgoing: mpsc::UnboundedSender<Pdu>,
     tasks: Mutex<Vec<AbortHandle>>,
 }
 
@@ -407,26 +407,11 @@ impl Shared {
             })
     }
 
-    /// Queues a PDU for the writer: header (+ header digest), the payload as it is (no copy),
-    /// then the data digest if any.
+    /// Queues a PDU for the writer, which encodes it where it gathers the next send.
     fn send(&self, pdu: Pdu) {
-        let payload = match &pdu {
-            Pdu::CapsuleCmd(c) => c.data.clone(),
-            Pdu::H2CData(d) => d.data.clone(),
-            _ => Bytes::new(),
-        };
-        let mut head = BytesMut::new();
-        let data_digest = pdu.encode_head(self.digests, &mut head);
-        let mut segments = vec![head.freeze()];
-        if !payload.is_empty() {
-            segments.push(payload);
-            if let Some(digest) = data_digest {
-                segments.push(Bytes::copy_from_slice(&digest.to_le_bytes()));
-            }
-        }
         // A send error means the writer is gone, i.e. the queue already failed: the caller's
         // completion channel tells it why.
-        let _ = self.outgoing.send(segments);
+        let _ = self.outgoing.send(pdu);
     }
 
     /// Fails every command in flight and stops both tasks, which closes the socket. The first

@@ -1,10 +1,12 @@
-//! The writer task of a queue: sends queued PDUs in order, gathering everything queued into
-//! one system call (writev): small segments (headers, capsules) copied together into a staging
-//! buffer, payloads sent from where they are.
+//! The writer task of a queue: encodes queued PDUs in order and sends everything queued with
+//! one system call (writev): headers and small payloads (capsules) together in a staging
+//! buffer, large payloads from where they are.
 
+use std::io::IoSlice;
 use std::sync::Arc;
 
 use bytes::{Buf, Bytes, BytesMut};
+use fabrik_proto::tcp::{Digests, Pdu};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
@@ -13,19 +15,19 @@ use crate::error::HostError;
 
 /// Most segments gathered into one send (Linux's IOV_MAX is 1024).
 const MAX_IOVECS: usize = 512;
-/// Segments up to this size are copied into the writer's staging buffer, many to one iovec.
+/// A send of at most this many segments takes its slices from a small array on the stack.
+const FEW_IOVECS: usize = 8;
+/// Payloads up to this size are copied into the writer's staging buffer, many to one iovec.
 const COPY_MAX: usize = 4096;
 
 pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
     shared: Arc<Shared>,
     mut writer: W,
-    mut outgoing: mpsc::UnboundedReceiver<Vec<Bytes>>,
+    mut outgoing: mpsc::UnboundedReceiver<Pdu>,
 ) {
     let mut batch = Batch::default();
-    while let Some(segments) = outgoing.recv().await {
-        // Everything already queued goes in the same system call(s): a PDU's header with its
-        // payload, and many small capsules together.
-        batch.extend(segments);
+    while let Some(pdu) = outgoing.recv().await {
+        batch.push(pdu, shared.digests);
         if shared.commands_in_flight() > 1 {
             // Other commands' callers are likely runnable too (a receive completes many at
             // once) and about to submit: let them run first so that their capsules go in this
@@ -33,9 +35,10 @@ pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
             // one writev per command at QD32 (strace, `fabrik bench` 4K random reads).
             tokio::task::yield_now().await;
         }
+        // Everything already queued goes in the same system call(s).
         while batch.segments.len() < MAX_IOVECS {
             match outgoing.try_recv() {
-                Ok(more) => batch.extend(more),
+                Ok(more) => batch.push(more, shared.digests),
                 Err(_) => break,
             }
         }
@@ -47,8 +50,8 @@ pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
     }
 }
 
-/// What the writer sends next: small segments (headers, capsules) copied together into one
-/// staging buffer, payloads as they are (no copy).
+/// What the writer sends next: headers and small payloads copied together into one staging
+/// buffer, large payloads as they are (no copy).
 #[derive(Default)]
 struct Batch {
     segments: Vec<Bytes>,
@@ -56,14 +59,28 @@ struct Batch {
 }
 
 impl Batch {
-    fn extend(&mut self, segments: Vec<Bytes>) {
-        for segment in segments {
-            if segment.len() <= COPY_MAX {
-                self.staging.extend_from_slice(&segment);
-            } else {
-                self.seal();
-                self.segments.push(segment);
+    /// Encodes `pdu`: its header (and header digest), its payload, its data digest.
+    fn push(&mut self, pdu: Pdu, digests: Digests) {
+        let data_digest = pdu.encode_head(digests, &mut self.staging);
+        let payload = match pdu {
+            Pdu::CapsuleCmd(c) => c.data,
+            Pdu::H2CData(d) => d.data,
+            _ => Bytes::new(),
+        };
+        if !payload.is_empty() {
+            self.segment(payload);
+            if let Some(digest) = data_digest {
+                self.staging.extend_from_slice(&digest.to_le_bytes());
             }
+        }
+    }
+
+    fn segment(&mut self, segment: Bytes) {
+        if segment.len() <= COPY_MAX {
+            self.staging.extend_from_slice(&segment);
+        } else {
+            self.seal();
+            self.segments.push(segment);
         }
     }
 
@@ -89,12 +106,11 @@ async fn write_all_vectored<W: AsyncWrite + Unpin>(
         if first == batch.len() {
             break;
         }
-        let slices: Vec<std::io::IoSlice<'_>> = batch[first..]
-            .iter()
-            .take(MAX_IOVECS)
-            .map(|b| std::io::IoSlice::new(b))
-            .collect();
-        let mut written = writer.write_vectored(&slices).await?;
+        let mut written = if batch.len() - first <= FEW_IOVECS {
+            write_some::<W, FEW_IOVECS>(writer, &batch[first..]).await?
+        } else {
+            write_some::<W, MAX_IOVECS>(writer, &batch[first..]).await?
+        };
         if written == 0 {
             return Err(std::io::ErrorKind::WriteZero.into());
         }
@@ -111,6 +127,19 @@ async fn write_all_vectored<W: AsyncWrite + Unpin>(
     }
     batch.clear();
     writer.flush().await
+}
+
+/// One writev of the first segments, at most `N`, their slices in an array on the stack.
+async fn write_some<W: AsyncWrite + Unpin, const N: usize>(
+    writer: &mut W,
+    segments: &[Bytes],
+) -> std::io::Result<usize> {
+    let mut slices = [IoSlice::new(&[]); N];
+    let count = segments.len().min(N);
+    for (slice, segment) in slices.iter_mut().zip(segments) {
+        *slice = IoSlice::new(segment);
+    }
+    writer.write_vectored(&slices[..count]).await
 }
 
 #[cfg(test)]
@@ -190,7 +219,7 @@ mod tests {
         let want: Vec<u8> = segments().iter().flat_map(|b| b.to_vec()).collect();
         for step in [1, 7, 4096, 1 << 20] {
             let mut batch = Batch::default();
-            batch.extend(segments());
+            segments().into_iter().for_each(|s| batch.segment(s));
             batch.seal();
             let mut out = Trickle {
                 got: Vec::new(),
@@ -213,11 +242,45 @@ mod tests {
         let input = segments();
         let payload = input[1].as_ptr();
         let mut batch = Batch::default();
-        batch.extend(input);
+        input.into_iter().for_each(|s| batch.segment(s));
         batch.seal();
         let lens: Vec<usize> = batch.segments.iter().map(|b| b.len()).collect();
         assert_eq!(lens, [8, 20_000, 18, 20_000]);
         assert_eq!(batch.segments[1].as_ptr(), payload, "no copy of a payload");
         assert_eq!(&batch.segments[2][..], b"capsule-2capsule-3");
+    }
+
+    #[test]
+    fn pushed_pdus_are_encoded_as_the_protocol_encodes_them() {
+        use fabrik_proto::tcp::{CapsuleCmd, H2CData};
+        for (header, data) in [(false, false), (true, false), (false, true), (true, true)] {
+            let digests = Digests { header, data };
+            let capsule = Pdu::CapsuleCmd(CapsuleCmd {
+                sqe: fabrik_proto::Sqe::default(),
+                data: Bytes::from(vec![7u8; 512]),
+            });
+            let large = Bytes::from(vec![9u8; 20_000]);
+            let h2c = Pdu::H2CData(H2CData {
+                cccid: 3,
+                ttag: 1,
+                datao: 0,
+                last: true,
+                data: large.clone(),
+            });
+            let mut want = BytesMut::new();
+            capsule.encode(digests, &mut want);
+            h2c.encode(digests, &mut want);
+            let mut batch = Batch::default();
+            batch.push(capsule, digests);
+            batch.push(h2c, digests);
+            batch.seal();
+            let got: Vec<u8> = batch.segments.iter().flat_map(|b| b.to_vec()).collect();
+            assert!(got == want[..], "digests {digests:?}");
+            assert_eq!(
+                batch.segments[1].as_ptr(),
+                large.as_ptr(),
+                "no copy of a payload"
+            );
+        }
     }
 }
