@@ -14,17 +14,17 @@
 //!
 //! Sockets stay on tokio's epoll loop, against raw io_uring by measurement
 //! (`target/examples/socket_loops.rs`, `tests/benches/socket-loops.sh`: NVMe/TCP-shaped 4K read
-//! traffic on loopback, the server's CPU per request, medians of alternated rounds). io_uring
-//! with every connection's recv and sendmsg in one submission per turn, tuned (DEFER_TASKRUN,
-//! one issuer, registered sockets), saved 1-4 % of the server's CPU per request at queue depth
-//! 32, 3-9 % with 8 connections at depth 1 and 6-12 % with 32 at depth 4 (the development VM
-//! and the H200 machine); untuned, it cost 8-80 % more on the VM and was within 6 % of epoll on
-//! the H200 machine. The kernel's TCP work is over nine tenths of that server's CPU in either
-//! loop, and SPDK's default socket layer makes the same calls per read as this loop (an
-//! epoll_wait, a read, a vectored send: readv and sendmsg there, recv and writev here). So the gain is a few percent of the kernel's share, against moving the transport onto
-//! buffers owned by the ring: not taken yet. Zero-copy sends of 128 KiB reads cost 1.44x the CPU
-//! there (loopback copies on delivery anyway): not used; no machine here has a NIC path to
-//! measure where it pays.
+//! traffic on loopback, the server's CPU per request, medians of alternated rounds). io_uring with
+//! every connection's recv and sendmsg in one submission per turn, tuned (DEFER_TASKRUN, one
+//! issuer, registered sockets), saved 1-4 % of the server's CPU per request at queue depth 32, 3-9
+//! % with 8 connections at depth 1 and 6-12 % with 32 at depth 4 (the development VM and the H200
+//! machine); untuned, it cost 8-80 % more on the VM and was within 6 % of epoll on the H200
+//! machine. The kernel's TCP work is over nine tenths of that server's CPU in either loop, and
+//! SPDK's default socket layer makes the same calls per read as this loop (an epoll_wait, a read, a
+//! vectored send: readv and sendmsg there, recv and writev here). So the gain is a few percent of
+//! the kernel's share, against moving the transport onto buffers owned by the ring: not taken yet.
+//! Zero-copy sends of 128 KiB reads cost 1.44x the CPU there (loopback copies on delivery anyway):
+//! not used; no machine here has a NIC path to measure where it pays.
 //!
 //! Placement balances connections, among the reactors on the NUMA node of the NIC a
 //! connection came through where the machine has several nodes (`numa`).
@@ -40,25 +40,24 @@
 //! the completion channel between turns; none, and no late Keep Alive, once a busy queue yields
 //! without arming).
 //!
-//! Adaptive polling (`--poll-idle-us`, default 20): a busy reactor keeps looking for events
-//! instead of sleeping between them (a spinner task yields, which makes the runtime poll epoll
-//! with a zero timeout), and it goes back to sleeping once nothing happened for
-//! `Polling::idle_after`; the first event wakes it. Each look is an epoll_wait system call, so
-//! the window is short: it bridges the gaps between a host's commands, and a reactor does not
-//! spin through the host's think time. What it saves is the wake-up: a sleeping reactor is
-//! woken by the host's own CPU as its command arrives (on loopback the host pays for that
-//! wake-up in its send), and a wake-up is slow where cores sleep deeply or the machine is
-//! virtual. On the development VM (one target core, spdk_nvme_perf, null drives, 4 rounds
-//! alternated figure by figure) 20 µs took QD1 latency from 33.4 to 11.6 µs (SPDK 10.4) and was
-//! ahead on 4K reads and writes in 3 of 4 rounds. On the H200 machine, where QD1 latency without
-//! polling was already near SPDK's, it was not shown beyond the noise: 4 cores, 4K randread
-//! 2.58M against 2.29M IOPS and QD1 16.4 against 21.4 µs in every round of one run, 2.63M
-//! against 3.09M and 18.4 against 17.0 µs in a repeat. 200 µs lost there in an earlier run
-//! (1.52M against 1.65M), and 50 µs did no better than 20 in the same runs on another day (QD1
-//! 1.08x against 1.03x SPDK's on 4 cores, 1.11x both on one). The poller of a shared NVMe/RDMA completion queue polls it for the same
-//! window after its last completion before it arms its completion channel and sleeps
-//! (`poll_window`). Idle, a reactor sleeps in epoll either way: 24 idle hosts cost under 0.5 % of
-//! a core.
+//! Adaptive polling (`--poll-idle-us`, default 20): a busy reactor keeps looking for events instead
+//! of sleeping between them (a spinner task yields, which makes the runtime poll epoll with a zero
+//! timeout), and it goes back to sleeping once nothing happened for `Polling::idle_after`; the
+//! first event wakes it. Each look is an epoll_wait system call, so the window is short: it bridges
+//! the gaps between a host's commands, and a reactor does not spin through the host's think time.
+//! What it saves is the wake-up: a sleeping reactor is woken by the host's own CPU as its command
+//! arrives (on loopback the host pays for that wake-up in its send), and a wake-up is slow where
+//! cores sleep deeply or the machine is virtual. On the development VM (one target core,
+//! spdk_nvme_perf, null drives, 4 rounds alternated figure by figure) 20 µs took QD1 latency from
+//! 33.4 to 11.6 µs (SPDK 10.4) and was ahead on 4K reads and writes in 3 of 4 rounds. On the H200
+//! machine, where QD1 latency without polling was already near SPDK's, it was not shown beyond the
+//! noise: 4 cores, 4K randread 2.58M against 2.29M IOPS and QD1 16.4 against 21.4 µs in every round
+//! of one run, 2.63M against 3.09M and 18.4 against 17.0 µs in a repeat. 200 µs lost there in an
+//! earlier run (1.52M against 1.65M), and 50 µs did no better than 20 in the same runs on another
+//! day (QD1 1.08x against 1.03x SPDK's on 4 cores, 1.11x both on one). The poller of a shared
+//! NVMe/RDMA completion queue polls it for the same window after its last completion before it arms
+//! its completion channel and sleeps (`poll_window`). Idle, a reactor sleeps in epoll either way:
+//! 24 idle hosts cost under 0.5 % of a core.
 //!
 //! A reactor's runtime has no time driver (it looked at its timer wheel and the clock on every
 //! park); the few timers the queues set live on one thread of their own (`crate::timer`).
