@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use hdrhistogram::Histogram;
 
+use super::io_threads;
 use super::layout::Layout;
 use super::pattern::{self, drive_tag};
 use super::report::{self, new_histogram, MemoryReport, Report, VerifyReport};
@@ -387,17 +388,21 @@ async fn phase(ctx: &Arc<Context>, phase: Phase) -> Result<Measured, BenchError>
                 rng: seed_rng(worker, slot),
             };
             let (stop, first_error) = (stop.clone(), first_error.clone());
-            loops.push(tokio::spawn(async move {
-                let result = io.run().await;
-                if let Err(e) = &result {
-                    stop.store(true, Ordering::Relaxed);
-                    let mut first = first_error.lock().unwrap();
-                    if first.is_none() {
-                        *first = Some(e.clone());
+            loops.push(io_threads::spawn_on(
+                &spec.io_runtimes,
+                worker,
+                async move {
+                    let result = io.run().await;
+                    if let Err(e) = &result {
+                        stop.store(true, Ordering::Relaxed);
+                        let mut first = first_error.lock().unwrap();
+                        if first.is_none() {
+                            *first = Some(e.clone());
+                        }
                     }
-                }
-                result
-            }));
+                    result
+                },
+            ));
         }
     }
     let mut measured = Measured {

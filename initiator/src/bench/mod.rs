@@ -8,6 +8,7 @@
 
 pub mod checkpoint;
 pub mod engine;
+pub mod io_threads;
 pub mod layout;
 pub mod pattern;
 pub mod reference;
@@ -157,6 +158,9 @@ pub struct Spec {
     /// GPU memory, staged path: data crosses between host and GPU in copies of about this
     /// many bytes (see `gpu::pipeline`).
     pub gpu_copy_bytes: usize,
+    /// Where worker N's I/O loops run: the N-th runtime, where its queues are (see
+    /// `io_threads`). Empty: the caller's runtime.
+    pub io_runtimes: Vec<tokio::runtime::Handle>,
 }
 
 impl Default for Spec {
@@ -173,6 +177,7 @@ impl Default for Spec {
             verify: None,
             memory: Memory::Host,
             gpu_copy_bytes: DEFAULT_GPU_COPY_BYTES,
+            io_runtimes: Vec::new(),
         }
     }
 }

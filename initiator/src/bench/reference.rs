@@ -87,7 +87,7 @@ pub fn round_trip(secs: f64, server_cpu: Option<usize>) -> std::io::Result<Histo
 }
 
 /// Pins the calling thread to `cpu` (nothing without one).
-fn pin_to(cpu: Option<usize>) -> std::io::Result<()> {
+pub(crate) fn pin_to(cpu: Option<usize>) -> std::io::Result<()> {
     let Some(cpu) = cpu else { return Ok(()) };
     if cpu >= libc::CPU_SETSIZE as usize {
         return Err(std::io::Error::other(format!("CPU {cpu} is out of range")));

@@ -10,7 +10,8 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use fabrik_initiator::bench::report::{PlacementReport, Reference};
 use fabrik_initiator::bench::{
-    self, parse_size, reference, Drive, Memory, Progress, Report, Rw, Spec, VerifySpec,
+    self, io_threads::IoThreads, parse_size, reference, Drive, Memory, Progress, Report, Rw, Spec,
+    VerifySpec,
 };
 use fabrik_initiator::host::session::{RecoveryPolicy, Session, SessionEvent};
 use fabrik_initiator::placement::apply;
@@ -104,6 +105,10 @@ pub struct SessionArgs {
     /// it sleeps until the socket wakes it (0: always sleep).
     #[arg(long, default_value_t = POLL_US_DEFAULT)]
     pub poll_us: u64,
+    /// CPUs to pin the I/O threads to, comma-separated: worker N's thread (its queues and I/O
+    /// loops) on the N-th, round the list [default: not pinned].
+    #[arg(long, value_delimiter = ',')]
+    pub cpus: Vec<usize>,
     /// Seconds between reconnect attempts of a lost path.
     #[arg(short = 'c', long, default_value_t = 2.0)]
     pub reconnect_delay: f64,
@@ -265,9 +270,15 @@ async fn run_job(job: JobArgs) -> Result<()> {
         return super::bench_sweep::run(job, source, memory);
     }
     let threads = job.threads;
+    let cpus = job.session.cpus.clone();
+    let io_cpus = io_threads_for(&memory, &cpus);
     let spec = spec_from(&job, memory)?;
-    let (report, verify_errors) = on_bench_runtime(threads, async move {
-        let drives = open_drives(&source, &job.session, threads, job.iodepth).await?;
+    let (report, verify_errors) = on_bench_runtime(threads, io_cpus, |io| async move {
+        let spec = Spec {
+            io_runtimes: io.clone(),
+            ..spec
+        };
+        let drives = open_drives(&source, &job.session, threads, job.iodepth, io).await?;
         let events = report_session_events(&drives);
         // The reference is measured half before and half after the run, so that a machine
         // whose load changes meanwhile skews both sides alike.
@@ -310,12 +321,31 @@ async fn measure_reference(secs: Option<f64>, cpu: Option<usize>) -> Result<Opti
     Ok(Some(reference))
 }
 
-/// Runs `work` on a runtime of its own with one worker thread per bench thread.
-pub fn on_bench_runtime<T: Send + 'static>(
+/// Whether a run's I/O goes on I/O threads (pinned to `cpus` if any): with host memory. With
+/// GPU memory the I/O loops stay on the control runtime's worker threads, which serve the GPU
+/// pipelines as before (not measured on I/O threads yet).
+pub fn io_threads_for<'a>(memory: &Memory, cpus: &'a [usize]) -> Option<&'a [usize]> {
+    matches!(memory, Memory::Host).then_some(cpus)
+}
+
+/// Runs `work` on a control runtime of its own (one worker thread per bench thread) and, with
+/// `io_cpus`, an I/O thread per bench thread for the queues and I/O loops, pinned to those
+/// CPUs if any (`bench::io_threads`); `work` gets their runtimes (none without `io_cpus`).
+pub fn on_bench_runtime<T: Send + 'static, F, W>(
     threads: usize,
-    work: impl std::future::Future<Output = Result<T>> + Send + 'static,
-) -> Result<T> {
-    std::thread::scope(|scope| {
+    io_cpus: Option<&[usize]>,
+    work: W,
+) -> Result<T>
+where
+    W: FnOnce(Vec<tokio::runtime::Handle>) -> F,
+    F: std::future::Future<Output = Result<T>> + Send + 'static,
+{
+    let io = match io_cpus {
+        Some(cpus) => IoThreads::start(threads.max(1), cpus).context("starting the I/O threads")?,
+        None => IoThreads::default(),
+    };
+    let work = work(io.handles());
+    let result = std::thread::scope(|scope| {
         scope
             .spawn(move || {
                 tokio::runtime::Builder::new_multi_thread()
@@ -326,7 +356,9 @@ pub fn on_bench_runtime<T: Send + 'static>(
             })
             .join()
             .unwrap_or_else(|_| bail!("the benchmark thread panicked"))
-    })
+    });
+    drop(io);
+    result
 }
 
 pub fn spec_from(job: &JobArgs, memory: Memory) -> Result<Spec> {
@@ -358,6 +390,7 @@ pub fn spec_from(job: &JobArgs, memory: Memory) -> Result<Spec> {
             .ok()
             .filter(|&n| n > 0)
             .context("--gpu-copy must be a positive size")?,
+        io_runtimes: Vec::new(),
     })
 }
 
@@ -421,6 +454,7 @@ pub async fn open_drives(
     session_args: &SessionArgs,
     threads: usize,
     iodepth: u32,
+    io_runtimes: Vec<tokio::runtime::Handle>,
 ) -> Result<Vec<Drive>> {
     let host = session_args.host()?;
     let subsystems = match source {
@@ -443,6 +477,7 @@ pub async fn open_drives(
             );
             opts.kato_ms = session_args.keep_alive_tmo.saturating_mul(1000);
             opts.poll_window = std::time::Duration::from_micros(session_args.poll_us);
+            opts.io_runtimes = io_runtimes.clone();
             opts.digests = Digests {
                 header: session_args.hdr_digest,
                 data: session_args.data_digest,

@@ -49,8 +49,9 @@ pub async fn run(args: CheckpointArgs) -> Result<()> {
     let threads = args.threads;
     let source = DriveSource::from_args(args.address.clone(), &args.placed, &args.session).await?;
     let memory = bench_place::memory(args.mem.as_deref(), source.placed())?;
-    on_bench_runtime(threads, async move {
-        let drives = open_drives(&source, &args.session, threads, args.iodepth).await?;
+    // Checkpoints keep their I/O on the control runtime (not measured on I/O threads yet).
+    on_bench_runtime(threads, None, |_| async move {
+        let drives = open_drives(&source, &args.session, threads, args.iodepth, Vec::new()).await?;
         let spec = CheckpointSpec {
             count: args.count,
             size: args.size,

@@ -9,7 +9,8 @@ use fabrik_initiator::bench::sweep::{self, parse_list, Point};
 use fabrik_initiator::bench::{parse_size, Memory, Spec};
 
 use super::bench::{
-    close_drives, on_bench_runtime, open_drives, run_spec, spec_from, DriveSource, JobArgs,
+    close_drives, io_threads_for, on_bench_runtime, open_drives, run_spec, spec_from, DriveSource,
+    JobArgs,
 };
 
 /// Seconds per point unless --time says otherwise.
@@ -33,6 +34,8 @@ pub fn run(job: JobArgs, source: DriveSource, memory: Memory) -> Result<()> {
     let max_threads = threads.iter().copied().max().unwrap_or(1);
     let max_depth = iodepth.iter().copied().max().unwrap_or(1);
     let secs = job.time.unwrap_or(DEFAULT_SECS);
+    let cpus = job.session.cpus.clone();
+    let io_cpus = io_threads_for(&memory, &cpus);
     let base = spec_from(
         &JobArgs {
             time: Some(secs),
@@ -40,8 +43,12 @@ pub fn run(job: JobArgs, source: DriveSource, memory: Memory) -> Result<()> {
         },
         memory,
     )?;
-    on_bench_runtime(max_threads, async move {
-        let drives = open_drives(&source, &job.session, max_threads, max_depth).await?;
+    on_bench_runtime(max_threads, io_cpus, |io| async move {
+        let base = Spec {
+            io_runtimes: io.clone(),
+            ..base
+        };
+        let drives = open_drives(&source, &job.session, max_threads, max_depth, io).await?;
         let mut results = Vec::new();
         for point in points {
             let Point {

@@ -171,14 +171,21 @@ impl Controller {
         let in_capsule_limit = ioccsz * 16 - 64;
 
         for qid in 1..=count as u16 {
-            let queue = Queue::connect(
+            let connect = Queue::connect(
                 self.opts.transport,
                 self.opts.addr,
                 queue_config(&self.opts, qid, queue_size),
                 in_capsule_limit,
                 self.opts.command_timeout,
-            )
-            .await?;
+            );
+            let runtimes = &self.opts.io_runtimes;
+            let queue = match runtimes.get((qid as usize - 1) % runtimes.len().max(1)) {
+                // Set up there, so that its socket and tasks belong to that runtime.
+                Some(runtime) => runtime.spawn(connect).await.map_err(|e| {
+                    HostError::Invalid(format!("I/O queue {qid}: its runtime stopped: {e}"))
+                })??,
+                None => connect.await?,
+            };
             let cattr = connect_attributes(&self.opts);
             fabrics_connect(&queue, queue_size, 0, cattr, connect_data.clone()).await?;
             self.io.push(queue);

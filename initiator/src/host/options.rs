@@ -44,6 +44,9 @@ pub struct ConnectOptions {
     /// How long an NVMe/TCP queue with commands in flight keeps looking for their answers
     /// instead of sleeping until the socket wakes it (adaptive polling; zero: it always sleeps).
     pub poll_window: Duration,
+    /// Runtimes for the I/O queues: queue N (from 1) is set up on, and runs on, the
+    /// ((N - 1) % len)-th, with everything it does. Empty: the caller's runtime.
+    pub io_runtimes: Vec<tokio::runtime::Handle>,
 }
 
 /// Defaults of the Linux host (`fabrics.h`): 128 entries per queue, 5 s keep-alive.
@@ -73,6 +76,7 @@ impl ConnectOptions {
             host_traddr: None,
             host_iface: None,
             poll_window: Duration::ZERO,
+            io_runtimes: Vec::new(),
         }
     }
 
