@@ -18,6 +18,7 @@ pub mod bench;
 pub mod error;
 pub mod gpu;
 pub mod host;
+pub mod int_map;
 pub mod placement;
 pub mod topology;
 pub mod transport;

@@ -3,7 +3,6 @@
 //! `Controller::connect` follows the Linux host's bring-up (NVMEOF-FACTS 4.1) so that a target
 //! that works with this host has met the same checks, in the same order.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -26,6 +25,7 @@ use crate::error::HostError;
 use crate::host::io::IoQueue;
 use crate::host::options::ConnectOptions;
 use crate::host::queue::{Queue, ADMIN_IN_CAPSULE_LIMIT};
+use crate::int_map::IntMap;
 use crate::transport::{Completion, TcpQueueConfig};
 
 /// Admin queue entries (`NVME_AQ_DEPTH`): Connect SQSIZE 31.
@@ -50,7 +50,7 @@ pub struct Controller {
     io: Vec<Queue>,
     next_io: AtomicUsize,
     /// LBA size per namespace, learnt from Identify Namespace on first use.
-    lba_sizes: Mutex<HashMap<u32, u32>>,
+    lba_sizes: Mutex<IntMap<u32, u32>>,
     keep_alive: Option<JoinHandle<()>>,
 }
 
@@ -124,7 +124,7 @@ impl Controller {
             admin,
             io: Vec::new(),
             next_io: AtomicUsize::new(0),
-            lba_sizes: Mutex::new(HashMap::new()),
+            lba_sizes: Mutex::new(IntMap::default()),
             keep_alive: None,
             opts,
         };

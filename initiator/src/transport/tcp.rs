@@ -12,7 +12,6 @@
 //! Any transport failure or protocol violation by the target fails every command in flight and
 //! closes the connection, as the Linux host's error recovery does (NVMEOF-FACTS 1.10, 4.5).
 
-use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -29,6 +28,7 @@ use tokio::task::AbortHandle;
 
 use self::data_in::DataIn;
 use crate::error::HostError;
+use crate::int_map::IntMap;
 use crate::transport::target::RecvTarget;
 
 /// Bytes asked of the socket per read call.
@@ -109,7 +109,7 @@ struct Shared {
 }
 
 struct State {
-    in_flight: HashMap<u16, InFlight>,
+    in_flight: IntMap<u16, InFlight>,
     next_cid: u16,
     /// Set once when the queue fails or is closed; later submits get this error.
     closed: Option<HostError>,
@@ -215,7 +215,7 @@ impl TcpQueue {
             slots: Arc::new(Semaphore::new(config.depth.max(1) as usize)),
             poll_window: config.poll_window,
             state: Mutex::new(State {
-                in_flight: HashMap::new(),
+                in_flight: IntMap::default(),
                 next_cid: 0,
                 closed: None,
             }),
