@@ -353,6 +353,14 @@ async fn phase(ctx: &Arc<Context>, phase: Phase) -> Result<Measured, BenchError>
     let cpu_start = report::cpu_times();
     let started = Instant::now();
     let deadline = time.map(|t| started + t);
+    // Worker N's I/O loops go where its queues run (`ConnectOptions::io_runtimes`; the same for
+    // every controller of a run), so a command never changes threads.
+    let io_runtimes = ctx
+        .drives
+        .first()
+        .and_then(|d| d.session.controller())
+        .map(|c| c.options().io_runtimes.clone())
+        .unwrap_or_default();
     let mut loops = Vec::new();
     for worker in 0..spec.threads {
         // Sequential: each worker walks its own slice. Random: anywhere, a worker's share of
@@ -388,21 +396,17 @@ async fn phase(ctx: &Arc<Context>, phase: Phase) -> Result<Measured, BenchError>
                 rng: seed_rng(worker, slot),
             };
             let (stop, first_error) = (stop.clone(), first_error.clone());
-            loops.push(io_threads::spawn_on(
-                &spec.io_runtimes,
-                worker,
-                async move {
-                    let result = io.run().await;
-                    if let Err(e) = &result {
-                        stop.store(true, Ordering::Relaxed);
-                        let mut first = first_error.lock().unwrap();
-                        if first.is_none() {
-                            *first = Some(e.clone());
-                        }
+            loops.push(io_threads::spawn_on(&io_runtimes, worker, async move {
+                let result = io.run().await;
+                if let Err(e) = &result {
+                    stop.store(true, Ordering::Relaxed);
+                    let mut first = first_error.lock().unwrap();
+                    if first.is_none() {
+                        *first = Some(e.clone());
                     }
-                    result
-                },
-            ));
+                }
+                result
+            }));
         }
     }
     let mut measured = Measured {

@@ -158,9 +158,6 @@ pub struct Spec {
     /// GPU memory, staged path: data crosses between host and GPU in copies of about this
     /// many bytes (see `gpu::pipeline`).
     pub gpu_copy_bytes: usize,
-    /// Where worker N's I/O loops run: the N-th runtime, where its queues are (see
-    /// `io_threads`). Empty: the caller's runtime.
-    pub io_runtimes: Vec<tokio::runtime::Handle>,
 }
 
 impl Default for Spec {
@@ -177,7 +174,6 @@ impl Default for Spec {
             verify: None,
             memory: Memory::Host,
             gpu_copy_bytes: DEFAULT_GPU_COPY_BYTES,
-            io_runtimes: Vec::new(),
         }
     }
 }

@@ -274,10 +274,6 @@ async fn run_job(job: JobArgs) -> Result<()> {
     let io_cpus = io_threads_for(&memory, &cpus);
     let spec = spec_from(&job, memory)?;
     let (report, verify_errors) = on_bench_runtime(threads, io_cpus, |io| async move {
-        let spec = Spec {
-            io_runtimes: io.clone(),
-            ..spec
-        };
         let drives = open_drives(&source, &job.session, threads, job.iodepth, io).await?;
         let events = report_session_events(&drives);
         // The reference is measured half before and half after the run, so that a machine
@@ -390,7 +386,6 @@ pub fn spec_from(job: &JobArgs, memory: Memory) -> Result<Spec> {
             .ok()
             .filter(|&n| n > 0)
             .context("--gpu-copy must be a positive size")?,
-        io_runtimes: Vec::new(),
     })
 }
 

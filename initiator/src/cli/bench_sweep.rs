@@ -44,10 +44,6 @@ pub fn run(job: JobArgs, source: DriveSource, memory: Memory) -> Result<()> {
         memory,
     )?;
     on_bench_runtime(max_threads, io_cpus, |io| async move {
-        let base = Spec {
-            io_runtimes: io.clone(),
-            ..base
-        };
         let drives = open_drives(&source, &job.session, max_threads, max_depth, io).await?;
         let mut results = Vec::new();
         for point in points {
