@@ -15,6 +15,7 @@
 //! ```
 
 pub mod bench;
+pub mod command_name;
 pub mod error;
 pub mod gpu;
 pub mod host;

@@ -1,16 +1,15 @@
 //! One queue of a controller, as the host layer sees it: commands in, completions checked and
-//! named in NVMe terms out, a timeout on every command.
+//! named in NVMe terms out, a timeout on every command (kept by the transport queue).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use fabrik_proto::fabrics::fctype;
-use fabrik_proto::nvme::{admin_opcode, io_opcode};
 use fabrik_proto::Sqe;
 
 use super::Transport;
+pub use crate::command_name::command_name;
 use crate::error::HostError;
 use crate::transport::peer::{PeerMemory, Registration};
 #[cfg(feature = "rdma")]
@@ -32,6 +31,8 @@ pub struct Queue {
     transport: TransportQueue,
     /// Largest write sent in-capsule (NVMe/TCP); bigger ones go through R2T.
     in_capsule_limit: usize,
+    /// Command timeout of an NVMe/RDMA queue (an NVMe/TCP queue keeps it itself).
+    #[cfg(feature = "rdma")]
     timeout: Duration,
 }
 
@@ -46,7 +47,13 @@ impl Queue {
         timeout: Duration,
     ) -> Result<Queue, HostError> {
         let transport = match transport {
-            Transport::Tcp => TransportQueue::Tcp(TcpQueue::connect(addr, config).await?),
+            Transport::Tcp => {
+                let config = TcpQueueConfig {
+                    command_timeout: Some(timeout),
+                    ..config
+                };
+                TransportQueue::Tcp(TcpQueue::connect(addr, config).await?)
+            }
             #[cfg(feature = "rdma")]
             Transport::Rdma => {
                 if let Some(iface) = &config.host_iface {
@@ -69,6 +76,7 @@ impl Queue {
         Ok(Queue {
             transport,
             in_capsule_limit,
+            #[cfg(feature = "rdma")]
             timeout,
         })
     }
@@ -134,19 +142,18 @@ impl Queue {
         len: usize,
         host_to_target: bool,
     ) -> Result<Completion, HostError> {
-        let submit = async {
-            match &self.transport {
-                TransportQueue::Tcp(_) => {
-                    let _ = (mem, offset, len, host_to_target);
-                    Err(no_peer_memory_over_tcp())
-                }
-                #[cfg(feature = "rdma")]
-                TransportQueue::Rdma(r) => {
-                    r.submit_peer(sqe, mem, offset, len, host_to_target).await
-                }
+        let completion = match &self.transport {
+            TransportQueue::Tcp(_) => {
+                let _ = (mem, offset, len, host_to_target);
+                Err(no_peer_memory_over_tcp())
+            }
+            #[cfg(feature = "rdma")]
+            TransportQueue::Rdma(r) => {
+                let submit = r.submit_peer(sqe, mem, offset, len, host_to_target);
+                self.rdma_timed(r, &sqe, submit).await
             }
         };
-        self.timed(sqe, submit).await
+        checked(self.qid(), &sqe, completion)
     }
 
     /// The largest write data the target takes in one piece: NVMe/TCP's MAXH2CDATA; NVMe/RDMA
@@ -167,8 +174,18 @@ impl Queue {
         data_out: Option<Bytes>,
         data_in_len: usize,
     ) -> Result<Completion, HostError> {
-        let submit = self.submit_untimed(sqe, data_out, data_in_len);
-        self.timed(sqe, submit).await
+        let completion = match &self.transport {
+            TransportQueue::Tcp(t) => {
+                t.submit(sqe, data_out, data_in_len, self.in_capsule_limit)
+                    .await
+            }
+            #[cfg(feature = "rdma")]
+            TransportQueue::Rdma(r) => {
+                let submit = r.submit(sqe, data_out, data_in_len);
+                self.rdma_timed(r, &sqe, submit).await
+            }
+        };
+        checked(self.qid(), &sqe, completion)
     }
 
     /// As `submit`, for a command reading `len` bytes into `buf` (see `TcpQueue::submit_into` and
@@ -179,70 +196,52 @@ impl Queue {
         buf: BytesMut,
         len: usize,
     ) -> Result<Completion, HostError> {
-        let submit = async {
-            match &self.transport {
-                TransportQueue::Tcp(t) => t.submit_into(sqe, buf, len).await,
-                #[cfg(feature = "rdma")]
-                TransportQueue::Rdma(r) => r.submit_into(sqe, buf, len).await,
+        let completion = match &self.transport {
+            TransportQueue::Tcp(t) => t.submit_into(sqe, buf, len).await,
+            #[cfg(feature = "rdma")]
+            TransportQueue::Rdma(r) => {
+                let submit = r.submit_into(sqe, buf, len);
+                self.rdma_timed(r, &sqe, submit).await
             }
         };
-        self.timed(sqe, submit).await
+        checked(self.qid(), &sqe, completion)
     }
 
     /// As `submit`, for a command reading `target.len()` bytes into `target` (see
     /// `TcpQueue::submit_to`).
     pub async fn submit_to(&self, sqe: Sqe, target: RecvTarget) -> Result<Completion, HostError> {
-        let submit = async {
-            match &self.transport {
-                TransportQueue::Tcp(t) => t.submit_to(sqe, target).await,
-                #[cfg(feature = "rdma")]
-                TransportQueue::Rdma(r) => r.submit_to(sqe, target).await,
+        let completion = match &self.transport {
+            TransportQueue::Tcp(t) => t.submit_to(sqe, target).await,
+            #[cfg(feature = "rdma")]
+            TransportQueue::Rdma(r) => {
+                let submit = r.submit_to(sqe, target);
+                self.rdma_timed(r, &sqe, submit).await
             }
         };
-        self.timed(sqe, submit).await
+        checked(self.qid(), &sqe, completion)
     }
 
-    /// Waits for `submit` up to the command timeout and turns a non-success status into an
-    /// error.
-    async fn timed(
+    /// Waits for an NVMe/RDMA command up to the command timeout. (An NVMe/TCP queue keeps its
+    /// commands' deadlines itself: `TcpQueueConfig::command_timeout`.)
+    #[cfg(feature = "rdma")]
+    async fn rdma_timed(
         &self,
-        sqe: Sqe,
+        queue: &RdmaQueue,
+        sqe: &Sqe,
         submit: impl std::future::Future<Output = Result<Completion, HostError>>,
     ) -> Result<Completion, HostError> {
-        let qid = self.qid();
-        let completion = match tokio::time::timeout(self.timeout, submit).await {
-            Ok(Ok(completion)) => completion,
-            Ok(Err(HostError::DataDigest { qid, .. })) => {
-                return Err(HostError::DataDigest {
-                    qid,
-                    command: command_name(qid, &sqe),
-                })
-            }
-            Ok(Err(err)) => return Err(err),
+        match tokio::time::timeout(self.timeout, submit).await {
+            Ok(completion) => completion,
             Err(_) => {
                 let err = HostError::Timeout {
-                    qid,
-                    command: command_name(qid, &sqe),
+                    qid: queue.qid(),
+                    command: command_name(queue.qid(), sqe),
                     after: self.timeout,
                 };
-                match &self.transport {
-                    TransportQueue::Tcp(t) => t.abort(err.clone()),
-                    #[cfg(feature = "rdma")]
-                    TransportQueue::Rdma(r) => r.abort(err.clone()),
-                }
-                return Err(err);
+                queue.abort(err.clone());
+                Err(err)
             }
-        };
-        let status = completion.cqe.status;
-        if !status.is_success() {
-            return Err(HostError::Status {
-                status,
-                command: command_name(qid, &sqe),
-                qid,
-                result: completion.cqe.dw0(),
-            });
         }
-        Ok(completion)
     }
 
     /// Sends a command and waits for its completion however long it takes (an Asynchronous
@@ -255,7 +254,7 @@ impl Queue {
     ) -> Result<Completion, HostError> {
         match &self.transport {
             TransportQueue::Tcp(t) => {
-                t.submit(sqe, data_out, data_in_len, self.in_capsule_limit)
+                t.submit_untimed(sqe, data_out, data_in_len, self.in_capsule_limit)
                     .await
             }
             #[cfg(feature = "rdma")]
@@ -282,74 +281,21 @@ fn no_peer_memory_over_tcp() -> HostError {
     }
 }
 
-/// The spec's name of a command, with the field that says what it did (CNS, LID, FID...).
-pub fn command_name(qid: u16, sqe: &Sqe) -> String {
-    let low_byte = sqe.cdw10 & 0xff;
-    if sqe.opcode == admin_opcode::FABRICS {
-        return match sqe.fctype() {
-            fctype::PROPERTY_SET => format!("Property Set (offset {:#x})", sqe.cdw11),
-            fctype::CONNECT => format!("Connect (qid {})", sqe.cdw10 >> 16),
-            fctype::PROPERTY_GET => format!("Property Get (offset {:#x})", sqe.cdw11),
-            fctype::AUTH_SEND => "Authentication Send".into(),
-            fctype::AUTH_RECEIVE => "Authentication Receive".into(),
-            fctype::DISCONNECT => "Disconnect".into(),
-            other => format!("Fabrics command (FCTYPE {other:#04x})"),
-        };
+/// A completion with a non-success status as `HostError::Status`, naming the command.
+fn checked(
+    qid: u16,
+    sqe: &Sqe,
+    completion: Result<Completion, HostError>,
+) -> Result<Completion, HostError> {
+    let completion = completion?;
+    let status = completion.cqe.status;
+    if !status.is_success() {
+        return Err(HostError::Status {
+            status,
+            command: command_name(qid, sqe),
+            qid,
+            result: completion.cqe.dw0(),
+        });
     }
-    if qid == 0 {
-        match sqe.opcode {
-            admin_opcode::GET_LOG_PAGE => format!("Get Log Page (LID {low_byte:02x}h)"),
-            admin_opcode::IDENTIFY => format!("Identify (CNS {low_byte:02x}h, NSID {})", sqe.nsid),
-            admin_opcode::ABORT => "Abort".into(),
-            admin_opcode::SET_FEATURES => format!("Set Features (FID {low_byte:02x}h)"),
-            admin_opcode::GET_FEATURES => format!("Get Features (FID {low_byte:02x}h)"),
-            admin_opcode::ASYNC_EVENT_REQUEST => "Asynchronous Event Request".into(),
-            admin_opcode::KEEP_ALIVE => "Keep Alive".into(),
-            other => format!("Admin command (opcode {other:02x}h)"),
-        }
-    } else {
-        match sqe.opcode {
-            io_opcode::FLUSH => format!("Flush (NSID {})", sqe.nsid),
-            io_opcode::WRITE => format!("Write (NSID {}, SLBA {})", sqe.nsid, slba(sqe)),
-            io_opcode::READ => format!("Read (NSID {}, SLBA {})", sqe.nsid, slba(sqe)),
-            io_opcode::WRITE_ZEROES => {
-                format!("Write Zeroes (NSID {}, SLBA {})", sqe.nsid, slba(sqe))
-            }
-            io_opcode::DATASET_MANAGEMENT => format!("Dataset Management (NSID {})", sqe.nsid),
-            other => format!("I/O command (opcode {other:02x}h, NSID {})", sqe.nsid),
-        }
-    }
-}
-
-fn slba(sqe: &Sqe) -> u64 {
-    (sqe.cdw11 as u64) << 32 | sqe.cdw10 as u64
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_say_what_the_command_did() {
-        let identify = Sqe {
-            opcode: admin_opcode::IDENTIFY,
-            cdw10: 1,
-            ..Sqe::default()
-        };
-        assert_eq!(command_name(0, &identify), "Identify (CNS 01h, NSID 0)");
-        let read = Sqe {
-            opcode: io_opcode::READ,
-            nsid: 1,
-            cdw10: 8,
-            ..Sqe::default()
-        };
-        assert_eq!(command_name(1, &read), "Read (NSID 1, SLBA 8)");
-        let connect = Sqe {
-            opcode: admin_opcode::FABRICS,
-            nsid: fctype::CONNECT as u32,
-            cdw10: 3 << 16,
-            ..Sqe::default()
-        };
-        assert_eq!(command_name(3, &connect), "Connect (qid 3)");
-    }
+    Ok(completion)
 }

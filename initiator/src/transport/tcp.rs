@@ -27,6 +27,7 @@ use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::task::AbortHandle;
 
 use self::data_in::DataIn;
+use crate::command_name::command_name;
 use crate::error::HostError;
 use crate::int_map::IntMap;
 use crate::transport::target::RecvTarget;
@@ -60,6 +61,9 @@ pub struct TcpQueueConfig {
     /// to the runtime, which polls the socket without waiting) before it sleeps until the
     /// socket wakes it. Zero: it always sleeps.
     pub poll_window: Duration,
+    /// How long a command may wait for its completion before the queue fails (as the Linux
+    /// host's I/O timeout: the target's state is unknown, so the queue goes). None: no limit.
+    pub command_timeout: Option<Duration>,
 }
 
 impl TcpQueueConfig {
@@ -74,6 +78,7 @@ impl TcpQueueConfig {
             host_traddr: None,
             host_iface: None,
             poll_window: Duration::ZERO,
+            command_timeout: None,
         }
     }
 }
@@ -101,6 +106,8 @@ struct Shared {
     slots: Arc<Semaphore>,
     /// See `TcpQueueConfig::poll_window`.
     poll_window: Duration,
+    /// See `TcpQueueConfig::command_timeout`.
+    command_timeout: Option<Duration>,
     state: Mutex<State>,
     /// PDUs to send, encoded by the writer. Unbounded, but every entry belongs to a command
     /// holding a slot, so the queue depth bounds it.
@@ -111,6 +118,8 @@ struct Shared {
 struct State {
     in_flight: IntMap<u16, InFlight>,
     next_cid: u16,
+    /// Advanced by the deadline sweep (`deadline.rs`); a timed command records it when queued.
+    epoch: u32,
     /// Set once when the queue fails or is closed; later submits get this error.
     closed: Option<HostError>,
 }
@@ -118,7 +127,11 @@ struct State {
 /// A command waiting for its completion.
 struct InFlight {
     done: oneshot::Sender<Result<Completion, HostError>>,
-    opcode: u8,
+    /// The command as sent (CID included), to name it in errors.
+    sqe: Sqe,
+    /// The sweep's epoch when it was queued; None: it may wait forever (an Asynchronous Event
+    /// Request).
+    issued: Option<u32>,
     /// Released when the command completes, not when the caller stops waiting.
     _slot: OwnedSemaphorePermit,
     /// Data to send when the target asks with R2T (empty if none, or if it went in-capsule).
@@ -214,9 +227,11 @@ impl TcpQueue {
                 .max(4),
             slots: Arc::new(Semaphore::new(config.depth.max(1) as usize)),
             poll_window: config.poll_window,
+            command_timeout: config.command_timeout,
             state: Mutex::new(State {
                 in_flight: IntMap::default(),
                 next_cid: 0,
+                epoch: 0,
                 closed: None,
             }),
             outgoing,
@@ -224,11 +239,11 @@ impl TcpQueue {
         });
         let write_task = tokio::spawn(send::write_loop(shared.clone(), writer, outgoing_rx));
         let read_task = tokio::spawn(receive::read_loop(shared.clone(), reader, decoder, buf));
-        shared
-            .tasks
-            .lock()
-            .unwrap()
-            .extend([write_task.abort_handle(), read_task.abort_handle()]);
+        let mut tasks = vec![write_task.abort_handle(), read_task.abort_handle()];
+        if let Some(timeout) = config.command_timeout {
+            tasks.push(tokio::spawn(deadline::sweep(shared.clone(), timeout)).abort_handle());
+        }
+        shared.tasks.lock().unwrap().extend(tasks);
         Ok(TcpQueue { shared })
     }
 
@@ -250,7 +265,8 @@ impl TcpQueue {
         self.shared.state.lock().unwrap().closed.clone()
     }
 
-    /// Sends one command and waits for its completion, whatever its status.
+    /// Sends one command and waits for its completion, whatever its status, within the
+    /// queue's command timeout.
     ///
     /// The queue assigns the CID and sets the SGL the way the Linux host does (1.7): data to send
     /// goes in-capsule (offset data block) when it fits in `in_capsule_limit` bytes, or for any
@@ -263,7 +279,22 @@ impl TcpQueue {
         data_in_len: usize,
         in_capsule_limit: usize,
     ) -> Result<Completion, HostError> {
-        self.submit_with(sqe, data_out, DataIn::Empty, data_in_len, in_capsule_limit)
+        let data_in = DataIn::Empty;
+        self.submit_with(sqe, data_out, data_in, data_in_len, in_capsule_limit, true)
+            .await
+    }
+
+    /// As `submit`, for a command that may wait forever (an Asynchronous Event Request
+    /// completes only when an event happens).
+    pub async fn submit_untimed(
+        &self,
+        sqe: Sqe,
+        data_out: Option<Bytes>,
+        data_in_len: usize,
+        in_capsule_limit: usize,
+    ) -> Result<Completion, HostError> {
+        let data_in = DataIn::Empty;
+        self.submit_with(sqe, data_out, data_in, data_in_len, in_capsule_limit, false)
             .await
     }
 
@@ -276,7 +307,7 @@ impl TcpQueue {
         buf: BytesMut,
         len: usize,
     ) -> Result<Completion, HostError> {
-        self.submit_with(sqe, None, DataIn::into_buffer(buf), len, 0)
+        self.submit_with(sqe, None, DataIn::into_buffer(buf), len, 0, true)
             .await
     }
 
@@ -284,7 +315,7 @@ impl TcpQueue {
     /// straight into that memory; the completion's data is empty.
     pub async fn submit_to(&self, sqe: Sqe, target: RecvTarget) -> Result<Completion, HostError> {
         let len = target.len();
-        self.submit_with(sqe, None, DataIn::into_target(target), len, 0)
+        self.submit_with(sqe, None, DataIn::into_target(target), len, 0, true)
             .await
     }
 
@@ -295,6 +326,7 @@ impl TcpQueue {
         data_in: DataIn,
         data_in_len: usize,
         in_capsule_limit: usize,
+        timed: bool,
     ) -> Result<Completion, HostError> {
         let shared = &self.shared;
         let data_out = data_out.unwrap_or_default();
@@ -327,11 +359,13 @@ impl TcpQueue {
                 return Err(err.clone());
             }
             sqe.cid = state.allocate_cid();
+            let issued = (timed && shared.command_timeout.is_some()).then_some(state.epoch);
             state.in_flight.insert(
                 sqe.cid,
                 InFlight {
                     done,
-                    opcode: sqe.opcode,
+                    sqe,
+                    issued,
                     _slot: slot,
                     data_out: if in_capsule {
                         Bytes::new()
@@ -482,14 +516,14 @@ impl Shared {
         let result = if command.digest_error {
             Err(HostError::DataDigest {
                 qid,
-                command: describe(cqe.cid, command.opcode),
+                command: command_name(qid, &command.sqe),
             })
         } else if cqe.status.is_success() && command.data_in.len() != command.data_in_len {
             Err(HostError::protocol(
                 qid,
                 format!(
                     "{} completed successfully with {} of its {} bytes of data",
-                    describe(cqe.cid, command.opcode),
+                    command_name(qid, &command.sqe),
                     command.data_in.len(),
                     command.data_in_len
                 ),
@@ -499,7 +533,7 @@ impl Shared {
                 qid,
                 format!(
                     "{} completed successfully after asking for {} of its {} bytes of data",
-                    describe(cqe.cid, command.opcode),
+                    command_name(qid, &command.sqe),
                     command.requested,
                     command.data_out.len()
                 ),
@@ -534,7 +568,7 @@ impl Shared {
                     qid,
                     format!(
                         "R2T for {}, which has no data to fetch",
-                        describe(cccid, command.opcode)
+                        command_name(qid, &command.sqe)
                     ),
                 ));
             }
@@ -578,11 +612,6 @@ impl Shared {
         }
         Ok(())
     }
-}
-
-/// A command's name for transport-level errors (the host layer has nicer names).
-fn describe(cid: u16, opcode: u8) -> String {
-    format!("command {cid:#06x} (opcode {opcode:#04x})")
 }
 
 /// The Linux host's ICResp checks (NVMEOF-FACTS 1.5). PDU type and PLEN are the decoder's.
@@ -637,6 +666,7 @@ fn bad_pdu(qid: u16, err: &PduError) -> HostError {
 
 mod bind;
 mod data_in;
+mod deadline;
 mod receive;
 mod send;
 #[cfg(test)]

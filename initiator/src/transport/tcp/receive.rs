@@ -16,7 +16,8 @@ use std::time::Instant;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
 use super::data_in::Lent;
-use super::{bad_pdu, describe, InFlight, Shared, State, READ_CHUNK};
+use super::{bad_pdu, InFlight, Shared, State, READ_CHUNK};
+use crate::command_name::command_name;
 use crate::error::HostError;
 
 /// A C2HData payload is received straight into its command's buffer when at least this much of
@@ -308,7 +309,7 @@ fn c2h_command(
             qid,
             format!(
                 "C2HData for {}, which reads no data",
-                describe(cccid, command.opcode)
+                command_name(qid, &command.sqe)
             ),
         ));
     }

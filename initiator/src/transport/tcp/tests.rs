@@ -33,7 +33,7 @@ const ALL_DIGESTS: [Digests; 4] = [
 ];
 
 /// The target end of the stream: decodes the host's PDUs, sends whatever a test scripts.
-struct FakeTarget {
+pub(super) struct FakeTarget {
     stream: DuplexStream,
     decoder: Decoder,
     buf: BytesMut,
@@ -55,7 +55,7 @@ impl FakeTarget {
         }
     }
 
-    async fn recv_capsule(&mut self) -> CapsuleCmd {
+    pub(super) async fn recv_capsule(&mut self) -> CapsuleCmd {
         match self.recv().await {
             Pdu::CapsuleCmd(capsule) => capsule,
             other => panic!("expected a command capsule, got {other:?}"),
@@ -68,14 +68,21 @@ impl FakeTarget {
         self.stream.write_all(&out).await.unwrap();
     }
 
-    async fn respond(&mut self, cid: u16, status: Status) {
+    pub(super) async fn respond(&mut self, cid: u16, status: Status) {
         self.send(Pdu::CapsuleResp(CapsuleResp {
             cqe: Cqe::new(cid, status),
         }))
         .await;
     }
 
-    async fn send_data(&mut self, cid: u16, datao: u32, data: &[u8], last: bool, success: bool) {
+    pub(super) async fn send_data(
+        &mut self,
+        cid: u16,
+        datao: u32,
+        data: &[u8],
+        last: bool,
+        success: bool,
+    ) {
         let data = Bytes::copy_from_slice(data);
         self.send(Pdu::C2HData(C2HData {
             cccid: cid,
@@ -88,7 +95,7 @@ impl FakeTarget {
     }
 
     /// True once the host has closed its end.
-    async fn host_closed(&mut self) -> bool {
+    pub(super) async fn host_closed(&mut self) -> bool {
         let mut scratch = [0u8; 4096];
         matches!(
             tokio::time::timeout(Duration::from_secs(2), self.stream.read(&mut scratch)).await,
@@ -102,7 +109,7 @@ async fn pair(digests: Digests, maxh2cdata: u32) -> (TcpQueue, FakeTarget) {
     pair_with(TcpQueueConfig::new(1, 32, digests), maxh2cdata).await
 }
 
-async fn pair_with(config: TcpQueueConfig, maxh2cdata: u32) -> (TcpQueue, FakeTarget) {
+pub(super) async fn pair_with(config: TcpQueueConfig, maxh2cdata: u32) -> (TcpQueue, FakeTarget) {
     let digests = config.digests;
     let (host_end, target_end) = tokio::io::duplex(1 << 20);
     let mut target = FakeTarget {
@@ -133,7 +140,7 @@ async fn pair_with(config: TcpQueueConfig, maxh2cdata: u32) -> (TcpQueue, FakeTa
     (queue.expect("queue set up"), target)
 }
 
-fn read_sqe(blocks: u32) -> Sqe {
+pub(super) fn read_sqe(blocks: u32) -> Sqe {
     Sqe {
         opcode: io_opcode::READ,
         nsid: 1,
