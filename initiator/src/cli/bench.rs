@@ -72,7 +72,7 @@ pub struct AddressArgs {
 }
 
 /// `--poll-us`'s default: see the README's section on the host's CPU.
-pub const POLL_US_DEFAULT: u64 = 50;
+pub const POLL_US_DEFAULT: u64 = 1000;
 
 /// How the sessions are made, wherever the drives are (nvme-cli's names).
 #[derive(Args, Clone)]

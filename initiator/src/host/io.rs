@@ -214,8 +214,9 @@ impl<'a> IoQueue<'a> {
         }
         let lba_size = self.ctrl.lba_size(nsid).await?;
         if nlb > self.blocks_per_command(lba_size) {
-            // Split like `read`; the parts are gathered into `buf`.
-            let data = self.read(nsid, slba, nlb).await?;
+            // Split like `read`; the parts are gathered into `buf`. Boxed, to keep this rare
+            // path's state out of every read's future.
+            let data = Box::pin(self.read(nsid, slba, nlb)).await?;
             let mut buf = buf;
             buf.clear();
             buf.extend_from_slice(&data);

@@ -401,8 +401,10 @@ impl Session {
                     return Err(err);
                 }
                 // Wait for a path to come back (or be given up); poll as a backstop.
-                let _ =
-                    tokio::time::timeout(Duration::from_millis(200), self.changed.notified()).await;
+                // Boxed: this rare wait's state stays out of every command's future.
+                let wait =
+                    tokio::time::timeout(Duration::from_millis(200), self.changed.notified());
+                let _ = Box::pin(wait).await;
                 continue;
             };
             match op(ctrl).await {
