@@ -23,7 +23,7 @@ use fabrik_proto::tcp::{
 };
 use fabrik_proto::{Cqe, SglDescriptor, Sqe};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::task::AbortHandle;
 
 use self::data_in::DataIn;
@@ -103,7 +103,10 @@ struct Shared {
     maxh2cdata: u32,
     /// Data bytes per H2CData PDU: MAXH2CDATA, or less if configured.
     h2c_pdu_size: u32,
-    slots: Arc<Semaphore>,
+    /// Commands in flight at most.
+    depth: usize,
+    /// Told when a command completes while callers wait for room (`State::waiting`).
+    room: Notify,
     /// See `TcpQueueConfig::poll_window`.
     poll_window: Duration,
     /// See `TcpQueueConfig::command_timeout`.
@@ -120,6 +123,8 @@ struct State {
     next_cid: u16,
     /// Advanced by the deadline sweep (`deadline.rs`); a timed command records it when queued.
     epoch: u32,
+    /// Callers waiting for a command to complete because `depth` are in flight.
+    waiting: usize,
     /// Set once when the queue fails or is closed; later submits get this error.
     closed: Option<HostError>,
 }
@@ -132,8 +137,6 @@ struct InFlight {
     /// The sweep's epoch when it was queued; None: it may wait forever (an Asynchronous Event
     /// Request).
     issued: Option<u32>,
-    /// Released when the command completes, not when the caller stops waiting.
-    _slot: OwnedSemaphorePermit,
     /// Data to send when the target asks with R2T (empty if none, or if it went in-capsule).
     data_out: Bytes,
     /// End of the furthest range the target has asked for so far.
@@ -225,13 +228,15 @@ impl TcpQueue {
                 .maxh2cdata
                 .min(config.h2c_data_limit.unwrap_or(u32::MAX))
                 .max(4),
-            slots: Arc::new(Semaphore::new(config.depth.max(1) as usize)),
+            depth: config.depth.max(1) as usize,
+            room: Notify::new(),
             poll_window: config.poll_window,
             command_timeout: config.command_timeout,
             state: Mutex::new(State {
                 in_flight: IntMap::default(),
                 next_cid: 0,
                 epoch: 0,
+                waiting: 0,
                 closed: None,
             }),
             outgoing,
@@ -346,38 +351,45 @@ impl TcpQueue {
         };
         sqe.set_sgl(&sgl);
 
-        let slot = shared
-            .slots
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|_| shared.closed_error())?;
         let (done, completion) = oneshot::channel();
-        {
-            let mut state = shared.state.lock().unwrap();
-            if let Some(err) = &state.closed {
-                return Err(err.clone());
+        let mut done = Some(done);
+        loop {
+            let room = shared.room.notified();
+            let mut room = std::pin::pin!(room);
+            {
+                let mut state = shared.state.lock().unwrap();
+                if let Some(err) = &state.closed {
+                    return Err(err.clone());
+                }
+                if state.in_flight.len() < shared.depth {
+                    sqe.cid = state.allocate_cid();
+                    let issued = (timed && shared.command_timeout.is_some()).then_some(state.epoch);
+                    state.in_flight.insert(
+                        sqe.cid,
+                        InFlight {
+                            done: done.take().expect("inserted once"),
+                            sqe,
+                            issued,
+                            data_out: if in_capsule {
+                                Bytes::new()
+                            } else {
+                                data_out.clone()
+                            },
+                            requested: 0,
+                            data_in,
+                            data_in_len,
+                            digest_error: false,
+                        },
+                    );
+                    break;
+                }
+                // Queue depth reached: wait for a completion (or the close). Registered before
+                // the lock is let go, so a completion in between is not missed.
+                room.as_mut().enable();
+                state.waiting += 1;
             }
-            sqe.cid = state.allocate_cid();
-            let issued = (timed && shared.command_timeout.is_some()).then_some(state.epoch);
-            state.in_flight.insert(
-                sqe.cid,
-                InFlight {
-                    done,
-                    sqe,
-                    issued,
-                    _slot: slot,
-                    data_out: if in_capsule {
-                        Bytes::new()
-                    } else {
-                        data_out.clone()
-                    },
-                    requested: 0,
-                    data_in,
-                    data_in_len,
-                    digest_error: false,
-                },
-            );
+            let _waiting = Waiting(shared);
+            room.await;
         }
         let capsule_data = if in_capsule { data_out } else { Bytes::new() };
         shared.send(Pdu::CapsuleCmd(CapsuleCmd {
@@ -410,6 +422,15 @@ impl Drop for TcpQueue {
 }
 
 impl State {
+    /// Takes a command out of flight, telling one caller waiting for room.
+    fn complete(&mut self, room: &Notify, cid: u16) -> Option<InFlight> {
+        let command = self.in_flight.remove(&cid);
+        if command.is_some() && self.waiting > 0 {
+            room.notify_one();
+        }
+        command
+    }
+
     /// A CID not in flight. CIDs advance with every command, so a late completion for a
     /// finished command does not match a new one soon after.
     fn allocate_cid(&mut self) -> u16 {
@@ -420,6 +441,15 @@ impl State {
                 return cid;
             }
         }
+    }
+}
+
+/// A caller waiting for room, counted in `State::waiting` until it stops (or is dropped).
+struct Waiting<'a>(&'a Shared);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.state.lock().unwrap().waiting -= 1;
     }
 }
 
@@ -458,7 +488,8 @@ impl Shared {
             }
             std::mem::take(&mut state.in_flight)
         };
-        self.slots.close();
+        // Callers waiting for room see the close.
+        self.room.notify_waiters();
         for (_, command) in in_flight {
             let _ = command.done.send(Err(err.clone()));
         }
@@ -498,7 +529,7 @@ impl Shared {
     }
 
     fn on_response(&self, cqe: Cqe) -> Result<(), HostError> {
-        let command = self.state.lock().unwrap().in_flight.remove(&cqe.cid);
+        let command = self.state.lock().unwrap().complete(&self.room, cqe.cid);
         let command = command.ok_or_else(|| {
             HostError::protocol(
                 self.qid,

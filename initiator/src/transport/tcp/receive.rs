@@ -278,8 +278,7 @@ impl Shared {
     /// SUCCESS: the command completed without error and no CapsuleResp follows.
     fn finish_with_success(&self, mut state: std::sync::MutexGuard<'_, State>, cccid: u16) {
         let command = state
-            .in_flight
-            .remove(&cccid)
+            .complete(&self.room, cccid)
             .expect("looked up by the caller");
         drop(state);
         let cqe = Cqe {

@@ -856,3 +856,60 @@ async fn a_polling_queue_sleeps_once_nothing_is_in_flight() {
     );
     drop(target);
 }
+
+#[tokio::test]
+async fn no_more_than_the_queue_depth_is_in_flight() {
+    let (queue, mut target) = pair_with(TcpQueueConfig::new(1, 3, Digests::default()), 4096).await;
+    let script = async {
+        let mut answered = 0;
+        while answered < 8 {
+            // Everything the host may send now: as many commands as the depth leaves room for.
+            let mut got = Vec::new();
+            while let Ok(capsule) =
+                tokio::time::timeout(Duration::from_millis(100), target.recv_capsule()).await
+            {
+                got.push(capsule.sqe);
+            }
+            assert_eq!(got.len(), 3.min(8 - answered), "in flight at once");
+            // One answer makes room for one more.
+            let sqe = got.remove(0);
+            target
+                .send_data(sqe.cid, 0, &pattern(4096, sqe.cdw10 as u8), true, true)
+                .await;
+            answered += 1;
+            for sqe in got {
+                target
+                    .send_data(sqe.cid, 0, &pattern(4096, sqe.cdw10 as u8), true, true)
+                    .await;
+                answered += 1;
+            }
+        }
+    };
+    let (results, ()) = tokio::join!(join_all_local(reads_concurrently(&queue)), script);
+    for (slba, result) in results {
+        assert_eq!(&result.unwrap().data[..], &pattern(4096, slba as u8)[..]);
+    }
+}
+
+#[tokio::test]
+async fn a_caller_waiting_for_room_sees_the_close() {
+    let (queue, mut target) = pair_with(TcpQueueConfig::new(1, 1, Digests::default()), 4096).await;
+    let first = queue.submit(read_sqe(1), None, 4096, 0);
+    let second = async {
+        tokio::task::yield_now().await;
+        queue.submit(read_sqe(1), None, 4096, 0).await
+    };
+    let script = async {
+        target.recv_capsule().await;
+        let nothing = tokio::time::timeout(Duration::from_millis(100), target.recv_capsule());
+        assert!(nothing.await.is_err(), "a second command beyond depth 1");
+        queue.close("test");
+    };
+    let (first, second, ()) = tokio::join!(first, second, script);
+    for result in [first, second] {
+        assert!(
+            matches!(result, Err(HostError::QueueClosed { .. })),
+            "{result:?}"
+        );
+    }
+}
