@@ -3,7 +3,7 @@
 //! `Controller::connect` follows the Linux host's bring-up (NVMEOF-FACTS 4.1) so that a target
 //! that works with this host has met the same checks, in the same order.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -36,6 +36,8 @@ const CNTLID_DYNAMIC: u16 = 0xFFFF;
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 /// NSIDs per Identify Active Namespace ID list page.
 const NS_LIST_PAGE: usize = IDENTIFY_LEN / 4;
+/// NSIDs whose LBA size is kept in an array read without a lock (1 KiB per controller).
+const LBA_SIZES_INDEXED: usize = 256;
 
 /// One live controller. Share it between tasks with `Arc`; every command method takes `&self`.
 pub struct Controller {
@@ -49,7 +51,11 @@ pub struct Controller {
     admin: Arc<Queue>,
     io: Vec<Queue>,
     next_io: AtomicUsize,
-    /// LBA size per namespace, learnt from Identify Namespace on first use.
+    /// LBA size per namespace, learnt from Identify Namespace on first use: NSIDs up to
+    /// `LBA_SIZES_INDEXED` in an array of atomics read without a lock (every command looks its
+    /// namespace up, from every I/O thread: a mutex here was a cache line passed between
+    /// cores per command), larger ones in the map.
+    lba_sizes_indexed: Box<[AtomicU32]>,
     lba_sizes: Mutex<IntMap<u32, u32>>,
     keep_alive: Option<JoinHandle<()>>,
 }
@@ -124,6 +130,7 @@ impl Controller {
             admin,
             io: Vec::new(),
             next_io: AtomicUsize::new(0),
+            lba_sizes_indexed: (0..LBA_SIZES_INDEXED).map(|_| AtomicU32::new(0)).collect(),
             lba_sizes: Mutex::new(IntMap::default()),
             keep_alive: None,
             opts,
@@ -459,7 +466,15 @@ impl Controller {
 
     /// LBA size of namespace `nsid`, from Identify Namespace (cached).
     pub async fn lba_size(&self, nsid: u32) -> Result<u32, HostError> {
-        if let Some(&size) = self.lba_sizes.lock().unwrap().get(&nsid) {
+        let indexed = (nsid as usize)
+            .checked_sub(1)
+            .and_then(|i| self.lba_sizes_indexed.get(i));
+        if let Some(size) = indexed {
+            match size.load(Ordering::Relaxed) {
+                0 => {}
+                size => return Ok(size),
+            }
+        } else if let Some(&size) = self.lba_sizes.lock().unwrap().get(&nsid) {
             return Ok(size);
         }
         // Boxed: inline, the Identify exchange would sit in every I/O command's future, which
@@ -479,7 +494,15 @@ impl Controller {
         let size = ns
             .lba_size()
             .ok_or_else(|| bad_data("Identify Namespace", "FLBAS names no LBA format"))?;
-        self.lba_sizes.lock().unwrap().insert(nsid, size);
+        match (nsid as usize)
+            .checked_sub(1)
+            .and_then(|i| self.lba_sizes_indexed.get(i))
+        {
+            Some(indexed) => indexed.store(size, Ordering::Relaxed),
+            None => {
+                self.lba_sizes.lock().unwrap().insert(nsid, size);
+            }
+        }
         Ok(size)
     }
 

@@ -8,7 +8,7 @@
 //! retried write sends the same data to the same blocks, which is harmless if the first try
 //! had reached the media.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -65,6 +65,72 @@ pub enum SessionEvent {
 struct Path {
     opts: ConnectOptions,
     state: Mutex<PathState>,
+    /// The live controller's generation + 1 (0: not live), read by every command without the
+    /// lock; set with `state`.
+    live: AtomicU64,
+    /// The live controller as the commands of one I/O queue index see it, a copy per index:
+    /// commands on every I/O thread took the state's lock and a reference on the one
+    /// controller, cache lines passed between the cores per command.
+    replicas: Box<[Replica]>,
+}
+
+/// Copies of the live controller kept per I/O queue index (more indexes share one).
+const REPLICAS: usize = 64;
+
+/// One queue index's copy: the generation it was taken at, and its own counted reference.
+#[repr(align(128))]
+#[derive(Default)]
+struct Replica(Mutex<Option<(u64, PathController)>>);
+
+/// A path's controller, as a command holds it while it runs.
+#[derive(Clone)]
+// Two counts on purpose: a command takes a reference on its queue index's copy (the outer
+// count, on a cache line of that thread's), not on the controller shared by every thread.
+#[allow(clippy::redundant_allocation)]
+pub struct PathController(Arc<Arc<Controller>>);
+
+impl std::ops::Deref for PathController {
+    type Target = Controller;
+
+    fn deref(&self) -> &Controller {
+        &self.0
+    }
+}
+
+impl PathController {
+    /// The controller itself, shared.
+    pub fn controller(&self) -> &Arc<Controller> {
+        &self.0
+    }
+}
+
+impl Path {
+    fn new(opts: ConnectOptions, state: PathState) -> Path {
+        let path = Path {
+            opts,
+            state: Mutex::new(PathState::GivenUp {
+                last_error: HostError::Invalid("not set up".into()),
+            }),
+            live: AtomicU64::new(0),
+            replicas: (0..REPLICAS).map(|_| Replica::default()).collect(),
+        };
+        path.set(&mut path.state.lock().unwrap(), state);
+        path
+    }
+
+    /// Replaces the state (its lock held) and what commands see of it.
+    fn set(&self, current: &mut PathState, state: PathState) -> PathState {
+        let live = match &state {
+            PathState::Live { generation, .. } => generation + 1,
+            _ => 0,
+        };
+        let old = std::mem::replace(current, state);
+        self.live.store(live, Ordering::Release);
+        for replica in self.replicas.iter() {
+            *replica.0.lock().unwrap() = None;
+        }
+        old
+    }
 }
 
 enum PathState {
@@ -165,10 +231,7 @@ impl Session {
                         }
                     }
                 };
-                Path {
-                    opts,
-                    state: Mutex::new(state),
-                }
+                Path::new(opts, state)
             })
             .collect();
         let session = Arc::new(Session {
@@ -240,6 +303,35 @@ impl Session {
         }
     }
 
+    /// `live`, for a command on I/O queue index `queue` (None: not an I/O command): from that
+    /// index's copy while the path's generation is the copy's.
+    fn live_on(&self, path: usize, queue: Option<usize>) -> Option<(PathController, u64)> {
+        let Some(queue) = queue else {
+            return self
+                .live(path)
+                .map(|(ctrl, g)| (PathController(Arc::new(ctrl)), g));
+        };
+        let p = &self.paths[path];
+        let live = p.live.load(Ordering::Acquire);
+        let generation = live.checked_sub(1)?;
+        let replica = &p.replicas[queue % REPLICAS].0;
+        if let Some((g, ctrl)) = &*replica.lock().unwrap() {
+            if *g == generation {
+                return Some((ctrl.clone(), generation));
+            }
+        }
+        // The state's lock is not taken under a replica's (`Path::set` takes them the other
+        // way round).
+        let (ctrl, generation) = self.live(path)?;
+        let ctrl = PathController(Arc::new(ctrl));
+        let mut copy = replica.lock().unwrap();
+        // Not a copy of a controller already replaced: it would stay referenced here.
+        if p.live.load(Ordering::Acquire) == generation + 1 {
+            *copy = Some((generation, ctrl.clone()));
+        }
+        Some((ctrl, generation))
+    }
+
     /// Reads `nlb` blocks on I/O queue `queue` (modulo the controller's count) of a live path.
     pub async fn read(
         self: &Arc<Self>,
@@ -248,7 +340,7 @@ impl Session {
         slba: u64,
         nlb: u32,
     ) -> Result<Bytes, HostError> {
-        self.with_path(|ctrl| async move {
+        self.with_path_on(Some(queue), |ctrl| async move {
             ctrl.io_queue(queue % ctrl.io_queue_count().max(1))?
                 .read(nsid, slba, nlb)
                 .await
@@ -267,7 +359,7 @@ impl Session {
         buf: BytesMut,
     ) -> Result<BytesMut, HostError> {
         let buf = Mutex::new(Some(buf));
-        self.with_path(|ctrl| {
+        self.with_path_on(Some(queue), |ctrl| {
             let buf = buf.lock().unwrap().take().unwrap_or_default();
             async move {
                 ctrl.io_queue(queue % ctrl.io_queue_count().max(1))?
@@ -288,7 +380,7 @@ impl Session {
         nlb: u32,
         target: &RecvTarget,
     ) -> Result<(), HostError> {
-        self.with_path(|ctrl| async move {
+        self.with_path_on(Some(queue), |ctrl| async move {
             ctrl.io_queue(queue % ctrl.io_queue_count().max(1))?
                 .read_to(nsid, slba, nlb, target)
                 .await
@@ -304,7 +396,7 @@ impl Session {
         data: Bytes,
         fua: bool,
     ) -> Result<(), HostError> {
-        self.with_path(|ctrl| {
+        self.with_path_on(Some(queue), |ctrl| {
             let data = data.clone();
             async move {
                 ctrl.io_queue(queue % ctrl.io_queue_count().max(1))?
@@ -327,7 +419,7 @@ impl Session {
         mem: &Arc<dyn PeerMemory>,
         offset: usize,
     ) -> Result<(), HostError> {
-        self.with_path(|ctrl| async move {
+        self.with_path_on(Some(queue), |ctrl| async move {
             ctrl.io_queue(queue % ctrl.io_queue_count().max(1))?
                 .read_peer(nsid, slba, nlb, mem, offset)
                 .await
@@ -347,7 +439,7 @@ impl Session {
         offset: usize,
         fua: bool,
     ) -> Result<(), HostError> {
-        self.with_path(|ctrl| async move {
+        self.with_path_on(Some(queue), |ctrl| async move {
             ctrl.io_queue(queue % ctrl.io_queue_count().max(1))?
                 .write_peer(nsid, slba, nlb, mem, offset, fua)
                 .await
@@ -363,7 +455,7 @@ impl Session {
         queue: usize,
         mem: &Arc<dyn PeerMemory>,
     ) -> Result<(Registration, String), HostError> {
-        self.with_path(|ctrl| async move {
+        self.with_path_on(Some(queue), |ctrl| async move {
             let io = ctrl.io_queue(queue % ctrl.io_queue_count().max(1))?;
             let how = io.register_peer(mem).await?;
             Ok((how, io.nic().unwrap_or_default().to_string()))
@@ -372,7 +464,7 @@ impl Session {
     }
 
     pub async fn flush(self: &Arc<Self>, queue: usize, nsid: u32) -> Result<(), HostError> {
-        self.with_path(|ctrl| async move {
+        self.with_path_on(Some(queue), |ctrl| async move {
             ctrl.io_queue(queue % ctrl.io_queue_count().max(1))?
                 .flush(nsid)
                 .await
@@ -385,16 +477,34 @@ impl Session {
     /// given up.
     pub async fn with_path<T, F, Fut>(self: &Arc<Self>, op: F) -> Result<T, HostError>
     where
-        F: Fn(Arc<Controller>) -> Fut,
+        F: Fn(PathController) -> Fut,
+        Fut: std::future::Future<Output = Result<T, HostError>>,
+    {
+        self.with_path_on(None, op).await
+    }
+
+    /// `with_path` for a command on I/O queue index `queue` (see `live_on`).
+    async fn with_path_on<T, F, Fut>(
+        self: &Arc<Self>,
+        queue: Option<usize>,
+        op: F,
+    ) -> Result<T, HostError>
+    where
+        F: Fn(PathController) -> Fut,
         Fut: std::future::Future<Output = Result<T, HostError>>,
     {
         let mut failures = 0;
         loop {
-            let start = self.next.fetch_add(1, Ordering::Relaxed);
             let n = self.paths.len();
+            // Round-robin over the paths (one counter for all threads: not with one path).
+            let start = if n > 1 {
+                self.next.fetch_add(1, Ordering::Relaxed)
+            } else {
+                0
+            };
             let picked = (0..n).find_map(|k| {
                 let i = (start + k) % n;
-                self.live(i).map(|(c, g)| (i, c, g))
+                self.live_on(i, queue).map(|(c, g)| (i, c, g))
             });
             let Some((path, ctrl, generation)) = picked else {
                 if let Some(err) = self.all_given_up() {
@@ -462,10 +572,13 @@ impl Session {
                 self.paths[path].opts.addr,
                 self.policy.reconnect_delay
             );
-            *state = PathState::Reconnecting {
-                since: Instant::now(),
-                last_error: error.clone(),
-            };
+            self.paths[path].set(
+                &mut state,
+                PathState::Reconnecting {
+                    since: Instant::now(),
+                    last_error: error.clone(),
+                },
+            );
         }
         let _ = self.events.send(SessionEvent::PathDown { path, error });
         self.clone().spawn_reconnect(path, generation);
@@ -563,10 +676,11 @@ impl Session {
                 let cntlid = ctrl.cntlid();
                 let ctrl = Arc::new(ctrl);
                 self.watch_events(&ctrl);
-                *state = PathState::Live {
+                let live = PathState::Live {
                     ctrl,
                     generation: generation + 1,
                 };
+                self.paths[path].set(&mut state, live);
                 drop(state);
                 tracing::info!("{} path {path} is back (cntlid {cntlid})", self.subnqn());
                 let _ = self.events.send(SessionEvent::PathUp { path, cntlid });
@@ -580,7 +694,8 @@ impl Session {
                     .is_some_and(|tmo| since.elapsed() >= tmo);
                 if expired {
                     tracing::warn!("{} path {path} given up: {e}", self.subnqn());
-                    *state = PathState::GivenUp { last_error: e };
+                    let given_up = PathState::GivenUp { last_error: e };
+                    self.paths[path].set(&mut state, given_up);
                     drop(state);
                     let _ = self.events.send(SessionEvent::PathGivenUp { path });
                     self.changed.notify_waiters();
@@ -597,8 +712,8 @@ impl Session {
     /// Shuts every live controller down (in-flight commands on them fail).
     pub async fn shutdown(&self) {
         for p in &self.paths {
-            let state = std::mem::replace(
-                &mut *p.state.lock().unwrap(),
+            let state = p.set(
+                &mut p.state.lock().unwrap(),
                 PathState::GivenUp {
                     last_error: HostError::QueueClosed {
                         qid: 0,

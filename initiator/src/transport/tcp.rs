@@ -19,7 +19,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use fabrik_proto::nvme::admin_opcode;
 use fabrik_proto::tcp::{
-    C2HData, CapsuleCmd, Decoder, Digests, H2CData, IcReq, IcResp, Pdu, PduError, Role, R2T,
+    C2HData, Decoder, Digests, H2CData, IcReq, IcResp, Pdu, PduError, Role, R2T,
 };
 use fabrik_proto::{Cqe, SglDescriptor, Sqe};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -27,6 +27,8 @@ use tokio::sync::{mpsc, oneshot, Notify};
 use tokio::task::AbortHandle;
 
 use self::data_in::DataIn;
+use self::submit::Command;
+pub use self::submit::Submitted;
 use crate::command_name::command_name;
 use crate::error::HostError;
 use crate::int_map::IntMap;
@@ -270,61 +272,53 @@ impl TcpQueue {
         self.shared.state.lock().unwrap().closed.clone()
     }
 
-    /// Sends one command and waits for its completion, whatever its status, within the
-    /// queue's command timeout.
+    /// Queues one command; the future it gives waits for its completion, whatever its status,
+    /// within the queue's command timeout. The command is queued at once, before the future is
+    /// first polled (its state is then small: each layer above moves it per command).
     ///
     /// The queue assigns the CID and sets the SGL the way the Linux host does (1.7): data to send
     /// goes in-capsule (offset data block) when it fits in `in_capsule_limit` bytes, or for any
     /// Fabrics command; otherwise the target fetches it with R2T (transport data block). A command
     /// reading `data_in_len` bytes gets a transport data block of that length.
-    pub async fn submit(
+    pub fn submit(
         &self,
         sqe: Sqe,
         data_out: Option<Bytes>,
         data_in_len: usize,
         in_capsule_limit: usize,
-    ) -> Result<Completion, HostError> {
+    ) -> Submitted<'_> {
         let data_in = DataIn::Empty;
         self.submit_with(sqe, data_out, data_in, data_in_len, in_capsule_limit, true)
-            .await
     }
 
     /// As `submit`, for a command that may wait forever (an Asynchronous Event Request
     /// completes only when an event happens).
-    pub async fn submit_untimed(
+    pub fn submit_untimed(
         &self,
         sqe: Sqe,
         data_out: Option<Bytes>,
         data_in_len: usize,
         in_capsule_limit: usize,
-    ) -> Result<Completion, HostError> {
+    ) -> Submitted<'_> {
         let data_in = DataIn::Empty;
         self.submit_with(sqe, data_out, data_in, data_in_len, in_capsule_limit, false)
-            .await
     }
 
-    /// Sends a command that reads `len` bytes into `buf` (cleared first, grown if it has less
+    /// Queues a command that reads `len` bytes into `buf` (cleared first, grown if it has less
     /// room): the completion's data is `buf`, frozen (`Bytes::try_into_mut` gives it back for the
     /// next read). The payload is received straight into it, with no copy of its own.
-    pub async fn submit_into(
-        &self,
-        sqe: Sqe,
-        buf: BytesMut,
-        len: usize,
-    ) -> Result<Completion, HostError> {
+    pub fn submit_into(&self, sqe: Sqe, buf: BytesMut, len: usize) -> Submitted<'_> {
         self.submit_with(sqe, None, DataIn::into_buffer(buf), len, 0, true)
-            .await
     }
 
-    /// Sends a command that reads `target.len()` bytes into `target`: the payload is received
+    /// Queues a command that reads `target.len()` bytes into `target`: the payload is received
     /// straight into that memory; the completion's data is empty.
-    pub async fn submit_to(&self, sqe: Sqe, target: RecvTarget) -> Result<Completion, HostError> {
+    pub fn submit_to(&self, sqe: Sqe, target: RecvTarget) -> Submitted<'_> {
         let len = target.len();
         self.submit_with(sqe, None, DataIn::into_target(target), len, 0, true)
-            .await
     }
 
-    async fn submit_with(
+    fn submit_with(
         &self,
         mut sqe: Sqe,
         data_out: Option<Bytes>,
@@ -332,16 +326,16 @@ impl TcpQueue {
         data_in_len: usize,
         in_capsule_limit: usize,
         timed: bool,
-    ) -> Result<Completion, HostError> {
-        let shared = &self.shared;
+    ) -> Submitted<'_> {
         let data_out = data_out.unwrap_or_default();
         if !data_out.is_empty() && data_in_len > 0 {
-            return Err(HostError::Invalid(
-                "a command cannot both send and receive data".into(),
-            ));
+            let err = HostError::Invalid("a command cannot both send and receive data".into());
+            return Submitted::failed(&self.shared, err);
         }
-        let length = u32::try_from(data_out.len().max(data_in_len))
-            .map_err(|_| HostError::Invalid("transfer longer than 4 GiB".into()))?;
+        let Ok(length) = u32::try_from(data_out.len().max(data_in_len)) else {
+            let err = HostError::Invalid("transfer longer than 4 GiB".into());
+            return Submitted::failed(&self.shared, err);
+        };
         let in_capsule = !data_out.is_empty()
             && (data_out.len() <= in_capsule_limit || sqe.opcode == admin_opcode::FABRICS);
         let sgl = if in_capsule {
@@ -350,55 +344,15 @@ impl TcpQueue {
             SglDescriptor::TransportDataBlock { length }
         };
         sqe.set_sgl(&sgl);
-
-        let (done, completion) = oneshot::channel();
-        let mut done = Some(done);
-        loop {
-            let room = shared.room.notified();
-            let mut room = std::pin::pin!(room);
-            {
-                let mut state = shared.state.lock().unwrap();
-                if let Some(err) = &state.closed {
-                    return Err(err.clone());
-                }
-                if state.in_flight.len() < shared.depth {
-                    sqe.cid = state.allocate_cid();
-                    let issued = (timed && shared.command_timeout.is_some()).then_some(state.epoch);
-                    state.in_flight.insert(
-                        sqe.cid,
-                        InFlight {
-                            done: done.take().expect("inserted once"),
-                            sqe,
-                            issued,
-                            data_out: if in_capsule {
-                                Bytes::new()
-                            } else {
-                                data_out.clone()
-                            },
-                            requested: 0,
-                            data_in,
-                            data_in_len,
-                            digest_error: false,
-                        },
-                    );
-                    break;
-                }
-                // Queue depth reached: wait for a completion (or the close). Registered before
-                // the lock is let go, so a completion in between is not missed.
-                room.as_mut().enable();
-                state.waiting += 1;
-            }
-            let _waiting = Waiting(shared);
-            room.await;
-        }
-        let capsule_data = if in_capsule { data_out } else { Bytes::new() };
-        shared.send(Pdu::CapsuleCmd(CapsuleCmd {
+        let command = Command {
             sqe,
-            data: capsule_data,
-        }));
-        completion
-            .await
-            .unwrap_or_else(|_| Err(shared.closed_error()))
+            data_out,
+            in_capsule,
+            data_in,
+            data_in_len,
+            timed,
+        };
+        Submitted::new(&self.shared, command)
     }
 
     /// Fails every command in flight with `err` and closes the connection.
@@ -441,15 +395,6 @@ impl State {
                 return cid;
             }
         }
-    }
-}
-
-/// A caller waiting for room, counted in `State::waiting` until it stops (or is dropped).
-struct Waiting<'a>(&'a Shared);
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        self.0.state.lock().unwrap().waiting -= 1;
     }
 }
 
@@ -700,5 +645,6 @@ mod data_in;
 mod deadline;
 mod receive;
 mod send;
+mod submit;
 #[cfg(test)]
 mod tests;
