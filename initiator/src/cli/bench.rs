@@ -317,11 +317,12 @@ async fn measure_reference(secs: Option<f64>, cpu: Option<usize>) -> Result<Opti
     Ok(Some(reference))
 }
 
-/// Whether a run's I/O goes on I/O threads (pinned to `cpus` if any): with host memory. With
-/// GPU memory the I/O loops stay on the control runtime's worker threads, which serve the GPU
-/// pipelines as before (not measured on I/O threads yet).
+/// Whether a run's I/O goes on I/O threads (pinned to `cpus` if any): with any memory (GPU
+/// runs too: a worker's staged pipeline is driven from its I/O loops; its copies run on CUDA
+/// streams, not on the runtime's threads).
 pub fn io_threads_for<'a>(memory: &Memory, cpus: &'a [usize]) -> Option<&'a [usize]> {
-    matches!(memory, Memory::Host).then_some(cpus)
+    let _ = memory;
+    Some(cpus)
 }
 
 /// Runs `work` on a control runtime of its own (one worker thread per bench thread) and, with
