@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use fabrik_initiator::bench::checkpoint::{self, CheckpointSpec};
 use fabrik_initiator::bench::pattern::{self, drive_tag};
-use fabrik_initiator::bench::{self, Drive, Memory, Progress, Rw, Spec, VerifySpec};
+use fabrik_initiator::bench::{self, Drive, Memory, Progress, Rw, Spec, VerifySpec, WorkerDrives};
 use fabrik_initiator::host::session::{RecoveryPolicy, Session};
 use fabrik_initiator::Controller;
 use fabrik_target::backend::BackendKind;
@@ -198,6 +198,60 @@ async fn sequential_writes_stripe_over_the_drives() {
             past.iter().all(|&b| b == 0),
             "drive {i}: nothing past its half"
         );
+    }
+    target.shutdown().await;
+}
+
+/// Workers with drives of their own (2 workers, 3 drives: worker 0 has drives 0 and 2) or
+/// all drives each: either way a sequential pass writes the whole region once, and reads
+/// find it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_with_their_own_drives_cover_the_region() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = start(config(dir.path(), BackendKind::Ram, 3, 32 * MIB)).await;
+    let mut drives = Vec::new();
+    for i in 0..3 {
+        drives.push(open(&target, i, 2).await);
+    }
+    for (seed, sharing) in [(21, WorkerDrives::Own), (22, WorkerDrives::All)] {
+        let spec = Spec {
+            rw: Rw::Write,
+            bs: 4096,
+            iodepth: 3,
+            threads: 2,
+            worker_drives: sharing,
+            size: Some(3 * MIB),
+            verify: Some(VerifySpec {
+                seed,
+                prefill: true,
+            }),
+            ..Spec::default()
+        };
+        let report = run(&drives, spec.clone()).await;
+        assert_eq!(report.bytes, 3 * MIB, "{sharing:?}");
+        assert_eq!(report.verify.unwrap().errors, 0, "{sharing:?}");
+        for (i, d) in drives.iter().enumerate() {
+            let tag = drive_tag(d.session.subnqn(), 1);
+            let ctrl = d.session.controller().unwrap();
+            let data = ctrl.read(1, 0, 256).await.unwrap();
+            assert!(
+                pattern::check(&data, 4096, 0, tag, seed).is_empty(),
+                "{sharing:?}: drive {i}'s MiB"
+            );
+        }
+        let reads = Spec {
+            rw: Rw::RandRead,
+            verify: Some(VerifySpec {
+                seed,
+                prefill: false,
+            }),
+            ..spec
+        };
+        let report = run(&drives, reads).await;
+        assert_eq!(report.bytes, 3 * MIB, "{sharing:?}");
+        let verify = report.verify.unwrap();
+        assert_eq!(verify.errors, 0, "{sharing:?}");
+        assert_eq!(verify.blocks_checked, 768, "{sharing:?}");
     }
     target.shutdown().await;
 }

@@ -1,5 +1,6 @@
 //! Running a benchmark: phases (prefill, the measured run, read-back verify), each with
-//! `threads` x `iodepth` I/O loops; worker `w` sends on I/O queue `w` of every controller.
+//! `threads` x `iodepth` I/O loops; worker `w` sends on I/O queue `w` of the controllers of
+//! its drives (`Spec::worker_drives`).
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -9,7 +10,7 @@ use bytes::{Bytes, BytesMut};
 use hdrhistogram::Histogram;
 
 use super::io_threads;
-use super::layout::Layout;
+use super::layout::{Layout, View};
 use super::pattern::{self, drive_tag};
 use super::report::{self, new_histogram, MemoryReport, Report, VerifyReport};
 use super::{BenchError, Drive, Memory, PhaseState, Progress, Rw, Spec};
@@ -384,19 +385,17 @@ async fn phase(ctx: &Arc<Context>, phase: Phase) -> Result<Measured, BenchError>
     let mut loops = Vec::new();
     let mut latencies = Vec::new();
     for worker in 0..spec.threads {
-        // Sequential: each worker walks its own slice. Random: anywhere, a worker's share of
-        // one region's worth of I/Os.
+        // Sequential: each worker walks its own slice of its drives. Random: anywhere on its
+        // drives, its share of one region's worth of I/Os.
+        let view = ctx.layout.view(worker, spec.threads, spec.worker_drives);
         let slice = if rw.is_random() {
-            0..units
+            0..view.units()
         } else {
-            ctx.layout.slice(worker, spec.threads)
+            view.slice()
         };
-        let share = if time.is_some() {
-            i64::MAX
-        } else if rw.is_random() {
-            ctx.layout.slice(worker, spec.threads).count() as i64
-        } else {
-            slice.end as i64 - slice.start as i64
+        let share = match time {
+            Some(_) => i64::MAX,
+            None => view.slice().count() as i64,
         };
         let remaining = Arc::new(AtomicI64::new(share));
         let cursor = Arc::new(AtomicU64::new(0));
@@ -408,6 +407,7 @@ async fn phase(ctx: &Arc<Context>, phase: Phase) -> Result<Measured, BenchError>
                 rw,
                 phase,
                 worker,
+                view,
                 slot,
                 reads: read_pipelines.get(worker).cloned(),
                 writes: write_pipelines.get(worker).cloned(),
@@ -492,6 +492,8 @@ struct IoLoop {
     rw: Rw,
     phase: Phase,
     worker: usize,
+    /// The part of the striped space on the worker's drives.
+    view: View,
     slot: u32,
     /// The worker's staged-read and staged-write pipelines (GPU memory).
     reads: Option<Arc<ReadPipeline>>,
@@ -561,7 +563,7 @@ impl IoLoop {
                 Rw::Write | Rw::RandWrite => false,
                 Rw::RandRw => self.next_random() % 100 < spec.read_percent as u64,
             };
-            let (d, drive_unit) = ctx.layout.locate(unit);
+            let (d, drive_unit) = self.view.locate(unit);
             let drive = &ctx.drives[d];
             let slba = (ctx.spec.offset + drive_unit * bs) / drive.lba_size as u64;
             let nlb = spec.bs / drive.lba_size;

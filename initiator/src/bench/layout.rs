@@ -1,6 +1,6 @@
 //! Where each I/O of a run goes: the drives' regions concatenated block-size unit by unit
 //! (RAID-0 with a stripe unit of one I/O), so consecutive I/Os of a sequential run hit the
-//! drives in turn.
+//! drives in turn. Each worker sees the part of it on its drives (`View`).
 
 /// The striped address space of a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,10 +22,78 @@ impl Layout {
         ((unit % drives) as usize, unit / drives)
     }
 
-    /// The units of worker `worker` of `workers` for a sequential pass: contiguous slices, the
-    /// first ones one unit longer when the count does not divide evenly.
-    pub fn slice(&self, worker: usize, workers: usize) -> std::ops::Range<u64> {
-        let (units, workers, worker) = (self.units(), workers as u64, worker as u64);
+    /// What worker `worker` of `workers` sends to, as `sharing` says.
+    pub fn view(&self, worker: usize, workers: usize, sharing: WorkerDrives) -> View {
+        let all = self.drives;
+        let (first, stride, drives, sharers, index) = match sharing {
+            WorkerDrives::All => (0, 1, all, workers, worker),
+            // Drive d goes to worker d mod workers...
+            WorkerDrives::Own if all >= workers => {
+                (worker, workers, (all - worker).div_ceil(workers), 1, 0)
+            }
+            // ...and with fewer drives than workers, worker w to drive w mod drives, which it
+            // shares with the other workers there.
+            WorkerDrives::Own => {
+                let first = worker % all;
+                (first, 1, 1, (workers - first).div_ceil(all), worker / all)
+            }
+        };
+        View {
+            first,
+            stride,
+            drives,
+            units_per_drive: self.units_per_drive,
+            sharers,
+            index,
+        }
+    }
+}
+
+/// How a run's workers share the drives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum WorkerDrives {
+    /// Each worker sends to drives of its own, as spdk_nvme_perf gives namespaces to cores:
+    /// drive d to worker d mod threads; with fewer drives than workers, worker w to drive
+    /// w mod drives. A queue then carries all its worker's commands to that drive, so a
+    /// system call moves more of them.
+    #[default]
+    Own,
+    /// Every worker sends to every drive, on its own queue of each.
+    All,
+}
+
+/// The part of the striped space one worker sends to: its drives (`first`, then every
+/// `stride`-th), striped among themselves; `sharers` workers share them, this one `index`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct View {
+    first: usize,
+    stride: usize,
+    drives: usize,
+    units_per_drive: u64,
+    sharers: usize,
+    index: usize,
+}
+
+impl View {
+    pub fn units(&self) -> u64 {
+        self.drives as u64 * self.units_per_drive
+    }
+
+    /// The drive (index among all) and the unit within that drive's region of this view's
+    /// unit `unit`.
+    pub fn locate(&self, unit: u64) -> (usize, u64) {
+        let drives = self.drives as u64;
+        (
+            self.first + (unit % drives) as usize * self.stride,
+            unit / drives,
+        )
+    }
+
+    /// This worker's units for a sequential pass: the view cut into contiguous slices among
+    /// the workers sharing it, the first ones one unit longer when the count does not divide
+    /// evenly.
+    pub fn slice(&self) -> std::ops::Range<u64> {
+        let (units, workers, worker) = (self.units(), self.sharers as u64, self.index as u64);
         let (base, extra) = (units / workers, units % workers);
         let start = worker * base + worker.min(extra);
         let len = base + u64::from(worker < extra);
@@ -51,13 +119,59 @@ mod tests {
     }
 
     #[test]
-    fn slices_cover_every_unit_once() {
+    fn shared_slices_cover_every_unit_once() {
         let layout = Layout {
             drives: 2,
             units_per_drive: 5,
             bs: 512,
         };
-        let slices: Vec<_> = (0..3).map(|w| layout.slice(w, 3)).collect();
+        let slices: Vec<_> = (0..3)
+            .map(|w| layout.view(w, 3, WorkerDrives::All).slice())
+            .collect();
         assert_eq!(slices, [0..4, 4..7, 7..10]);
+    }
+
+    /// Every (drive, unit) a sequential pass of all workers reaches, in order of worker.
+    fn pass(layout: &Layout, workers: usize, sharing: WorkerDrives) -> Vec<(usize, u64)> {
+        (0..workers)
+            .flat_map(|w| {
+                let view = layout.view(w, workers, sharing);
+                view.slice().map(move |u| view.locate(u))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn own_drives_go_to_workers_as_perf_gives_namespaces_to_cores() {
+        let layout = Layout {
+            drives: 5,
+            units_per_drive: 3,
+            bs: 4096,
+        };
+        let drives_of = |w, workers| {
+            let view = layout.view(w, workers, WorkerDrives::Own);
+            let mut d: Vec<_> = (0..view.units()).map(|u| view.locate(u).0).collect();
+            d.sort();
+            d.dedup();
+            d
+        };
+        assert_eq!(drives_of(0, 2), [0, 2, 4]);
+        assert_eq!(drives_of(1, 2), [1, 3]);
+        assert_eq!(drives_of(4, 5), [4]);
+        // More workers than drives: worker w on drive w mod 5.
+        assert_eq!(drives_of(7, 8), [2]);
+        for workers in 1..=12 {
+            for sharing in [WorkerDrives::Own, WorkerDrives::All] {
+                let mut reached = pass(&layout, workers, sharing);
+                assert_eq!(reached.len(), 15, "{workers} workers, {sharing:?}");
+                reached.sort();
+                reached.dedup();
+                assert_eq!(
+                    reached.len(),
+                    15,
+                    "{workers} workers, {sharing:?}: a unit twice"
+                );
+            }
+        }
     }
 }

@@ -25,7 +25,7 @@ use crate::gpu::Gpu;
 use crate::host::session::Session;
 
 pub use engine::run;
-pub use layout::Layout;
+pub use layout::{Layout, WorkerDrives};
 pub use report::{Latency, Report};
 
 /// The access pattern, named as fio names it.
@@ -144,8 +144,10 @@ pub struct Spec {
     pub bs: u32,
     /// Commands in flight per worker.
     pub iodepth: u32,
-    /// Workers; each uses its own I/O queue of every controller.
+    /// Workers; each uses its own I/O queue of every controller it sends to.
     pub threads: usize,
+    /// Which drives each worker sends to.
+    pub worker_drives: WorkerDrives,
     /// Bytes of the striped region, from LBA 0 (default: every drive whole). Without `time`,
     /// the run moves this much and stops.
     pub size: Option<u64>,
@@ -168,6 +170,7 @@ impl Default for Spec {
             bs: 4096,
             iodepth: 1,
             threads: 1,
+            worker_drives: WorkerDrives::Own,
             size: None,
             time: None,
             offset: 0,

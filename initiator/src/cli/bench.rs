@@ -11,7 +11,7 @@ use clap::{Args, Subcommand};
 use fabrik_initiator::bench::report::{PlacementReport, Reference};
 use fabrik_initiator::bench::{
     self, io_threads::IoThreads, parse_size, reference, Drive, Memory, Progress, Report, Rw, Spec,
-    VerifySpec,
+    VerifySpec, WorkerDrives,
 };
 use fabrik_initiator::host::session::{RecoveryPolicy, Session, SessionEvent};
 use fabrik_initiator::placement::apply;
@@ -193,9 +193,12 @@ pub struct JobArgs {
     /// Commands in flight per thread.
     #[arg(long, default_value_t = 1)]
     pub iodepth: u32,
-    /// Worker threads, each with its own I/O queue on every controller.
+    /// Worker threads, each with its own I/O queue on every controller it sends to.
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
+    /// Which drives each worker sends to.
+    #[arg(long, value_enum, default_value_t = WorkerDrives::Own)]
+    pub worker_drives: WorkerDrives,
     /// Region to use across the drives, from LBA 0 (e.g. 1g); without --time the run moves this
     /// much [default: the drives whole].
     #[arg(long, value_parser = parse_size)]
@@ -375,6 +378,7 @@ pub fn spec_from(job: &JobArgs, memory: Memory) -> Result<Spec> {
         bs,
         iodepth: job.iodepth,
         threads: job.threads,
+        worker_drives: job.worker_drives,
         size: job.size,
         time,
         offset: 0,
