@@ -69,6 +69,52 @@ fn address(target: &Target, drive: usize) -> Vec<String> {
     ])
 }
 
+/// `fabrik bench` gives a controller one I/O queue per worker sending to its drives: 2 threads
+/// over 2 drives, a drive each (one queue per controller); with `--worker-drives all`, both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_opens_a_queue_per_worker_that_sends_to_a_drive() {
+    use fabrik_api::management::Management;
+    let dir = tempfile::tempdir().unwrap();
+    let target = target(dir.path(), 2).await;
+    let port = target.listen_addrs()[0].port().to_string();
+    for (sharing, queues) in [("own", 1), ("all", 2)] {
+        let run = tokio::spawn(fabrik(args(&[
+            "bench",
+            "-a",
+            "127.0.0.1",
+            "-s",
+            &port,
+            "--all",
+            "--iodepth",
+            "2",
+            "--threads",
+            "2",
+            "--worker-drives",
+            sharing,
+            "--time",
+            "1.5",
+            "--json",
+        ])));
+        let mut seen = Vec::new();
+        for _ in 0..100 {
+            seen = (target.manager().controllers().iter())
+                .filter(|c| !c.discovery && c.io_queues > 0)
+                .map(|c| c.io_queues)
+                .collect();
+            if seen.len() == 2 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        assert_eq!(seen, [queues, queues], "--worker-drives {sharing}");
+        let out = run.await.unwrap();
+        assert!(out.ok, "{}", out.stderr);
+        let json: serde_json::Value = serde_json::from_str(&out.stdout).expect("JSON on stdout");
+        assert_eq!(json["drives"], 2);
+        assert!(json["ios"].as_u64().unwrap() > 0);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bench_json_is_consistent_with_the_bytes_moved() {
     let dir = tempfile::tempdir().unwrap();

@@ -307,7 +307,7 @@ async fn bad_specs_are_refused_with_a_reason() {
                 threads: 2,
                 ..Spec::default()
             },
-            "fewer than the 2 threads",
+            "1 I/O queues, none for worker 1 of the 2 threads",
         ),
         (
             Spec {

@@ -10,7 +10,7 @@ use bytes::{Bytes, BytesMut};
 use hdrhistogram::Histogram;
 
 use super::io_threads;
-use super::layout::{Layout, View};
+use super::layout::{workers_of, Layout, View};
 use super::pattern::{self, drive_tag};
 use super::report::{self, new_histogram, MemoryReport, Report, VerifyReport};
 use super::{BenchError, Drive, Memory, PhaseState, Progress, Rw, Spec};
@@ -146,7 +146,7 @@ fn check(drives: &[Drive], spec: &Spec) -> Result<Layout, BenchError> {
     if spec.read_percent > 100 {
         return invalid("--rwmixread is a percentage (0 to 100)".into());
     }
-    for d in drives {
+    for (i, d) in drives.iter().enumerate() {
         if !spec.bs.is_multiple_of(d.lba_size) {
             return invalid(format!(
                 "--bs {} is not a multiple of the {}-byte blocks of {}",
@@ -156,9 +156,10 @@ fn check(drives: &[Drive], spec: &Spec) -> Result<Layout, BenchError> {
             ));
         }
         let queues = d.session.controller().map_or(0, |c| c.io_queue_count());
-        if queues < spec.threads {
+        let workers = workers_of(i, drives.len(), spec.threads, spec.worker_drives);
+        if let Some(w) = workers.iter().find(|&&w| d.queue(w) >= queues) {
             return invalid(format!(
-                "{} has {queues} I/O queues, fewer than the {} threads",
+                "{} has {queues} I/O queues, none for worker {w} of the {} threads",
                 d.describe(),
                 spec.threads
             ));
@@ -318,6 +319,19 @@ struct LoopResult {
     write_bytes: u64,
 }
 
+/// What a worker's I/O loops share, written by each command: on cache lines of its own
+/// (aligned as `Session`'s replicas are), because separate small allocations made one after
+/// another sat on shared lines, and each worker's commands took lines from the others'
+/// cores.
+#[repr(align(128))]
+struct WorkerShared {
+    /// Commands left to issue (size-bound runs).
+    remaining: AtomicI64,
+    /// Next unit of a sequential pass.
+    cursor: AtomicU64,
+    latencies: Mutex<Latencies>,
+}
+
 /// The latencies of one worker's I/O loops, recorded in one pair of histograms: a pair per
 /// loop (256 KiB each at this precision) spread every command's record over cold memory at a
 /// deep queue, 7 % of a core in `fabrik bench` at QD128 against 4 drives (perf record), where
@@ -325,15 +339,6 @@ struct LoopResult {
 struct Latencies {
     reads: Histogram<u64>,
     writes: Histogram<u64>,
-}
-
-impl Latencies {
-    fn new() -> Arc<Mutex<Latencies>> {
-        Arc::new(Mutex::new(Latencies {
-            reads: new_histogram(),
-            writes: new_histogram(),
-        }))
-    }
 }
 
 /// Bytes an I/O loop moves before it adds them to the shared progress counter: one counter
@@ -374,20 +379,16 @@ async fn phase(ctx: &Arc<Context>, phase: Phase) -> Result<Measured, BenchError>
     let cpu_start = report::cpu_times();
     let started = Instant::now();
     let deadline = time.map(|t| started + t);
-    // Worker N's I/O loops go where its queues run (`ConnectOptions::io_runtimes`; the same for
-    // every controller of a run), so a command never changes threads.
-    let io_runtimes = ctx
-        .drives
-        .first()
-        .and_then(|d| d.session.controller())
-        .map(|c| c.options().io_runtimes.clone())
-        .unwrap_or_default();
     let mut loops = Vec::new();
-    let mut latencies = Vec::new();
+    let mut workers = Vec::new();
     for worker in 0..spec.threads {
         // Sequential: each worker walks its own slice of its drives. Random: anywhere on its
         // drives, its share of one region's worth of I/Os.
         let view = ctx.layout.view(worker, spec.threads, spec.worker_drives);
+        // The worker's I/O loops go where its queue to its first drive runs
+        // (`ConnectOptions::io_runtimes`; a run puts all of a worker's queues on one runtime),
+        // so a command never changes threads.
+        let runtime = worker_runtime(&ctx.drives[view.locate(0).0], worker);
         let slice = if rw.is_random() {
             0..view.units()
         } else {
@@ -397,10 +398,15 @@ async fn phase(ctx: &Arc<Context>, phase: Phase) -> Result<Measured, BenchError>
             Some(_) => i64::MAX,
             None => view.slice().count() as i64,
         };
-        let remaining = Arc::new(AtomicI64::new(share));
-        let cursor = Arc::new(AtomicU64::new(0));
-        let worker_latencies = Latencies::new();
-        latencies.push(worker_latencies.clone());
+        let shared = Arc::new(WorkerShared {
+            remaining: AtomicI64::new(share),
+            cursor: AtomicU64::new(0),
+            latencies: Mutex::new(Latencies {
+                reads: new_histogram(),
+                writes: new_histogram(),
+            }),
+        });
+        workers.push(shared.clone());
         for slot in 0..spec.iodepth {
             let io = IoLoop {
                 ctx: ctx.clone(),
@@ -412,15 +418,13 @@ async fn phase(ctx: &Arc<Context>, phase: Phase) -> Result<Measured, BenchError>
                 reads: read_pipelines.get(worker).cloned(),
                 writes: write_pipelines.get(worker).cloned(),
                 slice: slice.clone(),
-                remaining: remaining.clone(),
-                cursor: cursor.clone(),
+                shared: shared.clone(),
                 deadline,
-                latencies: worker_latencies.clone(),
                 stop: stop.clone(),
                 rng: seed_rng(worker, slot),
             };
             let (stop, first_error) = (stop.clone(), first_error.clone());
-            loops.push(io_threads::spawn_on(&io_runtimes, worker, async move {
+            loops.push(io_threads::spawn_on(&runtime, 0, async move {
                 let result = io.run().await;
                 if let Err(e) = &result {
                     stop.store(true, Ordering::Relaxed);
@@ -455,8 +459,8 @@ async fn phase(ctx: &Arc<Context>, phase: Phase) -> Result<Measured, BenchError>
             }
         }
     }
-    for worker in latencies {
-        let worker = worker.lock().unwrap();
+    for worker in workers {
+        let worker = worker.latencies.lock().unwrap();
         measured.reads.add(&worker.reads).expect("same bounds");
         measured.writes.add(&worker.writes).expect("same bounds");
     }
@@ -486,6 +490,21 @@ async fn phase(ctx: &Arc<Context>, phase: Phase) -> Result<Measured, BenchError>
     Ok(measured)
 }
 
+/// Where worker `worker`'s queue to `drive` runs, as its controller placed it (none: the
+/// caller's runtime).
+fn worker_runtime(drive: &Drive, worker: usize) -> Vec<tokio::runtime::Handle> {
+    let queue = drive.queue(worker);
+    drive
+        .session
+        .controller()
+        .and_then(|c| {
+            let runtimes = &c.options().io_runtimes;
+            runtimes.get(queue % runtimes.len().max(1)).cloned()
+        })
+        .into_iter()
+        .collect()
+}
+
 /// One of a worker's `iodepth` loops: one command in flight at a time.
 struct IoLoop {
     ctx: Arc<Context>,
@@ -499,10 +518,9 @@ struct IoLoop {
     reads: Option<Arc<ReadPipeline>>,
     writes: Option<Arc<WritePipeline>>,
     slice: std::ops::Range<u64>,
-    remaining: Arc<AtomicI64>,
-    cursor: Arc<AtomicU64>,
+    /// What the worker's loops share.
+    shared: Arc<WorkerShared>,
     deadline: Option<Instant>,
-    latencies: Arc<Mutex<Latencies>>,
     stop: Arc<AtomicBool>,
     rng: u64,
 }
@@ -549,14 +567,14 @@ impl IoLoop {
             if self.deadline.is_some_and(|d| t0 >= d) {
                 break;
             }
-            if self.remaining.fetch_sub(1, Ordering::Relaxed) <= 0 {
+            if self.shared.remaining.fetch_sub(1, Ordering::Relaxed) <= 0 {
                 break;
             }
             let span = self.slice.end - self.slice.start;
             let unit = if self.rw.is_random() {
                 self.slice.start + self.next_random() % span
             } else {
-                self.slice.start + self.cursor.fetch_add(1, Ordering::Relaxed) % span
+                self.slice.start + self.shared.cursor.fetch_add(1, Ordering::Relaxed) % span
             };
             let is_read = match self.rw {
                 Rw::Read | Rw::RandRead => true,
@@ -576,7 +594,7 @@ impl IoLoop {
                     None => {
                         let data = drive
                             .session
-                            .read_into(self.worker, drive.nsid, slba, nlb, read_buf)
+                            .read_into(drive.queue(self.worker), drive.nsid, slba, nlb, read_buf)
                             .await
                             .map_err(|e| io_error(drive, e))?;
                         let took = t0.elapsed();
@@ -587,7 +605,7 @@ impl IoLoop {
                         took
                     }
                 };
-                record(&mut self.latencies.lock().unwrap().reads, took);
+                record(&mut self.shared.latencies.lock().unwrap().reads, took);
                 result.read_bytes += bs;
             } else {
                 let pattern = ctx.verify.as_ref().map(|v| {
@@ -607,13 +625,13 @@ impl IoLoop {
                         let data = pattern.unwrap_or_else(|| write_buf.clone());
                         drive
                             .session
-                            .write(self.worker, drive.nsid, slba, data, false)
+                            .write(drive.queue(self.worker), drive.nsid, slba, data, false)
                             .await
                             .map_err(|e| io_error(drive, e))?;
                         t0.elapsed()
                     }
                 };
-                record(&mut self.latencies.lock().unwrap().writes, took);
+                record(&mut self.shared.latencies.lock().unwrap().writes, took);
                 result.write_bytes += bs;
                 if let Some(v) = &ctx.verify {
                     v.written[d].set(drive_unit);
@@ -653,13 +671,19 @@ impl IoLoop {
     ) -> Result<Duration, BenchError> {
         let drive = &self.ctx.drives[d];
         let io = |e| io_error(drive, e);
-        let (took, landed, _slot) = match g.staged(d, drive, self.worker, &self.reads).await? {
+        let (took, landed, _slot) = match g.staged(d, drive, &self.reads, self.worker).await? {
             Some(pipeline) => {
                 let mut slot = pipeline.slot().await.map_err(|e| io(e.into()))?;
                 let t0 = Instant::now();
                 drive
                     .session
-                    .read_to(self.worker, drive.nsid, slba, nlb, slot.target())
+                    .read_to(
+                        drive.queue(self.worker),
+                        drive.nsid,
+                        slba,
+                        nlb,
+                        slot.target(),
+                    )
                     .await
                     .map_err(io)?;
                 let took = t0.elapsed();
@@ -673,7 +697,14 @@ impl IoLoop {
             None => {
                 let t0 = Instant::now();
                 g.mover
-                    .read(&drive.session, self.worker, drive.nsid, slba, nlb, g.own)
+                    .read(
+                        &drive.session,
+                        drive.queue(self.worker),
+                        drive.nsid,
+                        slba,
+                        nlb,
+                        g.own,
+                    )
                     .await
                     .map_err(io)?;
                 (t0.elapsed(), g.own, None)
@@ -699,7 +730,7 @@ impl IoLoop {
     ) -> Result<Duration, BenchError> {
         let drive = &self.ctx.drives[d];
         let io = |e| io_error(drive, e);
-        match g.staged(d, drive, self.worker, &self.writes).await? {
+        match g.staged(d, drive, &self.writes, self.worker).await? {
             Some(pipeline) => {
                 let mut slot = pipeline.slot().await.map_err(|e| io(e.into()))?;
                 if let Some(data) = pattern {
@@ -710,7 +741,13 @@ impl IoLoop {
                 let t0 = Instant::now();
                 drive
                     .session
-                    .write(self.worker, drive.nsid, slba, slot.into_bytes(), false)
+                    .write(
+                        drive.queue(self.worker),
+                        drive.nsid,
+                        slba,
+                        slot.into_bytes(),
+                        false,
+                    )
                     .await
                     .map_err(io)?;
                 Ok(t0.elapsed())
@@ -723,7 +760,7 @@ impl IoLoop {
                 g.mover
                     .write(
                         &drive.session,
-                        self.worker,
+                        drive.queue(self.worker),
                         drive.nsid,
                         slba,
                         nlb,
@@ -788,19 +825,22 @@ struct LoopGpu {
 }
 
 impl LoopGpu {
-    /// The worker's `pipeline` where drive `d` (`drive`) is staged on queue `worker`; None
-    /// where it goes peer-to-peer.
+    /// The worker's `pipeline` where drive `d` (`drive`) is staged on worker `worker`'s queue;
+    /// None where it goes peer-to-peer.
     async fn staged<P>(
         &mut self,
         d: usize,
         drive: &Drive,
-        worker: usize,
         pipeline: &Option<Arc<P>>,
+        worker: usize,
     ) -> Result<Option<Arc<P>>, BenchError> {
         let peer = match self.peer[d] {
             Some(peer) => peer,
             None => {
-                let peer = (self.mover.is_peer(&drive.session, worker).await)
+                let peer = (self
+                    .mover
+                    .is_peer(&drive.session, drive.queue(worker))
+                    .await)
                     .map_err(|e| io_error(drive, e))?;
                 self.peer[d] = Some(peer);
                 peer

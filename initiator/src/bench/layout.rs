@@ -49,16 +49,32 @@ impl Layout {
     }
 }
 
+/// The workers that send to drive `drive` of `drives` (ascending), as `Layout::view` assigns
+/// them: the queues a run needs on that drive's controller.
+pub fn workers_of(
+    drive: usize,
+    drives: usize,
+    workers: usize,
+    sharing: WorkerDrives,
+) -> Vec<usize> {
+    match sharing {
+        WorkerDrives::All => (0..workers).collect(),
+        WorkerDrives::Own if drives >= workers => vec![drive % workers],
+        WorkerDrives::Own => (drive..workers).step_by(drives).collect(),
+    }
+}
+
 /// How a run's workers share the drives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub enum WorkerDrives {
     /// Each worker sends to drives of its own, as spdk_nvme_perf gives namespaces to cores:
     /// drive d to worker d mod threads; with fewer drives than workers, worker w to drive
     /// w mod drives. A queue then carries all its worker's commands to that drive, so a
-    /// system call moves more of them.
-    #[default]
+    /// system call moves more of them, but a worker has one connection per drive to keep
+    /// busy.
     Own,
     /// Every worker sends to every drive, on its own queue of each.
+    #[default]
     All,
 }
 
@@ -162,6 +178,16 @@ mod tests {
         assert_eq!(drives_of(7, 8), [2]);
         for workers in 1..=12 {
             for sharing in [WorkerDrives::Own, WorkerDrives::All] {
+                // A drive's workers are exactly those whose view reaches it.
+                for d in 0..5 {
+                    let reaching: Vec<usize> = (0..workers)
+                        .filter(|&w| {
+                            let view = layout.view(w, workers, sharing);
+                            (0..view.units()).any(|u| view.locate(u).0 == d)
+                        })
+                        .collect();
+                    assert_eq!(workers_of(d, 5, workers, sharing), reaching);
+                }
                 let mut reached = pass(&layout, workers, sharing);
                 assert_eq!(reached.len(), 15, "{workers} workers, {sharing:?}");
                 reached.sort();

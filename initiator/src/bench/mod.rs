@@ -25,7 +25,7 @@ use crate::gpu::Gpu;
 use crate::host::session::Session;
 
 pub use engine::run;
-pub use layout::{Layout, WorkerDrives};
+pub use layout::{workers_of, Layout, WorkerDrives};
 pub use report::{Latency, Report};
 
 /// The access pattern, named as fio names it.
@@ -170,7 +170,7 @@ impl Default for Spec {
             bs: 4096,
             iodepth: 1,
             threads: 1,
-            worker_drives: WorkerDrives::Own,
+            worker_drives: WorkerDrives::All,
             size: None,
             time: None,
             offset: 0,
@@ -189,6 +189,10 @@ pub struct Drive {
     pub lba_size: u32,
     /// Namespace size in blocks (NSZE).
     pub blocks: u64,
+    /// The I/O queue (index) of the session each worker sends on, by worker, when the session
+    /// was opened with queues for some workers only (`bench::layout::workers_of`); empty:
+    /// worker w on queue w.
+    pub queues: Arc<[u16]>,
 }
 
 impl Drive {
@@ -207,7 +211,13 @@ impl Drive {
             nsid,
             lba_size,
             blocks,
+            queues: Arc::new([]),
         })
+    }
+
+    /// The I/O queue (index) worker `worker` sends on.
+    pub fn queue(&self, worker: usize) -> usize {
+        self.queues.get(worker).map_or(worker, |&q| q as usize)
     }
 
     /// "NQN nsid N via ADDR", for messages.

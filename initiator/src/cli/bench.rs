@@ -197,7 +197,7 @@ pub struct JobArgs {
     #[arg(long, default_value_t = 1)]
     pub threads: usize,
     /// Which drives each worker sends to.
-    #[arg(long, value_enum, default_value_t = WorkerDrives::Own)]
+    #[arg(long, value_enum, default_value_t = WorkerDrives::All)]
     pub worker_drives: WorkerDrives,
     /// Region to use across the drives, from LBA 0 (e.g. 1g); without --time the run moves this
     /// much [default: the drives whole].
@@ -277,7 +277,15 @@ async fn run_job(job: JobArgs) -> Result<()> {
     let io_cpus = io_threads_for(&memory, &cpus);
     let spec = spec_from(&job, memory)?;
     let (report, verify_errors) = on_bench_runtime(threads, io_cpus, |io| async move {
-        let drives = open_drives(&source, &job.session, threads, job.iodepth, io).await?;
+        let drives = open_drives(
+            &source,
+            &job.session,
+            threads,
+            job.worker_drives,
+            job.iodepth,
+            io,
+        )
+        .await?;
         let events = report_session_events(&drives);
         // The reference is measured half before and half after the run, so that a machine
         // whose load changes meanwhile skews both sides alike.
@@ -448,11 +456,15 @@ struct Subsystem {
     from: String,
 }
 
-/// Connects to every subsystem of `source` and lists their namespaces.
+/// Connects to every subsystem of `source` and lists their namespaces. Each controller gets an
+/// I/O queue for each worker that sends to its drives (`sharing`; on that worker's runtime of
+/// `io_runtimes`, if any), and no more: a target that spreads queues over its cores in turn
+/// spreads the busy ones.
 pub async fn open_drives(
     source: &DriveSource,
     session_args: &SessionArgs,
     threads: usize,
+    sharing: WorkerDrives,
     iodepth: u32,
     io_runtimes: Vec<tokio::runtime::Handle>,
 ) -> Result<Vec<Drive>> {
@@ -461,23 +473,69 @@ pub async fn open_drives(
         DriveSource::Addressed(address) => addressed_subsystems(address, &host).await?,
         DriveSource::Placed(plan) => placed_subsystems(plan, &host).await?,
     };
-    let mut drives = Vec::new();
-    for Subsystem { nqn, paths, from } in subsystems {
-        if session_args.drives.is_some_and(|n| drives.len() >= n) {
+    // Which workers send to a drive depends on how many drives there are: the namespaces first
+    // (over an admin queue alone, unless --nsid names them).
+    let mut listed = Vec::new();
+    let mut count = 0;
+    for subsystem in subsystems {
+        let room = session_args.drives.map_or(usize::MAX, |n| n - count);
+        if room == 0 {
             break;
         }
+        let mut nsids = if session_args.nsid.is_empty() {
+            let mut opts = subsystem.paths[0].clone();
+            opts.io_queues = 0;
+            let (nqn, path, from) = (&subsystem.nqn, opts.addr, &subsystem.from);
+            let ctrl = Controller::connect(opts)
+                .await
+                .with_context(|| format!("connecting to {nqn} at {path}{from}"))?;
+            let nsids = ctrl.active_namespaces().await;
+            let _ = ctrl.shutdown().await;
+            nsids.with_context(|| format!("listing the namespaces of {nqn} at {path}"))?
+        } else {
+            session_args.nsid.clone()
+        };
+        nsids.truncate(room);
+        count += nsids.len();
+        listed.push((subsystem, nsids));
+    }
+    if count == 0 {
+        bail!("no namespaces to run on");
+    }
+    let mut drives = Vec::new();
+    for (Subsystem { nqn, paths, from }, nsids) in listed {
+        if nsids.is_empty() {
+            continue;
+        }
+        let first = drives.len();
+        let mut workers: Vec<usize> = (first..first + nsids.len())
+            .flat_map(|d| bench::workers_of(d, count, threads, sharing))
+            .collect();
+        workers.sort_unstable();
+        workers.dedup();
+        let mut queues = vec![u16::MAX; threads];
+        for (queue, &worker) in workers.iter().enumerate() {
+            queues[worker] = queue as u16;
+        }
+        let queues: Arc<[u16]> = queues.into();
         let addr = paths[0].addr;
         let mut connected = Vec::new();
         for mut opts in paths {
             let path = opts.addr;
-            opts.io_queues = threads as u16;
+            opts.io_queues = workers.len() as u16;
             opts.queue_size = session_args.queue_size.unwrap_or(
                 opts.queue_size
                     .max(iodepth.saturating_add(1).min(u16::MAX as u32) as u16),
             );
             opts.kato_ms = session_args.keep_alive_tmo.saturating_mul(1000);
             opts.poll_window = std::time::Duration::from_micros(session_args.poll_us);
-            opts.io_runtimes = io_runtimes.clone();
+            opts.io_runtimes = match io_runtimes.len() {
+                0 => Vec::new(),
+                n => workers
+                    .iter()
+                    .map(|&w| io_runtimes[w % n].clone())
+                    .collect(),
+            };
             opts.digests = Digests {
                 header: session_args.hdr_digest,
                 data: session_args.data_digest,
@@ -485,10 +543,12 @@ pub async fn open_drives(
             let ctrl = Controller::connect(opts.clone())
                 .await
                 .with_context(|| format!("connecting to {nqn} at {path}{from}"))?;
-            if ctrl.io_queue_count() < threads {
+            if ctrl.io_queue_count() < workers.len() {
                 bail!(
-                    "{nqn} at {path} granted {} I/O queues; --threads {threads} needs one each",
-                    ctrl.io_queue_count()
+                    "{nqn} at {path} granted {} I/O queues; {} workers (--threads {threads}) \
+                     send to it, one queue each",
+                    ctrl.io_queue_count(),
+                    workers.len()
                 );
             }
             connected.push((opts, Some(ctrl)));
@@ -499,26 +559,15 @@ pub async fn open_drives(
                 .then(|| Duration::from_secs_f64(session_args.ctrl_loss_tmo)),
         };
         let session = Session::from_controllers(connected, policy).await?;
-        let nsids = if session_args.nsid.is_empty() {
-            session
-                .with_path(|ctrl| async move { ctrl.active_namespaces().await })
-                .await?
-        } else {
-            session_args.nsid.clone()
-        };
         for nsid in nsids {
-            if session_args.drives.is_some_and(|n| drives.len() >= n) {
-                break;
-            }
-            drives.push(
-                Drive::open(session.clone(), nsid)
-                    .await
-                    .with_context(|| format!("namespace {nsid} of {nqn} at {addr}"))?,
-            );
+            let drive = Drive::open(session.clone(), nsid)
+                .await
+                .with_context(|| format!("namespace {nsid} of {nqn} at {addr}"))?;
+            drives.push(Drive {
+                queues: queues.clone(),
+                ..drive
+            });
         }
-    }
-    if drives.is_empty() {
-        bail!("no namespaces to run on");
     }
     Ok(drives)
 }

@@ -6,7 +6,7 @@ use anyhow::Result;
 use clap::Args;
 use fabrik_initiator::bench::checkpoint::{self, CheckpointSpec};
 use fabrik_initiator::bench::report::PlacementReport;
-use fabrik_initiator::bench::{parse_size, Progress};
+use fabrik_initiator::bench::{parse_size, Progress, WorkerDrives};
 
 use super::bench::{
     close_drives, on_bench_runtime, open_drives, AddressArgs, DriveSource, SessionArgs,
@@ -51,7 +51,16 @@ pub async fn run(args: CheckpointArgs) -> Result<()> {
     let memory = bench_place::memory(args.mem.as_deref(), source.placed())?;
     // Checkpoints keep their I/O on the control runtime (not measured on I/O threads yet).
     on_bench_runtime(threads, None, |_| async move {
-        let drives = open_drives(&source, &args.session, threads, args.iodepth, Vec::new()).await?;
+        // Checkpoint jobs send every worker to every drive (`Spec::default`).
+        let drives = open_drives(
+            &source,
+            &args.session,
+            threads,
+            WorkerDrives::All,
+            args.iodepth,
+            Vec::new(),
+        )
+        .await?;
         let spec = CheckpointSpec {
             count: args.count,
             size: args.size,

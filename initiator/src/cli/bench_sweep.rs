@@ -44,7 +44,9 @@ pub fn run(job: JobArgs, source: DriveSource, memory: Memory) -> Result<()> {
         memory,
     )?;
     on_bench_runtime(max_threads, io_cpus, |io| async move {
-        let drives = open_drives(&source, &job.session, max_threads, max_depth, io).await?;
+        // Which drives a worker sends to, and so which queues a controller needs, depends on
+        // the thread count: the drives are opened again when it changes.
+        let mut open: Option<(usize, Vec<_>)> = None;
         let mut results = Vec::new();
         for point in points {
             let Point {
@@ -52,6 +54,16 @@ pub fn run(job: JobArgs, source: DriveSource, memory: Memory) -> Result<()> {
                 threads,
                 iodepth,
             } = point;
+            let drives = match open.take() {
+                Some((t, drives)) if t == threads => drives,
+                other => {
+                    if let Some((_, drives)) = other {
+                        close_drives(drives).await;
+                    }
+                    let (sharing, io) = (job.worker_drives, io.clone());
+                    open_drives(&source, &job.session, threads, sharing, max_depth, io).await?
+                }
+            };
             let spec = Spec {
                 bs,
                 threads,
@@ -65,7 +77,8 @@ pub fn run(job: JobArgs, source: DriveSource, memory: Memory) -> Result<()> {
             match run_spec(&drives, spec, job.quiet || job.json).await {
                 Ok(mut report) => {
                     report.placement = source.placed().map(PlacementReport::of);
-                    results.push((point, report))
+                    results.push((point, report));
+                    open = Some((threads, drives));
                 }
                 Err(e) => {
                     close_drives(drives).await;
@@ -75,7 +88,9 @@ pub fn run(job: JobArgs, source: DriveSource, memory: Memory) -> Result<()> {
                 }
             }
         }
-        close_drives(drives).await;
+        if let Some((_, drives)) = open {
+            close_drives(drives).await;
+        }
         let title = format!(
             "fabrik bench {} over {} ({secs} s per point)",
             job.rw.name(),
