@@ -114,7 +114,7 @@ s_connect() {
 }
 kv() { sed -n "s/^$1 *: *//p" | head -1 | sed 's/ *$//'; }   # nvme-cli "key : value" parser
 s_identify() {
-  local i nqn c d out mn sn subnqn cntlid nsze flbas lbads bad=0 list
+  local i nqn c d out mn sn subnqn cntlid nsze flbas lbads st bad=0 list
   for i in 0 $((NDRIVES / 2)) $((NDRIVES - 1)); do
     nqn=$(drive_nqn $i)
     c=$(ctrl_dev "$nqn") || { echo "  no live controller for $nqn"; bad=1; continue; }
@@ -136,6 +136,13 @@ s_identify() {
     [ -n "$lbads" ] || { echo "  $d: no LBA format marked in use"; grep lbaf <<<"$out"; bad=1; continue; }
     [ "$(( nsze * (1 << lbads) ))" = "$DRIVE_BYTES" ] ||
       { echo "  $d: nsze*2^lbads = $(( nsze * (1 << lbads) )) != $DRIVE_BYTES"; bad=1; }
+    # ANA: the kernel read the ANA log at connect and put the path in its group's state.
+    st=$(cat /sys/class/nvme/"$(basename "$c")"/nvme*c*n*/ana_state 2>/dev/null | sort -u | tr '\n' ' ')
+    [ "$st" = "optimized " ] || { echo "  $c: path ana_state '$st', expected optimized"; bad=1; }
+    out=$(timeout 30 nvme ana-log "$c" 2>&1) || { echo "  nvme ana-log $c failed: $out"; bad=1; continue; }
+    echo "  $c ana-log: $(tr -s ' \t' ' ' <<<"$out" | tr '\n' ';' | cut -c1-160)"
+    grep -qE 'state[[:space:]]*:[[:space:]]*optimized' <<<"$out" ||
+      { echo "  $c: nvme ana-log shows no optimized group"; bad=1; }
     out=$(timeout 30 nvme smart-log "$c" 2>&1) || { echo "  nvme smart-log $c failed: $out"; bad=1; continue; }
     echo "  $c smart-log: $(grep -E '^(critical_warning|temperature|available_spare)[[:space:]]' <<<"$out" | tr -s ' ' | tr '\n' ';')"
   done
@@ -144,7 +151,7 @@ s_identify() {
   local paths; paths=$(grep -cE "$TRTYPE traddr=$TRADDR,? ?trsvcid=$TRSVCID" <<<"$list")
   echo "  nvme list-subsys: $paths $TRTYPE paths"
   assert "nvme list-subsys shows $NDRIVES $TRTYPE paths to $TRADDR:$TRSVCID" [ "$paths" -ge "$NDRIVES" ] || bad=1
-  assert "id-ctrl / id-ns / smart-log sane" [ $bad = 0 ]
+  assert "id-ctrl / id-ns / ANA / smart-log sane" [ $bad = 0 ]
 }
 s_fio() {
   local devs=() i d

@@ -1,4 +1,4 @@
-//! Log pages: SMART, Error Information, Firmware Slot, Changed Namespace List and the
+//! Log pages: SMART, Error Information, Firmware Slot, Changed Namespace List, ANA and the
 //! discovery log (whole page and single entries), all fed the same bytes.
 
 #![no_main]
@@ -33,6 +33,9 @@ fuzz_target!(|data: &[u8]| {
             encode_changed_ns_list(&list, &mut buf);
             assert_eq!(decode_changed_ns_list(&buf), Ok(list));
         }
+    }
+    if let Ok(ana) = AnaLog::decode(data) {
+        assert_eq!(AnaLog::decode(&ana.encode(false)), Ok(ana.clone()), "ANA {ana:?}");
     }
     if let Ok(header) = DiscoveryLogHeader::decode(data) {
         let mut buf = [0u8; DISCOVERY_HEADER_LEN];

@@ -39,6 +39,10 @@ pub struct IdentifyController {
     pub wctemp: u16,      // 266
     pub cctemp: u16,      // 268
     pub kas: u16,         // 320
+    pub anatt: u8,        // 342
+    pub anacap: u8,       // 343 (bits: `anacap`)
+    pub anagrpmax: u32,   // 344
+    pub nanagrpid: u32,   // 348
     pub sqes: u8,         // 512
     pub cqes: u8,         // 513
     pub maxcmd: u16,      // 514
@@ -70,6 +74,27 @@ pub mod sgls {
     pub const KEYED: u32 = 1 << 2;
     /// SGL Data Block descriptors with an offset: data in the command capsule.
     pub const OFFSET: u32 = 1 << 20;
+}
+
+/// Identify Controller CMIC bits.
+pub mod cmic {
+    /// More than one port may reach the subsystem.
+    pub const MULTI_PORT: u8 = 1 << 0;
+    /// More than one controller may be live at once (required for a host's second path).
+    pub const MULTI_CONTROLLER: u8 = 1 << 1;
+    /// Asymmetric namespace access reporting (the ANA log page, ANAGRPID).
+    pub const ANA_REPORTING: u8 = 1 << 3;
+}
+
+/// Identify Controller ANACAP bits: the ANA states the controller may report.
+pub mod anacap {
+    pub const OPTIMIZED: u8 = 1 << 0;
+    pub const NON_OPTIMIZED: u8 = 1 << 1;
+    pub const INACCESSIBLE: u8 = 1 << 2;
+    pub const PERSISTENT_LOSS: u8 = 1 << 3;
+    pub const CHANGE: u8 = 1 << 4;
+    /// A namespace's ANAGRPID does not change while it is attached.
+    pub const GRPID_FIXED: u8 = 1 << 6;
 }
 
 impl IdentifyController {
@@ -105,6 +130,10 @@ impl IdentifyController {
         put_u16(buf, 266, self.wctemp);
         put_u16(buf, 268, self.cctemp);
         put_u16(buf, 320, self.kas);
+        buf[342] = self.anatt;
+        buf[343] = self.anacap;
+        put_u32(buf, 344, self.anagrpmax);
+        put_u32(buf, 348, self.nanagrpid);
         buf[512] = self.sqes;
         buf[513] = self.cqes;
         put_u16(buf, 514, self.maxcmd);
@@ -168,6 +197,10 @@ impl IdentifyController {
             wctemp: u16_at(buf, 266),
             cctemp: u16_at(buf, 268),
             kas: u16_at(buf, 320),
+            anatt: buf[342],
+            anacap: buf[343],
+            anagrpmax: u32_at(buf, 344),
+            nanagrpid: u32_at(buf, 348),
             sqes: buf[512],
             cqes: buf[513],
             maxcmd: u16_at(buf, 514),

@@ -1,5 +1,5 @@
 //! Log pages: error information, SMART / health, firmware slot, changed namespace list,
-//! and the asynchronous event completion value. The discovery log lives in `fabrics::discovery`.
+//! asymmetric namespace access, and the asynchronous event completion value. The discovery log lives in `fabrics::discovery`.
 
 use crate::error::{need, DecodeError};
 use crate::le::*;
@@ -231,6 +231,95 @@ pub const CHANGED_NS_LIST_MAX: usize = CHANGED_NS_LIST_LEN / 4;
 /// First (and only) entry of a changed namespace list when more than 1024 namespaces changed.
 pub const CHANGED_NS_OVERFLOW: u32 = 0xffff_ffff;
 
+/// ANA states (a group descriptor's state, bits 3:0).
+pub mod ana_state {
+    pub const OPTIMIZED: u8 = 0x01;
+    pub const NON_OPTIMIZED: u8 = 0x02;
+    pub const INACCESSIBLE: u8 = 0x03;
+    pub const PERSISTENT_LOSS: u8 = 0x04;
+    pub const CHANGE: u8 = 0x0F;
+}
+
+/// One ANA group descriptor: the group's state as seen through the controller the log is read
+/// from, and its namespaces (ascending: the Linux host walks them in step with its own list).
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
+pub struct AnaGroup {
+    pub grpid: u32,
+    pub chgcnt: u64,
+    pub state: u8,
+    pub nsids: Vec<u32>,
+}
+
+/// The Asymmetric Namespace Access log page (LID 0Ch): a 16-byte header (change count, number
+/// of groups), then each group's 32-byte descriptor and its NSIDs, back to back.
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
+pub struct AnaLog {
+    pub chgcnt: u64,
+    pub groups: Vec<AnaGroup>,
+}
+
+/// Get Log Page LSP bit of the ANA log: return groups only (every NNSIDS zero, no NSIDs).
+pub const ANA_LSP_GROUPS_ONLY: u8 = 1 << 0;
+pub const ANA_LOG_HEADER_LEN: usize = 16;
+pub const ANA_GROUP_DESCRIPTOR_LEN: usize = 32;
+
+impl AnaLog {
+    /// The page's bytes; `groups_only` leaves the NSID lists out (LSP bit 0).
+    pub fn encode(&self, groups_only: bool) -> Vec<u8> {
+        let nsids = |g: &AnaGroup| if groups_only { 0 } else { g.nsids.len() };
+        let len = ANA_LOG_HEADER_LEN
+            + (self.groups.iter())
+                .map(|g| ANA_GROUP_DESCRIPTOR_LEN + 4 * nsids(g))
+                .sum::<usize>();
+        let mut b = vec![0u8; len];
+        put_u64(&mut b, 0, self.chgcnt);
+        put_u16(&mut b, 8, self.groups.len() as u16);
+        let mut at = ANA_LOG_HEADER_LEN;
+        for g in &self.groups {
+            put_u32(&mut b, at, g.grpid);
+            put_u32(&mut b, at + 4, nsids(g) as u32);
+            put_u64(&mut b, at + 8, g.chgcnt);
+            b[at + 16] = g.state & 0x0F;
+            at += ANA_GROUP_DESCRIPTOR_LEN;
+            for &nsid in &g.nsids[..nsids(g)] {
+                put_u32(&mut b, at, nsid);
+                at += 4;
+            }
+        }
+        b
+    }
+
+    /// Reads a page (any zero padding after the last group is ignored).
+    pub fn decode(buf: &[u8]) -> Result<AnaLog, DecodeError> {
+        const WHAT: &str = "ANA log page";
+        need(WHAT, buf, ANA_LOG_HEADER_LEN)?;
+        let count = u16_at(buf, 8) as usize;
+        let mut groups = Vec::with_capacity(count.min(buf.len() / ANA_GROUP_DESCRIPTOR_LEN));
+        let mut at = ANA_LOG_HEADER_LEN;
+        for _ in 0..count {
+            need(WHAT, buf, at + ANA_GROUP_DESCRIPTOR_LEN)?;
+            let n = u32_at(buf, at + 4) as usize;
+            let end = n
+                .checked_mul(4)
+                .and_then(|l| l.checked_add(at + ANA_GROUP_DESCRIPTOR_LEN))
+                .ok_or(DecodeError::field(WHAT, at + 4, "NNSIDS too large"))?;
+            need(WHAT, buf, end)?;
+            let list = at + ANA_GROUP_DESCRIPTOR_LEN;
+            groups.push(AnaGroup {
+                grpid: u32_at(buf, at),
+                chgcnt: u64_at(buf, at + 8),
+                state: buf[at + 16] & 0x0F,
+                nsids: (0..n).map(|i| u32_at(buf, list + 4 * i)).collect(),
+            });
+            at = end;
+        }
+        Ok(AnaLog {
+            chgcnt: u64_at(buf, 0),
+            groups,
+        })
+    }
+}
+
 /// Asynchronous event types and infos (completion DW0: type 2:0, info 15:8, log page 23:16).
 pub mod aen {
     pub const TYPE_ERROR: u8 = 0;
@@ -252,6 +341,64 @@ mod tests {
     use super::*;
     use crate::nvme::identify::tests::text;
     use proptest::prelude::*;
+
+    #[test]
+    fn ana_log_layout_is_the_specs() {
+        let log = AnaLog {
+            chgcnt: 7,
+            groups: vec![
+                AnaGroup {
+                    grpid: 1,
+                    chgcnt: 7,
+                    state: ana_state::OPTIMIZED,
+                    nsids: vec![1, 2, 5],
+                },
+                AnaGroup {
+                    grpid: 2,
+                    chgcnt: 3,
+                    state: ana_state::INACCESSIBLE,
+                    nsids: vec![],
+                },
+            ],
+        };
+        let b = log.encode(false);
+        assert_eq!(b.len(), 16 + 32 + 12 + 32);
+        assert_eq!(u64_at(&b, 0), 7);
+        assert_eq!(u16_at(&b, 8), 2);
+        assert_eq!((u32_at(&b, 16), u32_at(&b, 20), u64_at(&b, 24)), (1, 3, 7));
+        assert_eq!(b[32], 0x01);
+        assert_eq!([u32_at(&b, 48), u32_at(&b, 52), u32_at(&b, 56)], [1, 2, 5]);
+        assert_eq!((u32_at(&b, 60), u32_at(&b, 64), b[76]), (2, 0, 0x03));
+        assert_eq!(AnaLog::decode(&b), Ok(log.clone()));
+        // Groups only: the same descriptors, no NSIDs.
+        let g = log.encode(true);
+        assert_eq!(g.len(), 16 + 2 * 32);
+        assert_eq!((u32_at(&g, 20), u32_at(&g, 48), g[64]), (0, 2, 0x03));
+        // A count past the bytes is an error, not a panic.
+        assert!(AnaLog::decode(&b[..60]).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn ana_log_round_trips(
+            chgcnt: u64,
+            groups in proptest::collection::vec(
+                (1u32.., any::<u64>(), 0u8..16, proptest::collection::vec(1u32.., 0..8)),
+                0..6,
+            ),
+        ) {
+            let log = AnaLog {
+                chgcnt,
+                groups: groups
+                    .into_iter()
+                    .map(|(grpid, chgcnt, state, nsids)| AnaGroup { grpid, chgcnt, state, nsids })
+                    .collect(),
+            };
+            let mut padded = log.encode(false);
+            padded.resize(padded.len() + 64, 0);
+            prop_assert_eq!(AnaLog::decode(&padded), Ok(log));
+        }
+    }
 
     fn any_error_entry() -> impl Strategy<Value = ErrorLogEntry> {
         (

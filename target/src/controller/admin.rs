@@ -5,11 +5,12 @@ use bytes::{Bytes, BytesMut};
 use fabrik_proto::nvme::admin::{cns, csi, AdminCommand};
 use fabrik_proto::nvme::features::{aec, fid, sel, NumberOfQueues};
 use fabrik_proto::nvme::identify::{
-    encode_ns_descriptors, encode_ns_list, sgls, IdentifyController, IdentifyNamespace, LbaFormat,
-    NsDescriptor, IDENTIFY_LEN,
+    anacap, cmic, encode_ns_descriptors, encode_ns_list, sgls, IdentifyController,
+    IdentifyNamespace, LbaFormat, NsDescriptor, IDENTIFY_LEN,
 };
 use fabrik_proto::nvme::log::{
-    critical, encode_changed_ns_list, lid, FirmwareSlotLog, SmartLog, CHANGED_NS_LIST_LEN,
+    ana_state, critical, encode_changed_ns_list, lid, AnaGroup, AnaLog, FirmwareSlotLog, SmartLog,
+    ANA_GROUP_DESCRIPTOR_LEN, ANA_LOG_HEADER_LEN, ANA_LSP_GROUPS_ONLY, CHANGED_NS_LIST_LEN,
     ERROR_LOG_ENTRY_LEN, SMART_LOG_LEN,
 };
 use fabrik_proto::nvme::sqe::SQE_LEN;
@@ -18,7 +19,7 @@ use fabrik_proto::Status;
 
 use super::fabrics::NVME_VERSION;
 use super::queue::Response;
-use super::{limits, Controller};
+use super::{limits, Controller, ANA_GROUP};
 
 const FIRMWARE_REVISION: &str = env!("CARGO_PKG_VERSION");
 
@@ -77,12 +78,12 @@ impl Controller {
             AdminCommand::GetLogPage {
                 nsid,
                 lid,
-                lsp: _,
+                lsp,
                 rae,
                 numd: _,
                 lpo,
                 csi: _,
-            } => self.get_log_page(nsid, lid, rae, lpo, len),
+            } => self.get_log_page(nsid, lid, lsp, rae, lpo, len),
             AdminCommand::GetFeatures {
                 nsid: _,
                 fid,
@@ -188,14 +189,20 @@ impl Controller {
             model,
             firmware: FIRMWARE_REVISION.into(),
             rab: 6,
-            cmic: if self.is_discovery() { 0 } else { 1 << 1 },
+            // Several ports and controllers reach a subsystem, with ANA reporting: the Linux host
+            // then builds one multipath node per namespace over every path.
+            cmic: if self.is_discovery() {
+                0
+            } else {
+                cmic::MULTI_PORT | cmic::MULTI_CONTROLLER | cmic::ANA_REPORTING
+            },
             mdts: limits::MDTS,
             cntlid: self.cntlid,
             ver: NVME_VERSION,
             oaes: if self.is_discovery() {
                 aec::DISCOVERY_LOG_CHANGE_NOTICES
             } else {
-                aec::NS_ATTR_NOTICES
+                aec::NS_ATTR_NOTICES | aec::ANA_CHANGE_NOTICES
             },
             cntrltype: if self.is_discovery() { 2 } else { 1 },
             acl: 3,
@@ -206,6 +213,23 @@ impl Controller {
             wctemp: 0x157,
             cctemp: 0x175,
             kas: limits::KAS,
+            anatt: if self.is_discovery() {
+                0
+            } else {
+                limits::ANATT
+            },
+            anacap: if self.is_discovery() {
+                0
+            } else {
+                anacap::OPTIMIZED
+            },
+            anagrpmax: if self.is_discovery() { 0 } else { ANA_GROUP },
+            nanagrpid: if self.is_discovery() { 0 } else { 1 },
+            mnan: if self.is_discovery() {
+                0
+            } else {
+                limits::MAX_NAMESPACES
+            },
             sqes: 0x66,
             cqes: 0x44,
             maxcmd: limits::MAX_QUEUE_ENTRIES as u16,
@@ -227,7 +251,15 @@ impl Controller {
         }
     }
 
-    fn get_log_page(&self, nsid: u32, log: u8, rae: bool, lpo: u64, len: usize) -> Response {
+    fn get_log_page(
+        &self,
+        nsid: u32,
+        log: u8,
+        lsp: u8,
+        rae: bool,
+        lpo: u64,
+        len: usize,
+    ) -> Response {
         let page: Vec<u8> = match log {
             lid::ERROR_INFO => {
                 let st = self.state.lock().unwrap();
@@ -261,6 +293,19 @@ impl Controller {
                 b.to_vec()
             }
             lid::DISCOVERY if self.is_discovery() => self.discovery_log_page(),
+            lid::ANA if !self.is_discovery() => match self.ana_log() {
+                Some(log) => {
+                    // Padded to the most it can hold (as the Linux host sizes it): nvme-cli reads
+                    // it 4 KiB at a time, and its second read's offset is past the groups.
+                    let mut page = log.encode(lsp & ANA_LSP_GROUPS_ONLY != 0);
+                    let most = ANA_LOG_HEADER_LEN
+                        + ANA_GROUP_DESCRIPTOR_LEN
+                        + 4 * limits::MAX_NAMESPACES as usize;
+                    page.resize(page.len().max(most), 0);
+                    page
+                }
+                None => return Response::status(Status::INVALID_FIELD),
+            },
             _ => return Response::status(Status::INVALID_LOG_PAGE),
         };
         if lpo > page.len() as u64 {
@@ -272,6 +317,27 @@ impl Controller {
         let n = avail.len().min(len);
         out[..n].copy_from_slice(&avail[..n]);
         Response::data(out.freeze())
+    }
+
+    /// The ANA log as this controller's path sees it: one group, every namespace in it
+    /// (ascending), optimized.
+    fn ana_log(&self) -> Option<AnaLog> {
+        let mut nsids: Vec<u32> = self
+            .subsystem()?
+            .namespaces()
+            .iter()
+            .map(|ns| ns.nsid)
+            .collect();
+        nsids.sort_unstable();
+        Some(AnaLog {
+            chgcnt: 0,
+            groups: vec![AnaGroup {
+                grpid: ANA_GROUP,
+                chgcnt: 0,
+                state: ana_state::OPTIMIZED,
+                nsids,
+            }],
+        })
     }
 
     /// SMART / health from what the target tracks: data units and commands per namespace, media
@@ -405,7 +471,7 @@ impl Controller {
                 let supported = if self.is_discovery() {
                     aec::DISCOVERY_LOG_CHANGE_NOTICES
                 } else {
-                    aec::NS_ATTR_NOTICES | aec::SMART_MASK
+                    aec::NS_ATTR_NOTICES | aec::ANA_CHANGE_NOTICES | aec::SMART_MASK
                 };
                 if cdw11 & !supported != 0 {
                     return Response::status(Status::INVALID_FIELD);
@@ -448,6 +514,7 @@ pub(super) fn identify_namespace(ns: &crate::model::Namespace) -> IdentifyNamesp
         nlbaf: 0,
         flbas: 0,
         nmic: 1,
+        anagrpid: ANA_GROUP,
         dlfeat: 1 << 3 | 0b001, // Write Zeroes may deallocate; deallocated blocks read zeros
         nguid: ns.nguid,
         lbaf: vec![LbaFormat {

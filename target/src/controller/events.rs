@@ -65,7 +65,7 @@ impl Controller {
 
     /// Unmasks notices after their log page was read without RAE.
     pub(super) fn log_page_read(&self, log: u8, retain: bool) {
-        if !retain && (log == lid::DISCOVERY || log == lid::CHANGED_NS_LIST) {
+        if !retain && matches!(log, lid::DISCOVERY | lid::CHANGED_NS_LIST | lid::ANA) {
             self.state.lock().unwrap().masked_event_types &= !(1 << aen::TYPE_NOTICE);
             self.events.notify_waiters();
         }

@@ -67,9 +67,15 @@ pub mod limits {
     pub const KAS: u16 = 10;
     /// Error log entries kept per controller.
     pub const ERROR_LOG_ENTRIES: usize = 64;
-    /// Namespaces a subsystem may hold (Identify NN).
+    /// Namespaces a subsystem may hold (Identify NN, and MNAN: the Linux host sizes its ANA
+    /// log buffer by MNAN).
     pub const MAX_NAMESPACES: u32 = 1024;
+    /// ANA transition time, seconds (Linux nvmet's).
+    pub const ANATT: u8 = 10;
 }
+
+/// The ANA group every namespace is in, for now the only one: one process, one path state.
+pub const ANA_GROUP: u32 = 1;
 
 /// What kind of controller a host associated with.
 pub enum ControllerKind {

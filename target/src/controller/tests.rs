@@ -1,6 +1,7 @@
 //! The controller and a queue's books driven in memory, as a transport drives them: commands
 //! in, completions out, no socket and no queue pair.
 
+mod ana;
 mod caps;
 
 use std::net::SocketAddr;
