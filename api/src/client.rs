@@ -210,6 +210,15 @@ impl Client {
         self.get(&format!("/ports/{id}")).await
     }
 
+    pub async fn ana_groups(&self) -> Result<Vec<AnaGroup>, ClientError> {
+        self.get("/ana-groups").await
+    }
+
+    pub async fn set_ana_group(&self, id: u32, state: AnaState) -> Result<AnaGroup, ClientError> {
+        self.put(&format!("/ana-groups/{id}"), &AnaGroupRequest { state })
+            .await
+    }
+
     pub async fn controllers(&self) -> Result<Vec<Controller>, ClientError> {
         self.get("/controllers").await
     }

@@ -66,6 +66,11 @@ pub trait Management: Send + Sync + 'static {
     fn controller(&self, id: u64) -> MgmtResult<Controller>;
     fn disconnect_controller(&self, id: u64) -> MgmtResult<()>;
 
+    fn ana_groups(&self) -> Vec<AnaGroup>;
+    fn ana_group(&self, id: u32) -> MgmtResult<AnaGroup>;
+    /// Puts the group in `req.state` (not kept across a restart: fabrikd starts optimized).
+    fn set_ana_group(&self, id: u32, req: AnaGroupRequest) -> MgmtResult<AnaGroup>;
+
     fn compositions(&self) -> Vec<Composition>;
     fn composition(&self, id: &str) -> MgmtResult<Composition>;
     fn compose(&self, req: CompositionRequest) -> MgmtResult<Composition>;

@@ -246,6 +246,39 @@ pub struct AccessRequest {
     pub allow_any_host: bool,
 }
 
+/// An ANA group's state, as NVMe names them (Linux nvmet's spellings).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum AnaState {
+    Optimized,
+    NonOptimized,
+    /// I/O on this path fails with Asymmetric Access Inaccessible (no DNR): multipath hosts
+    /// go on through another path and come back when it is accessible again.
+    Inaccessible,
+    PersistentLoss,
+    /// In transition (I/O gets Asymmetric Access Transition); hosts reset the controller if
+    /// it lasts past twice ANATT.
+    Change,
+}
+
+/// An ANA (asymmetric namespace access) group: the namespaces in it and its state as this
+/// target's ports report it (Identify ANAGRPID, the ANA log page).
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct AnaGroup {
+    /// ANAGRPID (from 1).
+    pub id: u32,
+    pub state: AnaState,
+    /// The ANA log's change count: bumped by every change of state.
+    pub change_count: u64,
+}
+
+/// Puts an ANA group in a state: the hosts are told (ANA change notice) and I/O follows it.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AnaGroupRequest {
+    pub state: AnaState,
+}
+
 /// An RFC 9457 problem: every error answer (`application/problem+json`).
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema, PartialEq)]
 pub struct Problem {

@@ -15,7 +15,7 @@ use crate::error::ApiError;
 use crate::http::LocalAdmin;
 use crate::management::Management;
 use crate::models::*;
-use crate::routes::{self, compositions, controllers, drives, hosts, ports, subsystems};
+use crate::routes::{self, ana, compositions, controllers, drives, hosts, ports, subsystems};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -29,6 +29,7 @@ use crate::routes::{self, compositions, controllers, drives, hosts, ports, subsy
         ports::list, ports::get, ports::create, ports::delete,
         controllers::list, controllers::get, controllers::disconnect,
         compositions::list, compositions::get, compositions::create, compositions::delete,
+        ana::list, ana::get, ana::set,
     ),
     components(schemas(Problem)),
     modifiers(&BearerAuth),
@@ -94,6 +95,8 @@ pub fn router(m: Arc<dyn Management>, auth: Auth) -> Router {
         .route("/hosts/{nqn}", get(hosts::get).delete(hosts::delete))
         .route("/ports", get(ports::list).post(ports::create))
         .route("/ports/{id}", get(ports::get).delete(ports::delete))
+        .route("/ana-groups", get(ana::list))
+        .route("/ana-groups/{id}", get(ana::get).put(ana::set))
         .route("/controllers", get(controllers::list))
         .route("/controllers/{id}", get(controllers::get))
         .route(

@@ -2,7 +2,7 @@
 
 use std::process::Output;
 
-use fabrik_api::models::{Composition, Drive};
+use fabrik_api::models::{AnaGroup, AnaState, Composition, Drive};
 use fabrik_target::backend::BackendKind;
 use fabrik_target::config::Config;
 use fabrik_target::endpoints::ApiEndpoint;
@@ -159,6 +159,25 @@ async fn compose_list_decompose() {
     stdout(&fabrik(None, home.path(), &["decompose", "--host", HOST]).await);
     let left = stdout(&fabrik(None, home.path(), &["compositions", "--json"]).await);
     assert_eq!(left.trim(), "[]");
+
+    // ANA groups: listed, set, and a state that does not exist refused in a line.
+    let set = ["ana-groups", "--group", "1", "--state", "inaccessible"];
+    let table = stdout(&fabrik(None, home.path(), &set).await);
+    assert!(
+        table.starts_with("GROUP") && table.contains("inaccessible"),
+        "{table}"
+    );
+    let groups: Vec<AnaGroup> = serde_json::from_str(&stdout(
+        &fabrik(None, home.path(), &["ana-groups", "--json"]).await,
+    ))
+    .unwrap();
+    assert_eq!(
+        (groups[0].state, groups[0].change_count),
+        (AnaState::Inaccessible, 1)
+    );
+    let bad = ["ana-groups", "--group", "1", "--state", "sleepy"];
+    let o = fabrik(None, home.path(), &bad).await;
+    assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("sleepy"));
     endpoint.shutdown().await;
     target.shutdown().await;
 }

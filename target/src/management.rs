@@ -20,13 +20,14 @@ use std::sync::{Arc, Mutex};
 use fabrik_api::models as api;
 use fabrik_api::{Management, MgmtError, MgmtResult};
 use fabrik_proto::fabrics::nqn::Nqn;
+use fabrik_proto::nvme::log::ana_state;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::guard::{Fault, Guarded};
 use crate::backend::{BackendKind, Drive};
 use crate::config::NQN_PREFIX;
 use crate::controller::limits::MAX_NAMESPACES;
-use crate::controller::{Subsystem, TargetState};
+use crate::controller::{Subsystem, TargetState, ANA_GROUP};
 use crate::model::Namespace;
 use crate::state::{self, CompositionState, HostState, NamespaceState, State, SubsystemState};
 
@@ -254,6 +255,32 @@ impl Management for Manager {
         })?;
         drive.clear_fault();
         self.drive(id)
+    }
+
+    fn ana_groups(&self) -> Vec<api::AnaGroup> {
+        vec![self.ana_group_view()]
+    }
+
+    fn ana_group(&self, id: u32) -> MgmtResult<api::AnaGroup> {
+        if id != ANA_GROUP {
+            return Err(not_found(format!("no ANA group {id}")));
+        }
+        Ok(self.ana_group_view())
+    }
+
+    fn set_ana_group(&self, id: u32, req: api::AnaGroupRequest) -> MgmtResult<api::AnaGroup> {
+        self.ana_group(id)?;
+        let state = match req.state {
+            api::AnaState::Optimized => ana_state::OPTIMIZED,
+            api::AnaState::NonOptimized => ana_state::NON_OPTIMIZED,
+            api::AnaState::Inaccessible => ana_state::INACCESSIBLE,
+            api::AnaState::PersistentLoss => ana_state::PERSISTENT_LOSS,
+            api::AnaState::Change => ana_state::CHANGE,
+        };
+        if self.target.set_ana_state(state) {
+            tracing::info!("ANA group {id} is now {:?}", req.state);
+        }
+        Ok(self.ana_group_view())
     }
 
     fn drive(&self, id: &str) -> MgmtResult<api::Drive> {

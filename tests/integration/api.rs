@@ -202,6 +202,7 @@ async fn openapi_document_lists_every_route() {
         "/api/v1/ports/{id}",
         "/api/v1/controllers/{id}/disconnect",
         "/api/v1/compositions/{id}",
+        "/api/v1/ana-groups/{id}",
     ] {
         assert!(doc["paths"][path].is_object(), "{path} missing");
     }
@@ -371,6 +372,65 @@ async fn disconnect_closes_the_controller() {
     );
     // Still allowed: the host may come back.
     connect_and_close(api.nvme(), &nqn("01"), &host).await;
+    api.stop().await;
+}
+
+/// The ANA group's state set through REST: hosts' I/O on the path gets the path-related status
+/// while it is inaccessible, and goes on once it is optimized again; bad calls are problems.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ana_group_state_is_set_through_rest_and_gates_io() {
+    let dir = tempfile::tempdir().unwrap();
+    let api = start(dir.path()).await;
+    let groups = api.local.ana_groups().await.unwrap();
+    assert_eq!(groups.len(), 1);
+    assert_eq!(
+        (groups[0].id, groups[0].state, groups[0].change_count),
+        (1, AnaState::Optimized, 0)
+    );
+    let ctrl = connect(api.nvme(), &nqn("01"), &HostIdentity::random())
+        .await
+        .unwrap();
+    ctrl.read(1, 0, 1).await.unwrap();
+
+    assert_problem(
+        api.anon.set_ana_group(1, AnaState::Inaccessible).await,
+        401,
+        "Bearer",
+    );
+    let g = api
+        .admin
+        .set_ana_group(1, AnaState::Inaccessible)
+        .await
+        .unwrap();
+    assert_eq!((g.state, g.change_count), (AnaState::Inaccessible, 1));
+    let err = ctrl.read(1, 0, 1).await.unwrap_err();
+    assert_eq!(err.status(), Some(fabrik_proto::Status::ANA_INACCESSIBLE));
+    let g: AnaGroup = api.local.get("/ana-groups/1").await.unwrap();
+    assert_eq!(g.state, AnaState::Inaccessible);
+
+    let g = api
+        .admin
+        .set_ana_group(1, AnaState::Optimized)
+        .await
+        .unwrap();
+    assert_eq!((g.state, g.change_count), (AnaState::Optimized, 2));
+    ctrl.read(1, 0, 1).await.unwrap();
+
+    assert_problem(
+        api.admin.set_ana_group(2, AnaState::Optimized).await,
+        404,
+        "no ANA group 2",
+    );
+    assert_problem(api.local.get::<AnaGroup>("/ana-groups/x").await, 400, "");
+    let (status, ctype, body) = raw(
+        api.api,
+        "PUT",
+        "/api/v1/ana-groups/1",
+        Some(("application/json", r#"{"state": "sleepy"}"#)),
+    )
+    .await;
+    assert_eq!((status, ctype.as_str()), (422, "application/problem+json"));
+    assert!(body.contains("sleepy"), "says what was wrong: {body}");
     api.stop().await;
 }
 

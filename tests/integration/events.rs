@@ -1,6 +1,8 @@
 //! Asynchronous events and keep-alive: a namespace added to or removed from a subsystem reaches
 //! a connected host as a Namespace Attribute Changed event with the Changed Namespace List; a
-//! host that stops sending commands loses its controller after KATO.
+//! host that stops sending commands loses its controller after KATO; a change of the ANA
+//! group's state reaches it as an ANA change notice, and I/O on an inaccessible path gets the
+//! path-related status.
 
 mod common;
 
@@ -14,7 +16,7 @@ use fabrik_proto::fabrics::nqn::Nqn;
 use fabrik_proto::fabrics::{ConnectData, FabricsCommand};
 use fabrik_proto::nvme::admin::AdminCommand;
 use fabrik_proto::nvme::features::{aec, fid};
-use fabrik_proto::nvme::log::{aen, decode_changed_ns_list, lid};
+use fabrik_proto::nvme::log::{aen, ana_state, decode_changed_ns_list, lid, AnaLog};
 use fabrik_proto::tcp::Digests;
 use fabrik_proto::Status;
 use fabrik_target::backend::ram::RamDrive;
@@ -110,6 +112,58 @@ async fn namespace_changes_reach_the_host_as_events() {
     }
     ctrl.shutdown().await.unwrap();
     target.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ana_state_change_reaches_the_host_and_gates_its_io() {
+    let (_dir, target, _subsystem, ctrl) = connected().await;
+    ctrl.set_features(fid::ASYNC_EVENT_CONFIG, 0, aec::ANA_CHANGE_NOTICES)
+        .await
+        .unwrap();
+    let state = target.state().clone();
+    let ana_log = || async {
+        let page = ctrl.get_log_page(lid::ANA, 0xffff_ffff, 16 + 32 + 4 * 1024, 0);
+        AnaLog::decode(&page.await.unwrap()).unwrap()
+    };
+    ctrl.write(1, 0, Bytes::from(vec![7u8; 4096]), false)
+        .await
+        .unwrap();
+
+    let aer = ctrl.submit_admin(AdminCommand::AsyncEventRequest.to_sqe(0), None, 0);
+    let change = async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(state.set_ana_state(ana_state::INACCESSIBLE));
+    };
+    let (event, ()) = tokio::join!(aer, change);
+    assert_eq!(
+        event.unwrap().cqe.result,
+        aen::result(aen::TYPE_NOTICE, aen::NOTICE_ANA_CHANGE, lid::ANA) as u64
+    );
+    // I/O on the path fails with a status the host may retry elsewhere; admin commands work.
+    let err = ctrl.read(1, 0, 1).await.unwrap_err();
+    assert_eq!(err.status(), Some(Status::ANA_INACCESSIBLE));
+    assert!(
+        !err.status().unwrap().is_dnr(),
+        "no DNR: the host may retry on another path"
+    );
+    let log = ana_log().await;
+    assert_eq!(log.chgcnt, 1);
+    assert_eq!(
+        (log.groups[0].state, log.groups[0].chgcnt),
+        (ana_state::INACCESSIBLE, 1)
+    );
+    assert_eq!(log.groups[0].nsids, [1]);
+
+    // The log was read (without RAE): the next change is told too, and I/O works again.
+    let aer = ctrl.submit_admin(AdminCommand::AsyncEventRequest.to_sqe(0), None, 0);
+    assert!(state.set_ana_state(ana_state::OPTIMIZED));
+    assert!(
+        !state.set_ana_state(ana_state::OPTIMIZED),
+        "no change, no notice"
+    );
+    assert_eq!(aer.await.unwrap().cqe.status, Status::SUCCESS);
+    assert_eq!(ctrl.read(1, 0, 1).await.unwrap()[..], [7u8; 4096][..]);
+    assert_eq!(ana_log().await.groups[0].state, ana_state::OPTIMIZED);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

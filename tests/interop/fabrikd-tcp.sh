@@ -244,6 +244,39 @@ s_c2h_success() {
   assert "disconnected" wait_no_ctrls 30 || return 1
   assert "fabrikd stops cleanly" target_stop
 }
+# ANA: with the target's ANA group made inaccessible through the API (fabrik ana-groups), the
+# kernel reads the ANA log on the change notice and marks its path inaccessible; a read on the
+# multipath node then waits for a usable path, without an error, and returns the data once the
+# group is optimized again.
+s_ana() {
+  local fabrik nqn rc pid st state_of
+  case $FABRIKD in */fake-fabrikd) echo "  fake-fabrikd has no management API: nothing to test"; return 0 ;; esac
+  fabrik=$(command -v fabrik) || { echo "  no fabrik binary in the guest"; return 1; }
+  nqn=$(drive_nqn 4)
+  [ "$(ctrl_count)" = 0 ] || { timeout 60 nvme disconnect-all; wait_no_ctrls 30; }
+  [ -z "$FPID" ] || target_stop || return 1
+  assert "target starts" target_start || return 1
+  export FABRIK_DATA_DIR=$DATA; unset FABRIK_API
+  nvme_connect_find "$nqn" "${FAB[@]}" "${CONN_OPTS[@]}"; rc=$?
+  assert "connect $nqn" [ $rc = 0 ] || return 1
+  state_of() { cat /sys/class/nvme/"$(basename "$CTRL")"/nvme*c*n*/ana_state 2>/dev/null | head -1; }
+  head -c 65536 /dev/urandom > /tmp/ana.pat
+  x dd if=/tmp/ana.pat of="$DEV" bs=65536 count=1 oflag=direct conv=notrunc 2>&1 | tail -1
+  x "$fabrik" ana-groups --group 1 --state inaccessible | sed 's/^/  | /'
+  for _ in $(seq 1 100); do st=$(state_of); [ "$st" = inaccessible ] && break; sleep 0.1; done
+  assert "the kernel's path turns inaccessible (ANA change notice, log read)" [ "$st" = inaccessible ] || return 1
+  dd if="$DEV" of=/tmp/ana.got bs=65536 count=1 iflag=direct 2>/dev/null & pid=$!
+  sleep 3
+  assert "a read waits for a usable path, without an error" kill -0 $pid || return 1
+  x "$fabrik" ana-groups --group 1 --state optimized | sed 's/^/  | /'
+  wait $pid; rc=$?
+  assert "the read completes once the group is optimized" [ $rc = 0 ] || return 1
+  assert "and returns what was written" cmp /tmp/ana.pat /tmp/ana.got || return 1
+  assert "the path is optimized again" [ "$(state_of)" = optimized ] || return 1
+  x timeout 60 nvme disconnect-all
+  assert "disconnected" wait_no_ctrls 30 || return 1
+  assert "fabrikd stops cleanly" target_stop
+}
 # Metrics of the fio traffic: fabrikd's /metrics (default 127.0.0.1:9420), scraped in the guest
 # right after the fio step, counts bytes read and written on every namespace fio used, and the
 # kernel's connections are open on the port.
@@ -289,6 +322,7 @@ suite_extra_steps() {
   skipped block || step "block backend on kernel block devices (null_blk)" s_block
   skipped lost || step "a lost writeback fails every later Flush and FUA write (ext4 on a full device)" s_lost_write
   skipped c2h || step "reads answered by their data alone (--c2h-success): fio verify" s_c2h_success
+  skipped ana || step "ANA: an inaccessible group holds the kernel's I/O until it is optimized" s_ana
   step "fabrikd log has no panic" s_log
 }
 

@@ -1,5 +1,6 @@
 //! The `/api/v1` routes, one file per resource.
 
+pub mod ana;
 pub mod compositions;
 pub mod controllers;
 pub mod drives;

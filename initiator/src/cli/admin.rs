@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use fabrik_api::client::Client;
-use fabrik_api::models::{CompositionRequest, Drive};
+use fabrik_api::models::{AnaGroup, AnaState, CompositionRequest, Drive};
 
 #[derive(Args)]
 pub struct ApiArgs {
@@ -278,6 +278,50 @@ pub async fn clear_fault(args: ClearFaultArgs) -> Result<()> {
         "drive {}: fault cleared, writable again (health {})",
         d.id, d.health.state
     );
+    Ok(())
+}
+
+#[derive(Args)]
+pub struct AnaGroupsArgs {
+    /// Put this group (ANAGRPID) in --state.
+    #[arg(long, requires = "state")]
+    pub group: Option<u32>,
+    /// optimized, non-optimized, inaccessible, persistent-loss or change.
+    #[arg(long, requires = "group", value_parser = parse_ana_state)]
+    pub state: Option<AnaState>,
+    #[command(flatten)]
+    pub api: ApiArgs,
+}
+
+fn parse_ana_state(text: &str) -> Result<AnaState, String> {
+    serde_json::from_value(serde_json::Value::String(text.into())).map_err(|_| {
+        format!("{text}: optimized, non-optimized, inaccessible, persistent-loss or change")
+    })
+}
+
+/// Lists the ANA groups with their states, or puts one in a state: `inaccessible` before
+/// taking the target away (multipath hosts move their I/O to another path), `optimized` after.
+pub async fn ana_groups(args: AnaGroupsArgs) -> Result<()> {
+    let client = args.api.client()?;
+    let groups: Vec<AnaGroup> = match (args.group, args.state) {
+        (Some(id), Some(state)) => vec![client.set_ana_group(id, state).await?],
+        _ => client.ana_groups().await?,
+    };
+    if args.api.json {
+        return print_json(&groups);
+    }
+    let name = |s: AnaState| {
+        serde_json::to_value(s)
+            .ok()
+            .and_then(|v| v.as_str().map(String::from))
+    };
+    let rows = (groups.iter())
+        .map(|g| {
+            let state = name(g.state).unwrap_or_default();
+            vec![g.id.to_string(), state, g.change_count.to_string()]
+        })
+        .collect();
+    table(&["GROUP", "STATE", "CHANGES"], rows);
     Ok(())
 }
 

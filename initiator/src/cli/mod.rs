@@ -88,6 +88,8 @@ enum Command {
     Controllers(admin::ControllersArgs),
     /// Let a drive that lost a write (HEALTH read_only) take writes again (management API).
     ClearFault(admin::ClearFaultArgs),
+    /// List ANA groups and their states, or set one (management API).
+    AnaGroups(admin::AnaGroupsArgs),
     /// Bad input over NVMe/RDMA against a target (for its tests).
     #[command(hide = true)]
     RdmaProbe(rdma_probe::RdmaProbeArgs),
@@ -117,6 +119,7 @@ pub async fn run() -> Result<()> {
         Command::Subsystems(args) => admin::subsystems(args).await,
         Command::Controllers(args) => admin::controllers(args).await,
         Command::ClearFault(args) => admin::clear_fault(args).await,
+        Command::AnaGroups(args) => admin::ana_groups(args).await,
         Command::RdmaProbe(args) => rdma_probe::run(args).await,
     }
 }

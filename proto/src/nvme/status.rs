@@ -85,6 +85,7 @@ statuses! {
     WRITE_FAULT = (sct::MEDIA, 0x80, true, "Write Fault");
     UNRECOVERED_READ_ERROR = (sct::MEDIA, 0x81, true, "Unrecovered Read Error");
     ACCESS_DENIED = (sct::MEDIA, 0x86, true, "Access Denied");
+    ANA_PERSISTENT_LOSS = (sct::PATH, 0x01, false, "Asymmetric Access Persistent Loss");
     ANA_INACCESSIBLE = (sct::PATH, 0x02, false, "Asymmetric Access Inaccessible");
     ANA_TRANSITION = (sct::PATH, 0x03, false, "Asymmetric Access Transition");
 }

@@ -9,9 +9,9 @@ use fabrik_proto::nvme::identify::{
     IdentifyNamespace, LbaFormat, NsDescriptor, IDENTIFY_LEN,
 };
 use fabrik_proto::nvme::log::{
-    ana_state, critical, encode_changed_ns_list, lid, AnaGroup, AnaLog, FirmwareSlotLog, SmartLog,
-    ANA_GROUP_DESCRIPTOR_LEN, ANA_LOG_HEADER_LEN, ANA_LSP_GROUPS_ONLY, CHANGED_NS_LIST_LEN,
-    ERROR_LOG_ENTRY_LEN, SMART_LOG_LEN,
+    critical, encode_changed_ns_list, lid, FirmwareSlotLog, SmartLog, ANA_GROUP_DESCRIPTOR_LEN,
+    ANA_LOG_HEADER_LEN, ANA_LSP_GROUPS_ONLY, CHANGED_NS_LIST_LEN, ERROR_LOG_ENTRY_LEN,
+    SMART_LOG_LEN,
 };
 use fabrik_proto::nvme::sqe::SQE_LEN;
 use fabrik_proto::nvme::NSID_BROADCAST;
@@ -317,27 +317,6 @@ impl Controller {
         let n = avail.len().min(len);
         out[..n].copy_from_slice(&avail[..n]);
         Response::data(out.freeze())
-    }
-
-    /// The ANA log as this controller's path sees it: one group, every namespace in it
-    /// (ascending), optimized.
-    fn ana_log(&self) -> Option<AnaLog> {
-        let mut nsids: Vec<u32> = self
-            .subsystem()?
-            .namespaces()
-            .iter()
-            .map(|ns| ns.nsid)
-            .collect();
-        nsids.sort_unstable();
-        Some(AnaLog {
-            chgcnt: 0,
-            groups: vec![AnaGroup {
-                grpid: ANA_GROUP,
-                chgcnt: 0,
-                state: ana_state::OPTIMIZED,
-                nsids,
-            }],
-        })
     }
 
     /// SMART / health from what the target tracks: data units and commands per namespace, media

@@ -11,7 +11,7 @@ use super::{limits, Controller};
 
 impl Controller {
     /// Queues a notice if the host enabled it in Asynchronous Event Configuration.
-    fn queue_notice(&self, enable_bit: u32, info: u8, log_page: u8) {
+    pub(super) fn queue_notice(&self, enable_bit: u32, info: u8, log_page: u8) {
         let mut st = self.state.lock().unwrap();
         if st.async_event_config & enable_bit == 0 {
             return;

@@ -40,6 +40,7 @@ impl Controller {
             return Ok(None);
         }
         let ns = namespaces.get(cmd.nsid(), || self.namespace_for_io(cmd.nsid()))?;
+        self.target.ana.io_allowed()?;
         let bs = ns.block_size();
         match *cmd {
             IoCommand::Read { slba, nlb, .. }

@@ -9,6 +9,7 @@
 //! No code here knows which transport it runs on.
 
 mod admin;
+pub mod ana;
 pub mod books;
 mod discovery;
 mod events;

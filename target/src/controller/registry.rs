@@ -224,6 +224,8 @@ pub struct TargetState {
     /// The control runtime (the one the target was made on): keep-alive timers and other
     /// background work of a controller go there, not onto a reactor.
     control: Option<tokio::runtime::Handle>,
+    /// The ANA group's state as this process's ports report it.
+    pub ana: super::ana::Ana,
 }
 
 impl TargetState {
@@ -242,6 +244,7 @@ impl TargetState {
             reactors: Reactors::new(Vec::new(), Polling::default()),
             c2h_success: false,
             control: tokio::runtime::Handle::try_current().ok(),
+            ana: super::ana::Ana::default(),
         }
     }
 

@@ -1,0 +1,47 @@
+//! `/ana-groups`: asymmetric namespace access, the state of each path group as the ports
+//! report it to multipath hosts.
+
+use axum::extract::State;
+use axum::Json;
+
+use super::{blocking, read, Encoded, Mgmt};
+use crate::error::{ApiError, JsonBody, PathParam};
+use crate::models::{AnaGroup, AnaGroupRequest, Problem};
+
+#[utoipa::path(get, path = "/api/v1/ana-groups", tag = "ana",
+    responses((status = 200, description = "Every ANA group", body = Vec<AnaGroup>)))]
+pub async fn list(State(m): State<Mgmt>) -> Result<Encoded, ApiError> {
+    read(&m, |m| Ok(m.ana_groups())).await
+}
+
+#[utoipa::path(get, path = "/api/v1/ana-groups/{id}", tag = "ana",
+    params(("id" = u32, Path, description = "ANA group ID (ANAGRPID)")),
+    responses((status = 200, body = AnaGroup),
+        (status = 400, description = "Not a group ID", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such group", body = Problem, content_type = "application/problem+json")))]
+pub async fn get(
+    State(m): State<Mgmt>,
+    PathParam(id): PathParam<u32>,
+) -> Result<Encoded, ApiError> {
+    read(&m, move |m| m.ana_group(id)).await
+}
+
+/// Puts a group in a state, as `echo inaccessible > .../ana_groups/N/ana_state` does for Linux
+/// nvmet: `inaccessible` before taking this path away for maintenance (multipath hosts move
+/// their I/O to another path), `optimized` when it is back.
+#[utoipa::path(put, path = "/api/v1/ana-groups/{id}", tag = "ana", request_body = AnaGroupRequest,
+    params(("id" = u32, Path, description = "ANA group ID (ANAGRPID)")),
+    security(("bearer" = [])),
+    responses((status = 200, body = AnaGroup),
+        (status = 400, description = "Malformed JSON or not a group ID", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Body is not application/json", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No or wrong token", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such group", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "JSON of the wrong shape (an unknown state)", body = Problem, content_type = "application/problem+json")))]
+pub async fn set(
+    State(m): State<Mgmt>,
+    PathParam(id): PathParam<u32>,
+    JsonBody(req): JsonBody<AnaGroupRequest>,
+) -> Result<Json<AnaGroup>, ApiError> {
+    Ok(Json(blocking(&m, move |m| m.set_ana_group(id, req)).await?))
+}
