@@ -68,7 +68,7 @@ pub trait Management: Send + Sync + 'static {
 
     fn ana_groups(&self) -> Vec<AnaGroup>;
     fn ana_group(&self, id: u32) -> MgmtResult<AnaGroup>;
-    /// Puts the group in `req.state` (not kept across a restart: fabrikd starts optimized).
+    /// Puts the group in `req.state` (kept across restarts).
     fn set_ana_group(&self, id: u32, req: AnaGroupRequest) -> MgmtResult<AnaGroup>;
 
     fn compositions(&self) -> Vec<Composition>;

@@ -20,7 +20,6 @@ use std::sync::{Arc, Mutex};
 use fabrik_api::models as api;
 use fabrik_api::{Management, MgmtError, MgmtResult};
 use fabrik_proto::fabrics::nqn::Nqn;
-use fabrik_proto::nvme::log::ana_state;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::guard::{Fault, Guarded};
@@ -29,7 +28,9 @@ use crate::config::NQN_PREFIX;
 use crate::controller::limits::MAX_NAMESPACES;
 use crate::controller::{Subsystem, TargetState, ANA_GROUP};
 use crate::model::Namespace;
-use crate::state::{self, CompositionState, HostState, NamespaceState, State, SubsystemState};
+use crate::state::{
+    self, AnaSetting, CompositionState, HostState, NamespaceState, State, SubsystemState,
+};
 
 pub struct Manager {
     target: Arc<TargetState>,
@@ -90,6 +91,7 @@ impl Manager {
         let empty = State {
             subsystems: Vec::new(),
             compositions: Vec::new(),
+            ana_state: None,
             ..state.clone()
         };
         m.apply(&empty, &state);
@@ -129,8 +131,13 @@ impl Manager {
         Ok(out)
     }
 
-    /// Makes the live target follow `new` (coming from `old`): subsystems, namespaces and access.
+    /// Makes the live target follow `new` (coming from `old`): subsystems, namespaces and access,
+    /// the ANA group's state.
     fn apply(&self, old: &State, new: &State) {
+        let ana = |s: &State| s.ana_state.unwrap_or(AnaSetting::Optimized);
+        if ana(old) != ana(new) && self.target.set_ana_state(ana(new).code()) {
+            tracing::info!("ANA group {ANA_GROUP} is now {:?}", ana(new));
+        }
         let old_subs: BTreeMap<&str, &SubsystemState> =
             old.subsystems.iter().map(|s| (s.nqn.as_str(), s)).collect();
         let new_subs: BTreeMap<&str, &SubsystemState> =
@@ -270,16 +277,17 @@ impl Management for Manager {
 
     fn set_ana_group(&self, id: u32, req: api::AnaGroupRequest) -> MgmtResult<api::AnaGroup> {
         self.ana_group(id)?;
-        let state = match req.state {
-            api::AnaState::Optimized => ana_state::OPTIMIZED,
-            api::AnaState::NonOptimized => ana_state::NON_OPTIMIZED,
-            api::AnaState::Inaccessible => ana_state::INACCESSIBLE,
-            api::AnaState::PersistentLoss => ana_state::PERSISTENT_LOSS,
-            api::AnaState::Change => ana_state::CHANGE,
+        let setting = match req.state {
+            api::AnaState::Optimized => AnaSetting::Optimized,
+            api::AnaState::NonOptimized => AnaSetting::NonOptimized,
+            api::AnaState::Inaccessible => AnaSetting::Inaccessible,
+            api::AnaState::PersistentLoss => AnaSetting::PersistentLoss,
+            api::AnaState::Change => AnaSetting::Change,
         };
-        if self.target.set_ana_state(state) {
-            tracing::info!("ANA group {id} is now {:?}", req.state);
-        }
+        self.mutate(|st| {
+            st.ana_state = (setting != AnaSetting::Optimized).then_some(setting);
+            Ok(())
+        })?;
         Ok(self.ana_group_view())
     }
 

@@ -60,6 +60,35 @@ pub struct State {
     /// Drives that lost a write and refuse changes until an operator clears them (by ID).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub drive_faults: BTreeMap<String, DriveFault>,
+    /// The ANA group's state as an operator set it (none: optimized): a target taken out of
+    /// service stays out after a restart until it is put back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ana_state: Option<AnaSetting>,
+}
+
+/// An ANA group state, as Linux nvmet's configfs names them.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum AnaSetting {
+    Optimized,
+    NonOptimized,
+    Inaccessible,
+    PersistentLoss,
+    Change,
+}
+
+impl AnaSetting {
+    /// The state's code in the ANA log (`ana_state`).
+    pub fn code(self) -> u8 {
+        use fabrik_proto::nvme::log::ana_state;
+        match self {
+            AnaSetting::Optimized => ana_state::OPTIMIZED,
+            AnaSetting::NonOptimized => ana_state::NON_OPTIMIZED,
+            AnaSetting::Inaccessible => ana_state::INACCESSIBLE,
+            AnaSetting::PersistentLoss => ana_state::PERSISTENT_LOSS,
+            AnaSetting::Change => ana_state::CHANGE,
+        }
+    }
 }
 
 /// A drive's lost write, as recorded (see `backend::guard`).
@@ -250,6 +279,7 @@ impl State {
             next_composition: 1,
             alias_key: new_alias_key(),
             drive_faults: BTreeMap::new(),
+            ana_state: None,
         }
     }
 

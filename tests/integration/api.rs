@@ -431,6 +431,23 @@ async fn ana_group_state_is_set_through_rest_and_gates_io() {
     .await;
     assert_eq!((status, ctype.as_str()), (422, "application/problem+json"));
     assert!(body.contains("sleepy"), "says what was wrong: {body}");
+
+    // A state set is kept across a restart; optimized leaves nothing in the state file.
+    api.admin
+        .set_ana_group(1, AnaState::Inaccessible)
+        .await
+        .unwrap();
+    drop(ctrl);
+    api.stop().await;
+    let api = start(dir.path()).await;
+    let g = &api.local.ana_groups().await.unwrap()[0];
+    assert_eq!(g.state, AnaState::Inaccessible, "kept across the restart");
+    api.admin
+        .set_ana_group(1, AnaState::Optimized)
+        .await
+        .unwrap();
+    let file = std::fs::read_to_string(dir.path().join("state.json")).unwrap();
+    assert!(!file.contains("ana_state"), "{file}");
     api.stop().await;
 }
 
