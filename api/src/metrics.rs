@@ -4,7 +4,8 @@
 //! route that serves it.
 //!
 //! Every name starts with `fabrik_`; counters end in `_total`, sizes in `_bytes`, times in
-//! `_seconds`. Labels: `drive`, `subsystem`, `host`, `controller`, `port`. `host` is an alias
+//! `_seconds`. Labels: `drive`, `subsystem`, `host`, `controller`, `port`, `group` (ANA) with
+//! `state`. `host` is an alias
 //! (`h-` and 12 hex digits, or `(anonymous)`), never a host NQN: until DH-HMAC-CHAP is
 //! required an NQN is all a host needs to connect as that host.
 
@@ -45,7 +46,28 @@ pub struct Snapshot {
     pub drives: Vec<DriveMetrics>,
     pub ports: Vec<PortMetrics>,
     pub controllers: Vec<ControllerMetrics>,
+    pub ana_groups: Vec<AnaGroupMetrics>,
 }
+
+/// One ANA group, as this target's ports report it.
+#[derive(Clone, Debug, Default)]
+pub struct AnaGroupMetrics {
+    /// ANAGRPID.
+    pub group: String,
+    /// Its state, as the REST API names it (`optimized`, `inaccessible`, ...).
+    pub state: String,
+    /// Changes of state since fabrikd started (the ANA log's change count).
+    pub changes: u64,
+}
+
+/// Every ANA state, as `AnaGroupMetrics::state` names them.
+pub const ANA_STATES: [&str; 5] = [
+    "optimized",
+    "non-optimized",
+    "inaccessible",
+    "persistent-loss",
+    "change",
+];
 
 /// One drive of the box (all namespaces backed by it together; a drive no subsystem exports
 /// too, with an empty `subsystem`).
@@ -255,11 +277,37 @@ impl Collector for SnapshotCollector {
         )?;
         self.encode_drives(&mut out)?;
         self.encode_ports(&mut out)?;
+        self.encode_ana_groups(&mut out)?;
         self.encode_controllers(&mut out)
     }
 }
 
 impl SnapshotCollector {
+    /// An ANA group's state as one sample per state, 1 for the one it is in (so an alert is
+    /// `fabrik_ana_group_state{state="inaccessible"} == 1`), and its changes.
+    fn encode_ana_groups(&self, out: &mut Out<'_, '_>) -> Result<(), std::fmt::Error> {
+        let groups = &self.0.ana_groups;
+        out.gauges(
+            "fabrik_ana_group_state",
+            "1 for the ANA state the group is in (as every port reports it), 0 for the others.",
+            None,
+            groups.iter().flat_map(|g| {
+                ANA_STATES.iter().map(move |&state| {
+                    let labels: Labels = vec![("group", g.group.as_str()), ("state", state)];
+                    (labels, (g.state == state) as u64)
+                })
+            }),
+        )?;
+        out.counters(
+            "fabrik_ana_group_changes",
+            "Changes of the ANA group's state since fabrikd started.",
+            None,
+            groups
+                .iter()
+                .map(|g| (vec![("group", g.group.as_str())], g.changes)),
+        )
+    }
+
     fn encode_drives(&self, out: &mut Out<'_, '_>) -> Result<(), std::fmt::Error> {
         let drives = &self.0.drives;
         let per = |f: fn(&DriveMetrics) -> u64| drives.iter().map(move |d| (by_drive(d), f(d)));
@@ -629,6 +677,11 @@ mod tests {
                 write_bytes: 40960,
                 ..ControllerMetrics::default()
             }],
+            ana_groups: vec![AnaGroupMetrics {
+                group: "1".into(),
+                state: "inaccessible".into(),
+                changes: 3,
+            }],
         }
     }
 
@@ -653,6 +706,9 @@ mod tests {
             "fabrik_port_received_bytes_total{port=\"1\",transport=\"tcp\",address=\"127.0.0.1:4420\"} 100",
             "fabrik_connected_hosts 1",
             "fabrik_uptime_seconds 12.5",
+            "fabrik_ana_group_state{group=\"1\",state=\"inaccessible\"} 1",
+            "fabrik_ana_group_state{group=\"1\",state=\"optimized\"} 0",
+            "fabrik_ana_group_changes_total{group=\"1\"} 3",
         ] {
             assert!(text.lines().any(|l| l == line), "no line {line:?} in\n{text}");
         }

@@ -7,7 +7,10 @@ use std::net::SocketAddr;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
-use fabrik_api::metrics::{ControllerMetrics, DriveMetrics, Histogram, PortMetrics, Snapshot};
+use fabrik_api::metrics::{
+    AnaGroupMetrics, ControllerMetrics, DriveMetrics, Histogram, PortMetrics, Snapshot,
+};
+use fabrik_api::Management;
 use tokio_util::sync::CancellationToken;
 
 use crate::backend::Drive;
@@ -100,6 +103,18 @@ pub fn snapshot(manager: &Manager) -> Snapshot {
         drives,
         ports,
         controllers,
+        ana_groups: manager
+            .ana_groups()
+            .into_iter()
+            .map(|g| AnaGroupMetrics {
+                group: g.id.to_string(),
+                state: serde_json::to_value(g.state)
+                    .ok()
+                    .and_then(|v| v.as_str().map(String::from))
+                    .unwrap_or_default(),
+                changes: g.change_count,
+            })
+            .collect(),
     }
 }
 

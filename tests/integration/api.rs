@@ -407,6 +407,24 @@ async fn ana_group_state_is_set_through_rest_and_gates_io() {
     assert_eq!(err.status(), Some(fabrik_proto::Status::ANA_INACCESSIBLE));
     let g: AnaGroup = api.local.get("/ana-groups/1").await.unwrap();
     assert_eq!(g.state, AnaState::Inaccessible);
+    let (_, text) = scrape_with(api.api, None, Some(TOKEN)).await;
+    let samples = parse(&text);
+    let state = |s| {
+        value(
+            &samples,
+            "fabrik_ana_group_state",
+            &[("group", "1"), ("state", s)],
+        )
+    };
+    assert_eq!((state("inaccessible"), state("optimized")), (1.0, 0.0));
+    assert_eq!(
+        value(
+            &samples,
+            "fabrik_ana_group_changes_total",
+            &[("group", "1")]
+        ),
+        1.0
+    );
 
     let g = api
         .admin
