@@ -23,7 +23,7 @@ use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
-use crate::models::DriveHealth;
+use crate::models::{AnaState, DriveHealth};
 
 /// Content type of the OpenMetrics text format.
 pub const OPENMETRICS_CONTENT_TYPE: &str =
@@ -50,24 +50,14 @@ pub struct Snapshot {
 }
 
 /// One ANA group, as this target's ports report it.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct AnaGroupMetrics {
     /// ANAGRPID.
     pub group: String,
-    /// Its state, as the REST API names it (`optimized`, `inaccessible`, ...).
-    pub state: String,
+    pub state: AnaState,
     /// Changes of state since fabrikd started (the ANA log's change count).
     pub changes: u64,
 }
-
-/// Every ANA state, as `AnaGroupMetrics::state` names them.
-pub const ANA_STATES: [&str; 5] = [
-    "optimized",
-    "non-optimized",
-    "inaccessible",
-    "persistent-loss",
-    "change",
-];
 
 /// One drive of the box (all namespaces backed by it together; a drive no subsystem exports
 /// too, with an empty `subsystem`).
@@ -292,8 +282,8 @@ impl SnapshotCollector {
             "1 for the ANA state the group is in (as every port reports it), 0 for the others.",
             None,
             groups.iter().flat_map(|g| {
-                ANA_STATES.iter().map(move |&state| {
-                    let labels: Labels = vec![("group", g.group.as_str()), ("state", state)];
+                AnaState::ALL.iter().map(move |&state| {
+                    let labels: Labels = vec![("group", g.group.as_str()), ("state", state.name())];
                     (labels, (g.state == state) as u64)
                 })
             }),
@@ -679,7 +669,7 @@ mod tests {
             }],
             ana_groups: vec![AnaGroupMetrics {
                 group: "1".into(),
-                state: "inaccessible".into(),
+                state: AnaState::Inaccessible,
                 changes: 3,
             }],
         }

@@ -261,6 +261,27 @@ pub enum AnaState {
     Change,
 }
 
+impl AnaState {
+    pub const ALL: [AnaState; 5] = [
+        AnaState::Optimized,
+        AnaState::NonOptimized,
+        AnaState::Inaccessible,
+        AnaState::PersistentLoss,
+        AnaState::Change,
+    ];
+
+    /// The state's name, as the JSON spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            AnaState::Optimized => "optimized",
+            AnaState::NonOptimized => "non-optimized",
+            AnaState::Inaccessible => "inaccessible",
+            AnaState::PersistentLoss => "persistent-loss",
+            AnaState::Change => "change",
+        }
+    }
+}
+
 /// An ANA (asymmetric namespace access) group: the namespaces in it and its state as this
 /// target's ports report it (Identify ANAGRPID, the ANA log page).
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema, PartialEq)]
@@ -289,4 +310,18 @@ pub struct Problem {
     pub status: u16,
     /// What exactly was wrong with this request.
     pub detail: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AnaState;
+
+    #[test]
+    fn ana_state_names_are_the_json_names() {
+        for state in AnaState::ALL {
+            let json = serde_json::to_value(state).unwrap();
+            assert_eq!(json.as_str(), Some(state.name()));
+            assert_eq!(serde_json::from_value::<AnaState>(json).unwrap(), state);
+        }
+    }
 }

@@ -108,10 +108,7 @@ pub fn snapshot(manager: &Manager) -> Snapshot {
             .into_iter()
             .map(|g| AnaGroupMetrics {
                 group: g.id.to_string(),
-                state: serde_json::to_value(g.state)
-                    .ok()
-                    .and_then(|v| v.as_str().map(String::from))
-                    .unwrap_or_default(),
+                state: g.state,
                 changes: g.change_count,
             })
             .collect(),

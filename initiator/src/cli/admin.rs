@@ -294,7 +294,7 @@ pub struct AnaGroupsArgs {
 }
 
 fn parse_ana_state(text: &str) -> Result<AnaState, String> {
-    serde_json::from_value(serde_json::Value::String(text.into())).map_err(|_| {
+    (AnaState::ALL.into_iter().find(|s| s.name() == text)).ok_or_else(|| {
         format!("{text}: optimized, non-optimized, inaccessible, persistent-loss or change")
     })
 }
@@ -310,14 +310,9 @@ pub async fn ana_groups(args: AnaGroupsArgs) -> Result<()> {
     if args.api.json {
         return print_json(&groups);
     }
-    let name = |s: AnaState| {
-        serde_json::to_value(s)
-            .ok()
-            .and_then(|v| v.as_str().map(String::from))
-    };
     let rows = (groups.iter())
         .map(|g| {
-            let state = name(g.state).unwrap_or_default();
+            let state = g.state.name().to_string();
             vec![g.id.to_string(), state, g.change_count.to_string()]
         })
         .collect();

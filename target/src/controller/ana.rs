@@ -50,24 +50,11 @@ impl Ana {
     }
 }
 
-/// Whether `state` is one a group may be put in.
-pub fn valid_state(state: u8) -> bool {
-    matches!(
-        state,
-        ana_state::OPTIMIZED
-            | ana_state::NON_OPTIMIZED
-            | ana_state::INACCESSIBLE
-            | ana_state::PERSISTENT_LOSS
-            | ana_state::CHANGE
-    )
-}
-
 impl TargetState {
     /// Puts ANA group `ANA_GROUP` in `state` (one of `ana_state`): commands admitted from now
     /// on see it, and every I/O controller whose host asked for ANA change notices gets one.
     /// Returns whether it changed.
     pub fn set_ana_state(&self, state: u8) -> bool {
-        debug_assert!(valid_state(state));
         if self.ana.state.swap(state, Ordering::Relaxed) == state {
             return false;
         }
