@@ -27,20 +27,19 @@ pub struct ApiEndpoint {
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
-impl ApiEndpoint {
-    /// Serves the API of `target` on `tcp` (already bound) and on a Unix socket at `socket`
-    /// (replacing a stale one; an error if another fabrikd answers there).
-    pub async fn start(
-        target: &Target,
-        token: String,
-        tcp: Option<TcpListener>,
-        socket: Option<&Path>,
-    ) -> anyhow::Result<ApiEndpoint> {
-        let app = target
-            .api_router(token.clone())
-            .merge(target.metrics_router(token));
-        let stop = CancellationToken::new();
-        let mut tasks = Vec::new();
+/// The API's sockets, bound but not yet answering. fabrikd binds them before it serves
+/// NVMe: a script that waits for the NVMe port and then calls `fabrik` found no local socket
+/// yet (CI's interop compose step failed that way). A client that connects before
+/// `serve` waits in the listen backlog.
+pub struct ApiListeners {
+    tcp: Option<TcpListener>,
+    unix: Option<(tokio::net::UnixListener, PathBuf)>,
+}
+
+impl ApiListeners {
+    /// Binds the local socket at `socket` (replacing a stale one; an error if another fabrikd
+    /// answers there) beside `tcp` (already bound).
+    pub async fn bind(tcp: Option<TcpListener>, socket: Option<&Path>) -> anyhow::Result<Self> {
         let unix = match socket {
             Some(path) => {
                 if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -49,6 +48,22 @@ impl ApiEndpoint {
                 let listener = http::bind_unix(path)
                     .await
                     .with_context(|| format!("cannot serve the API on {}", path.display()))?;
+                Some((listener, path.to_path_buf()))
+            }
+            None => None,
+        };
+        Ok(ApiListeners { tcp, unix })
+    }
+
+    /// Answers the API of `target` on these sockets.
+    pub fn serve(self, target: &Target, token: String) -> anyhow::Result<ApiEndpoint> {
+        let app = target
+            .api_router(token.clone())
+            .merge(target.metrics_router(token));
+        let stop = CancellationToken::new();
+        let mut tasks = Vec::new();
+        let socket = match self.unix {
+            Some((listener, path)) => {
                 let (app, stop) = (app.clone(), stop.clone());
                 tasks.push(tokio::spawn(async move {
                     let stopped = async move { stop.cancelled().await };
@@ -58,11 +73,11 @@ impl ApiEndpoint {
                         tracing::error!("the API's local socket failed: {e}");
                     }
                 }));
-                Some(path.to_path_buf())
+                Some(path)
             }
             None => None,
         };
-        let tcp = match tcp {
+        let tcp = match self.tcp {
             Some(listener) => {
                 let addr = listener.local_addr()?;
                 let stop = stop.clone();
@@ -79,10 +94,29 @@ impl ApiEndpoint {
         };
         Ok(ApiEndpoint {
             tcp,
-            socket: unix,
+            socket,
             stop,
             tasks,
         })
+    }
+
+    /// Removes the socket file of listeners never served (fabrikd failed to start).
+    pub fn discard(self) {
+        if let Some((_, path)) = self.unix {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+impl ApiEndpoint {
+    /// Serves the API of `target` on `tcp` (already bound) and on a Unix socket at `socket`.
+    pub async fn start(
+        target: &Target,
+        token: String,
+        tcp: Option<TcpListener>,
+        socket: Option<&Path>,
+    ) -> anyhow::Result<ApiEndpoint> {
+        ApiListeners::bind(tcp, socket).await?.serve(target, token)
     }
 
     /// The TCP address actually bound.

@@ -9,7 +9,7 @@ use anyhow::Context;
 use clap::Parser;
 use fabrik_api::config::{parse_size, ConfigFile};
 use fabrik_target::config::{default_data_dir, parse_backend, Config};
-use fabrik_target::endpoints::ApiEndpoint;
+use fabrik_target::endpoints::ApiListeners;
 use fabrik_target::metrics::MetricsEndpoint;
 use fabrik_target::model::Transport;
 use fabrik_target::Target;
@@ -265,7 +265,14 @@ async fn run(config: Config, endpoints: Endpoints) -> anyhow::Result<()> {
             Err(e) => return Err(e).with_context(|| format!("cannot listen on {addr} (--api)")),
         },
     };
-    let target = Target::start(config.clone()).await?;
+    let listeners = ApiListeners::bind(api_listener, endpoints.api_socket.as_deref()).await?;
+    let target = match Target::start(config.clone()).await {
+        Ok(t) => t,
+        Err(e) => {
+            listeners.discard();
+            return Err(e);
+        }
+    };
     let drives = target.manager().state().drives.len();
     let metrics = match endpoints.metrics {
         None => None,
@@ -289,13 +296,7 @@ async fn run(config: Config, endpoints: Endpoints) -> anyhow::Result<()> {
         eprintln!("  Prometheus metrics: http://{}/metrics", m.addr());
     }
     let token = fabrik_target::state::api_token(&config.data_dir, config.api_token.as_deref())?;
-    let api = ApiEndpoint::start(
-        &target,
-        token,
-        api_listener,
-        endpoints.api_socket.as_deref(),
-    )
-    .await?;
+    let api = listeners.serve(&target, token)?;
     if let Some(path) = api.socket_path() {
         eprintln!(
             "  management API on the local socket {} (fabrik's default; no token)",

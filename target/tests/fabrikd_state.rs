@@ -200,3 +200,28 @@ async fn state_survives_kill_9_and_a_corrupt_file_stops_fabrikd() {
         corrupt
     );
 }
+
+/// Once fabrikd accepts NVMe connections its API answers too: scripts (CI's kernel interop
+/// among them) wait for the NVMe port and then call `fabrik`, which failed while the local
+/// socket was bound after the target started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_answers_as_soon_as_the_nvme_port_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let ports = Ports {
+        nvme: free_port(),
+        api: free_port(),
+    };
+    let mut child = fabrikd(dir.path(), &ports, &[]).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", ports.nvme)).is_err() {
+        assert!(child.try_wait().unwrap().is_none(), "fabrikd exited");
+        assert!(
+            Instant::now() < deadline,
+            "fabrikd's NVMe port did not come up"
+        );
+        std::thread::yield_now();
+    }
+    let drives = Client::unix(&dir.path().join("api.sock")).drives().await;
+    kill9(child);
+    assert_eq!(drives.expect("the API's local socket answers").len(), 4);
+}
