@@ -219,6 +219,14 @@ impl Client {
             .await
     }
 
+    pub async fn module(&self) -> Result<Module, ClientError> {
+        self.get("/module").await
+    }
+
+    pub async fn set_maintenance(&self, maintenance: bool) -> Result<Module, ClientError> {
+        self.put("/module", &ModuleRequest { maintenance }).await
+    }
+
     pub async fn controllers(&self) -> Result<Vec<Controller>, ClientError> {
         self.get("/controllers").await
     }

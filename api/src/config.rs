@@ -48,6 +48,11 @@ pub struct ConfigFile {
     /// response capsule, for every host (default false: only for hosts that disabled SQ flow
     /// control, as the NVMe/TCP specification allows).
     pub c2h_success: Option<bool>,
+    /// Which of the box's two I/O modules this is: "a" or "b" (absent: the box has one).
+    pub module: Option<String>,
+    /// Where generated file drives live (default: `<data_dir>/drives`); the two modules of a
+    /// box give the same one.
+    pub drive_dir: Option<PathBuf>,
     pub drives: Option<GeneratedDrives>,
     #[serde(default, rename = "drive")]
     pub drive: Vec<DriveEntry>,

@@ -71,6 +71,10 @@ pub trait Management: Send + Sync + 'static {
     /// Puts the group in `req.state` (kept across restarts).
     fn set_ana_group(&self, id: u32, req: AnaGroupRequest) -> MgmtResult<AnaGroup>;
 
+    fn module(&self) -> Module;
+    /// Puts the module into maintenance or back (kept across restarts).
+    fn set_module(&self, req: ModuleRequest) -> MgmtResult<Module>;
+
     fn compositions(&self) -> Vec<Composition>;
     fn composition(&self, id: &str) -> MgmtResult<Composition>;
     fn compose(&self, req: CompositionRequest) -> MgmtResult<Composition>;

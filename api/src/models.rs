@@ -293,6 +293,31 @@ pub struct AnaGroup {
     pub change_count: u64,
 }
 
+/// This I/O module: which of the box's two it is, whether it is in maintenance, and its ANA
+/// groups as its ports report them.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct Module {
+    /// "a" or "b"; null for a box of one module.
+    pub name: Option<String>,
+    /// In maintenance: every group is inaccessible through this module's ports, so multipath
+    /// hosts go on through the other module.
+    pub maintenance: bool,
+    /// In maintenance with no I/O command left in flight: this module may be stopped without
+    /// a host noticing.
+    pub drained: bool,
+    /// I/O commands its hosts' queues have in flight.
+    pub io_in_flight: u64,
+    pub ana_groups: Vec<AnaGroup>,
+}
+
+/// Puts the module into maintenance (`true`) or back into service (`false`); kept across
+/// restarts.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ModuleRequest {
+    pub maintenance: bool,
+}
+
 /// Puts an ANA group in a state: the hosts are told (ANA change notice) and I/O follows it.
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema, PartialEq)]
 #[serde(deny_unknown_fields)]

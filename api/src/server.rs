@@ -29,7 +29,7 @@ use crate::routes::{self, ana, compositions, controllers, drives, hosts, ports, 
         ports::list, ports::get, ports::create, ports::delete,
         controllers::list, controllers::get, controllers::disconnect,
         compositions::list, compositions::get, compositions::create, compositions::delete,
-        ana::list, ana::get, ana::set,
+        ana::list, ana::get, ana::set, ana::module, ana::set_module,
     ),
     components(schemas(Problem)),
     modifiers(&BearerAuth),
@@ -97,6 +97,7 @@ pub fn router(m: Arc<dyn Management>, auth: Auth) -> Router {
         .route("/ports/{id}", get(ports::get).delete(ports::delete))
         .route("/ana-groups", get(ana::list))
         .route("/ana-groups/{id}", get(ana::get).put(ana::set))
+        .route("/module", get(ana::module).put(ana::set_module))
         .route("/controllers", get(controllers::list))
         .route("/controllers/{id}", get(controllers::get))
         .route(

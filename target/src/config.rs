@@ -9,6 +9,7 @@ use fabrik_api::config::{parse_size, ConfigFile};
 
 use crate::backend::BackendKind;
 use crate::model::Transport;
+use crate::module::ModuleId;
 
 pub const DEFAULT_DRIVES: u32 = 24;
 pub const DEFAULT_DRIVE_SIZE: u64 = 64 << 30;
@@ -76,6 +77,11 @@ pub struct Config {
     pub polling: crate::reactor::Polling,
     /// NVMe/TCP reads end with a SUCCESS-flagged C2HData for every host (see `TargetState`).
     pub c2h_success: bool,
+    /// Which of the box's two I/O modules this fabrikd is (None: the box has one).
+    pub module: Option<ModuleId>,
+    /// Where generated file drives live (None: `<data_dir>/drives`): the two modules of a box
+    /// have a data directory each and open the same drives.
+    pub drive_dir: Option<PathBuf>,
 }
 
 /// Settings given explicitly rather than defaulted.
@@ -109,6 +115,8 @@ impl Config {
             cores: Vec::new(),
             polling: Default::default(),
             c2h_success: false,
+            module: None,
+            drive_dir: None,
         }
     }
 
@@ -130,6 +138,12 @@ impl Config {
         }
         if let Some(on) = file.c2h_success {
             self.c2h_success = on;
+        }
+        if let Some(m) = &file.module {
+            self.module = Some(m.parse().map_err(anyhow::Error::msg)?);
+        }
+        if let Some(dir) = &file.drive_dir {
+            self.drive_dir = Some(dir.clone());
         }
         if file.api.is_some() {
             self.api = file.api.clone();
@@ -237,9 +251,11 @@ impl Config {
                 let id = format!("{i:02}");
                 DriveSpec {
                     path: match self.backend {
-                        BackendKind::File => {
-                            Some(self.data_dir.join("drives").join(format!("drive-{id}.img")))
-                        }
+                        BackendKind::File => Some(
+                            (self.drive_dir.clone())
+                                .unwrap_or_else(|| self.data_dir.join("drives"))
+                                .join(format!("drive-{id}.img")),
+                        ),
                         _ => None,
                     },
                     id,
@@ -284,6 +300,18 @@ impl Config {
                 bail!(
                     "api_token must be at least 16 characters without spaces (or leave it out: \
                      fabrikd then generates one into <data-dir>/api-token)"
+                );
+            }
+        }
+        if self.module.is_some() {
+            if let Some(d) = (self.drive_list().into_iter())
+                .find(|d| matches!(d.backend, BackendKind::Ram | BackendKind::Null))
+            {
+                bail!(
+                    "drive {}: the {} backend keeps its data in this process, and the two I/O \
+                     modules of a box serve the same drives (use file or block drives)",
+                    d.id,
+                    d.backend.name()
                 );
             }
         }

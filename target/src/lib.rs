@@ -9,7 +9,8 @@
 //! or a later one, so the crate has no import circles. `tests/layers.rs` checks the code against
 //! this list; a new module gets a place in it.
 //!
-//! - `numa`, `timer`: where cores and NICs sit (sysfs); timers, on a thread of their own
+//! - `numa`, `timer`, `module`: where cores and NICs sit (sysfs); timers, on a thread of their
+//!   own; what the two I/O modules of a box derive from their names
 //! - `stats`, `files`: the counters the I/O path increments; private files and directories
 //! - `reactor`: the I/O threads (each claims its own stripe of the counters)
 //! - `backend`: drives (file, block device, RAM, null) and the lost-write guard
@@ -31,6 +32,7 @@ pub mod files;
 pub mod management;
 pub mod metrics;
 pub mod model;
+pub mod module;
 pub mod numa;
 pub mod reactor;
 pub mod state;
@@ -87,7 +89,11 @@ impl Target {
         let mut drives = BTreeMap::new();
         for d in &persisted.drives {
             let spec = d.spec()?;
-            let drive = open_drive(&spec).with_context(|| format!("drive {}", spec.id))?;
+            let lock = match config.module {
+                Some(_) => backend::Lock::Module,
+                None => backend::Lock::Exclusive,
+            };
+            let drive = open_drive(&spec, lock).with_context(|| format!("drive {}", spec.id))?;
             let recorded = persisted.drive_faults.get(&spec.id).map(|f| Fault {
                 since: f.since,
                 cause: f.cause.clone(),
@@ -112,7 +118,8 @@ impl Target {
         let target = Arc::new(
             TargetState::new(persisted.box_name.clone())
                 .with_reactors(config.cores.clone(), config.polling)
-                .with_c2h_success(config.c2h_success),
+                .with_c2h_success(config.c2h_success)
+                .with_module(config.module),
         );
         let ports = persisted.ports.clone();
         let stop = CancellationToken::new();
@@ -224,25 +231,31 @@ impl Target {
     }
 }
 
-fn open_drive(spec: &DriveSpec) -> anyhow::Result<Arc<dyn Drive>> {
+fn open_drive(spec: &DriveSpec, lock: backend::Lock) -> anyhow::Result<Arc<dyn Drive>> {
     Ok(match spec.backend {
         BackendKind::File => {
             let path = spec
                 .path
                 .as_ref()
                 .context("the file backend needs a path")?;
-            Arc::new(backend::file::FileDrive::open(
-                path,
-                spec.size,
-                spec.block_size,
-            )?)
+            Arc::new(match lock {
+                backend::Lock::Exclusive => {
+                    backend::file::FileDrive::open(path, spec.size, spec.block_size)?
+                }
+                backend::Lock::Module => {
+                    backend::file::FileDrive::open_shared(path, spec.size, spec.block_size)?
+                }
+            })
         }
         BackendKind::Block => {
             let path = spec
                 .path
                 .as_ref()
                 .context("the block backend needs a path")?;
-            Arc::new(backend::block::BlockDrive::open(path)?)
+            Arc::new(match lock {
+                backend::Lock::Exclusive => backend::block::BlockDrive::open(path)?,
+                backend::Lock::Module => backend::block::BlockDrive::open_shared(path)?,
+            })
         }
         BackendKind::Ram => Arc::new(backend::ram::RamDrive::new(spec.size, spec.block_size)?),
         BackendKind::Null => Arc::new(backend::null::NullDrive::new(spec.size, spec.block_size)?),

@@ -74,6 +74,15 @@ struct Args {
     /// in epoll; 0: it sleeps between events [default: 20].
     #[arg(long, value_name = "US")]
     poll_idle_us: Option<u64>,
+    /// This fabrikd is I/O module a or b of a box: the two serve the same subsystems from the
+    /// same drives through their own ports, with disjoint controller IDs and an ANA group each
+    /// (see the README's "Two I/O modules"). Both need the same --box-name.
+    #[arg(long, value_name = "a|b")]
+    module: Option<String>,
+    /// Where generated file drives live [default: <data-dir>/drives]; the two modules of a box
+    /// give the same directory.
+    #[arg(long, value_name = "DIR")]
+    drive_dir: Option<PathBuf>,
     /// NVMe/TCP: end every successful read with its last C2HData PDU (SUCCESS flag), without a
     /// response capsule, as SPDK's target does by default. The specification allows it only
     /// for hosts that disable SQ flow control (without this flag, only for those).
@@ -182,8 +191,11 @@ fn metrics_addr(arg: Option<&str>) -> anyhow::Result<Option<(SocketAddr, bool)>>
 fn build_config(args: &Args) -> anyhow::Result<Config> {
     let mut config = Config::default_jbof(default_data_dir());
     config.persist_state = true;
+    let mut box_named_in_file = false;
     if let Some(path) = &args.config {
-        config.apply_file(&ConfigFile::load(path)?)?;
+        let file = ConfigFile::load(path)?;
+        box_named_in_file = file.box_name.is_some();
+        config.apply_file(&file)?;
     }
     if let Some(d) = &args.data_dir {
         config.data_dir = d.clone();
@@ -228,6 +240,17 @@ fn build_config(args: &Args) -> anyhow::Result<Config> {
     }
     if args.c2h_success {
         config.c2h_success = true;
+    }
+    if let Some(m) = &args.module {
+        config.module = Some(m.parse().map_err(|e: String| anyhow::anyhow!("--module: {e}"))?);
+    }
+    if let Some(dir) = &args.drive_dir {
+        config.drive_dir = Some(dir.clone());
+    }
+    if config.module.is_some() && args.box_name.is_none() && !box_named_in_file {
+        // The host name differs between the modules' machines: their NQNs would too, and hosts
+        // would see two boxes instead of two paths to one.
+        anyhow::bail!("an I/O module needs the box's name (--box-name or box_name), the same on both modules");
     }
     if let Some(cores) = &args.cores {
         config.cores = fabrik_target::reactor::parse_cores(cores)
@@ -349,6 +372,16 @@ fn print_banner(config: &Config, target: &Target, drives: usize) {
         human_size(size),
         config.data_dir.display()
     );
+    if let Some(m) = config.module {
+        let ids = fabrik_target::module::cntlids(Some(m));
+        eprintln!(
+            "  I/O module {m} of box {}: controller IDs {}-{}, ANA group {} optimized here",
+            state.box_name,
+            ids.start(),
+            ids.end(),
+            m.own_group()
+        );
+    }
     if state
         .drives
         .iter()

@@ -10,6 +10,7 @@
 //! (any host by default) returns. Hosts losing access are disconnected on the spot, and so are
 //! the composed host's controllers when its composition is removed.
 
+mod module;
 mod ports;
 mod views;
 
@@ -26,10 +27,10 @@ use crate::backend::guard::{Fault, Guarded};
 use crate::backend::{BackendKind, Drive};
 use crate::config::NQN_PREFIX;
 use crate::controller::limits::MAX_NAMESPACES;
-use crate::controller::{Subsystem, TargetState, ANA_GROUP};
+use crate::controller::{Subsystem, TargetState};
 use crate::model::Namespace;
 use crate::state::{
-    self, AnaSetting, CompositionState, HostState, NamespaceState, State, SubsystemState,
+    self, CompositionState, HostState, NamespaceState, State, SubsystemState,
 };
 
 pub struct Manager {
@@ -91,7 +92,8 @@ impl Manager {
         let empty = State {
             subsystems: Vec::new(),
             compositions: Vec::new(),
-            ana_state: None,
+            ana_groups: BTreeMap::new(),
+            maintenance: false,
             ..state.clone()
         };
         m.apply(&empty, &state);
@@ -134,10 +136,7 @@ impl Manager {
     /// Makes the live target follow `new` (coming from `old`): subsystems, namespaces and access,
     /// the ANA group's state.
     fn apply(&self, old: &State, new: &State) {
-        let ana = |s: &State| s.ana_state.unwrap_or(AnaSetting::Optimized);
-        if ana(old) != ana(new) && self.target.set_ana_state(ana(new).code()) {
-            tracing::info!("ANA group {ANA_GROUP} is now {:?}", ana(new));
-        }
+        self.apply_ana(old, new);
         let old_subs: BTreeMap<&str, &SubsystemState> =
             old.subsystems.iter().map(|s| (s.nqn.as_str(), s)).collect();
         let new_subs: BTreeMap<&str, &SubsystemState> =
@@ -183,12 +182,10 @@ impl Manager {
                             }
                             _ => format!("{}:{drive}", new.box_name),
                         };
-                        live.add_namespace(Arc::new(Namespace::new(
-                            nsid,
-                            drive,
-                            d.clone(),
-                            &identity,
-                        )));
+                        let group = crate::module::ana_group_of(self.target.module, drive);
+                        live.add_namespace(Arc::new(
+                            Namespace::new(nsid, drive, d.clone(), &identity).in_ana_group(group),
+                        ));
                     }
                 }
             }
@@ -265,30 +262,23 @@ impl Management for Manager {
     }
 
     fn ana_groups(&self) -> Vec<api::AnaGroup> {
-        vec![self.ana_group_view()]
+        self.ana_groups_view()
     }
 
     fn ana_group(&self, id: u32) -> MgmtResult<api::AnaGroup> {
-        if id != ANA_GROUP {
-            return Err(not_found(format!("no ANA group {id}")));
-        }
-        Ok(self.ana_group_view())
+        self.ana_group_by_id(id)
     }
 
     fn set_ana_group(&self, id: u32, req: api::AnaGroupRequest) -> MgmtResult<api::AnaGroup> {
-        self.ana_group(id)?;
-        let setting = match req.state {
-            api::AnaState::Optimized => AnaSetting::Optimized,
-            api::AnaState::NonOptimized => AnaSetting::NonOptimized,
-            api::AnaState::Inaccessible => AnaSetting::Inaccessible,
-            api::AnaState::PersistentLoss => AnaSetting::PersistentLoss,
-            api::AnaState::Change => AnaSetting::Change,
-        };
-        self.mutate(|st| {
-            st.ana_state = (setting != AnaSetting::Optimized).then_some(setting);
-            Ok(())
-        })?;
-        Ok(self.ana_group_view())
+        self.put_ana_group(id, req)
+    }
+
+    fn module(&self) -> api::Module {
+        self.module_view()
+    }
+
+    fn set_module(&self, req: api::ModuleRequest) -> MgmtResult<api::Module> {
+        self.put_module(req)
     }
 
     fn drive(&self, id: &str) -> MgmtResult<api::Drive> {

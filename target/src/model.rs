@@ -20,6 +20,8 @@ pub struct Namespace {
     pub drive: Arc<dyn Drive>,
     pub nguid: [u8; 16],
     pub uuid: [u8; 16],
+    /// The ANA group it belongs to (ANAGRPID; see `crate::module::ana_group_of`).
+    pub ana_group: u32,
     /// False while the drive cannot serve I/O (commands get Namespace Not Ready).
     pub ready: AtomicBool,
     /// Taken out of its subsystem (removed or replaced): a command admitted before looks
@@ -41,10 +43,17 @@ impl Namespace {
             drive,
             nguid,
             uuid,
+            ana_group: 1,
             ready: AtomicBool::new(true),
             removed: AtomicBool::new(false),
             stats: NamespaceStats::default(),
         }
+    }
+
+    /// In ANA group `grpid` rather than 1.
+    pub fn in_ana_group(mut self, grpid: u32) -> Namespace {
+        self.ana_group = grpid;
+        self
     }
 
     pub fn block_size(&self) -> u32 {

@@ -60,10 +60,14 @@ pub struct State {
     /// Drives that lost a write and refuse changes until an operator clears them (by ID).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub drive_faults: BTreeMap<String, DriveFault>,
-    /// The ANA group's state as an operator set it (none: optimized): a target taken out of
-    /// service stays out after a restart until it is put back.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ana_state: Option<AnaSetting>,
+    /// ANA group states an operator set, by group ID (a group not here is in the module's
+    /// default state: see `Manager::ana_setting`): a path taken out of service stays out after
+    /// a restart until it is put back.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub ana_groups: BTreeMap<u32, AnaSetting>,
+    /// This I/O module is in maintenance: every group inaccessible through its ports.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub maintenance: bool,
 }
 
 /// An ANA group state, as Linux nvmet's configfs names them.
@@ -279,7 +283,8 @@ impl State {
             next_composition: 1,
             alias_key: new_alias_key(),
             drive_faults: BTreeMap::new(),
-            ana_state: None,
+            ana_groups: BTreeMap::new(),
+            maintenance: false,
         }
     }
 

@@ -132,7 +132,7 @@ async fn an_ana_state_change_reaches_the_host_and_gates_its_io() {
     let aer = ctrl.submit_admin(AdminCommand::AsyncEventRequest.to_sqe(0), None, 0);
     let change = async {
         tokio::time::sleep(Duration::from_millis(100)).await;
-        assert!(state.set_ana_state(ana_state::INACCESSIBLE));
+        assert!(state.set_ana_state(1, ana_state::INACCESSIBLE));
     };
     let (event, ()) = tokio::join!(aer, change);
     assert_eq!(
@@ -156,9 +156,9 @@ async fn an_ana_state_change_reaches_the_host_and_gates_its_io() {
 
     // The log was read (without RAE): the next change is told too, and I/O works again.
     let aer = ctrl.submit_admin(AdminCommand::AsyncEventRequest.to_sqe(0), None, 0);
-    assert!(state.set_ana_state(ana_state::OPTIMIZED));
+    assert!(state.set_ana_state(1, ana_state::OPTIMIZED));
     assert!(
-        !state.set_ana_state(ana_state::OPTIMIZED),
+        !state.set_ana_state(1, ana_state::OPTIMIZED),
         "no change, no notice"
     );
     assert_eq!(aer.await.unwrap().cqe.status, Status::SUCCESS);

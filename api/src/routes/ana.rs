@@ -6,7 +6,7 @@ use axum::Json;
 
 use super::{blocking, read, Encoded, Mgmt};
 use crate::error::{ApiError, JsonBody, PathParam};
-use crate::models::{AnaGroup, AnaGroupRequest, Problem};
+use crate::models::{AnaGroup, AnaGroupRequest, Module, ModuleRequest, Problem};
 
 #[utoipa::path(get, path = "/api/v1/ana-groups", tag = "ana",
     responses((status = 200, description = "Every ANA group", body = Vec<AnaGroup>)))]
@@ -44,4 +44,27 @@ pub async fn set(
     JsonBody(req): JsonBody<AnaGroupRequest>,
 ) -> Result<Json<AnaGroup>, ApiError> {
     Ok(Json(blocking(&m, move |m| m.set_ana_group(id, req)).await?))
+}
+
+#[utoipa::path(get, path = "/api/v1/module", tag = "ana",
+    responses((status = 200, description = "This I/O module", body = Module)))]
+pub async fn module(State(m): State<Mgmt>) -> Result<Encoded, ApiError> {
+    read(&m, |m| Ok(m.module())).await
+}
+
+/// A planned failover: `{"maintenance": true}` makes every group inaccessible through this
+/// module's ports (multipath hosts move their I/O to the other module) and `drained` turns
+/// true once no I/O command is left in flight; `{"maintenance": false}` puts it back.
+#[utoipa::path(put, path = "/api/v1/module", tag = "ana", request_body = ModuleRequest,
+    security(("bearer" = [])),
+    responses((status = 200, body = Module),
+        (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Body is not application/json", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No or wrong token", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "JSON of the wrong shape", body = Problem, content_type = "application/problem+json")))]
+pub async fn set_module(
+    State(m): State<Mgmt>,
+    JsonBody(req): JsonBody<ModuleRequest>,
+) -> Result<Json<Module>, ApiError> {
+    Ok(Json(blocking(&m, move |m| m.set_module(req)).await?))
 }

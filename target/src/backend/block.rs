@@ -13,7 +13,8 @@ use bytes::Bytes;
 use super::aligned::{AlignedBuf, BufPool, ALIGN};
 use super::engine::{Buf, Engine, EngineFile, IoMode};
 use super::{
-    check_geometry, check_range, BackendKind, BoxFuture, Drive, DriveError, DriveInfo, ReadBuf,
+    check_geometry, check_range, BackendKind, BoxFuture, Drive, DriveError, DriveInfo, Lock,
+    ReadBuf,
 };
 
 /// Registered buffers per drive. The kernel pins them and, for unprivileged users, charges
@@ -58,6 +59,16 @@ impl BlockDrive {
 
     /// `open`, choosing how I/O is done.
     pub fn open_with(path: &Path, mode: IoMode) -> Result<BlockDrive, DriveError> {
+        BlockDrive::open_locked(path, mode, Lock::Exclusive)
+    }
+
+    /// `open`, for one of a box's two I/O modules: the device is shared with the other one
+    /// (on one machine, the device is not claimed; a file gets a shared lock).
+    pub fn open_shared(path: &Path) -> Result<BlockDrive, DriveError> {
+        BlockDrive::open_locked(path, IoMode::Auto, Lock::Module)
+    }
+
+    fn open_locked(path: &Path, mode: IoMode, lock: Lock) -> Result<BlockDrive, DriveError> {
         let meta = std::fs::metadata(path).map_err(|e| DriveError::open(path, e))?;
         let is_device = meta.file_type().is_block_device();
         if !is_device && !meta.is_file() {
@@ -67,7 +78,7 @@ impl BlockDrive {
             );
             return Err(DriveError::Unusable(msg));
         }
-        let file = open_direct(path, is_device)?;
+        let file = open_direct(path, is_device, lock)?;
         let geometry = if is_device {
             device_geometry(&file)
         } else {
@@ -115,9 +126,10 @@ impl BlockDrive {
     }
 }
 
-fn open_direct(path: &Path, is_device: bool) -> Result<File, DriveError> {
+fn open_direct(path: &Path, is_device: bool, lock: Lock) -> Result<File, DriveError> {
     // O_EXCL on a block device claims it: refused while mounted or held by another opener.
-    let flags = libc::O_DIRECT | if is_device { libc::O_EXCL } else { 0 };
+    let claim = is_device && lock == Lock::Exclusive;
+    let flags = libc::O_DIRECT | if claim { libc::O_EXCL } else { 0 };
     let file = OpenOptions::new()
         .read(true)
         .write(true)
@@ -130,7 +142,7 @@ fn open_direct(path: &Path, is_device: bool) -> Result<File, DriveError> {
     });
     let file = file.map_err(|e| DriveError::open(path, e))?;
     if !is_device {
-        super::file::lock_exclusive(path, &file)?;
+        super::file::lock_file(path, &file, lock)?;
     }
     Ok(file)
 }

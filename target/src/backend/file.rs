@@ -11,7 +11,8 @@ use bytes::Bytes;
 
 use super::engine::{Buf, Engine, EngineFile, IoMode};
 use super::{
-    check_geometry, check_range, BackendKind, BoxFuture, Drive, DriveError, DriveInfo, ReadBuf,
+    check_geometry, check_range, BackendKind, BoxFuture, Drive, DriveError, DriveInfo, Lock,
+    ReadBuf,
 };
 
 pub struct FileDrive {
@@ -34,8 +35,23 @@ impl FileDrive {
         block_size: u32,
         mode: IoMode,
     ) -> Result<FileDrive, DriveError> {
+        FileDrive::open_locked(path, capacity, block_size, mode, Lock::Exclusive)
+    }
+
+    /// `open`, for one of a box's two I/O modules: the file is shared with the other one.
+    pub fn open_shared(path: &Path, capacity: u64, block_size: u32) -> Result<FileDrive, DriveError> {
+        FileDrive::open_locked(path, capacity, block_size, IoMode::Auto, Lock::Module)
+    }
+
+    fn open_locked(
+        path: &Path,
+        capacity: u64,
+        block_size: u32,
+        mode: IoMode,
+        lock: Lock,
+    ) -> Result<FileDrive, DriveError> {
         check_geometry(capacity, block_size)?;
-        let file = open_file(path)?;
+        let file = open_file(path, lock)?;
         size_file(path, &file, capacity)?;
         let engine = Engine::new(mode, &path.display().to_string(), None, 1)
             .map_err(DriveError::Unusable)?;
@@ -61,7 +77,7 @@ impl FileDrive {
     }
 }
 
-fn open_file(path: &Path) -> Result<File, DriveError> {
+fn open_file(path: &Path, lock: Lock) -> Result<File, DriveError> {
     let err = |e| DriveError::open(path, e);
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         crate::files::create_private_dir(dir).map_err(err)?;
@@ -73,20 +89,32 @@ fn open_file(path: &Path) -> Result<File, DriveError> {
             path.display()
         )));
     }
-    lock_exclusive(path, &file)?;
+    lock_file(path, &file, lock)?;
     Ok(file)
 }
 
-/// Two targets serving one file would corrupt it, so a drive holds an exclusive flock on
-/// its file for as long as the descriptor is open.
-pub(super) fn lock_exclusive(path: &Path, file: &File) -> Result<(), DriveError> {
+/// Two targets serving one file would corrupt it, so a drive holds a flock on its file for as
+/// long as the descriptor is open: exclusive, or shared by the two I/O modules of a box (which
+/// write through to it both, and keep nothing of it in memory), whom a target that is not a
+/// module still cannot join.
+pub(super) fn lock_file(path: &Path, file: &File, lock: Lock) -> Result<(), DriveError> {
+    let how = match lock {
+        Lock::Exclusive => libc::LOCK_EX,
+        Lock::Module => libc::LOCK_SH,
+    };
     // SAFETY: plain syscall on a descriptor we own.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+    if unsafe { libc::flock(file.as_raw_fd(), how | libc::LOCK_NB) } == 0 {
         return Ok(());
     }
     let e = io::Error::last_os_error();
-    let e = match e.kind() {
-        io::ErrorKind::WouldBlock => io::Error::new(e.kind(), "file is in use by another drive"),
+    let e = match (e.kind(), lock) {
+        (io::ErrorKind::WouldBlock, Lock::Exclusive) => {
+            io::Error::new(e.kind(), "file is in use by another drive")
+        }
+        (io::ErrorKind::WouldBlock, Lock::Module) => io::Error::new(
+            e.kind(),
+            "file is in use by a target that is not an I/O module (only the two modules of a box share a drive)",
+        ),
         _ => e,
     };
     Err(DriveError::open(path, e))

@@ -80,6 +80,15 @@ impl BackendKind {
 }
 
 /// What a drive is, fixed when it is opened.
+/// Whom a drive's file or device is shared with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lock {
+    /// Nobody: this process serves it alone.
+    Exclusive,
+    /// The box's other I/O module, which serves the same drive (`crate::module`).
+    Module,
+}
+
 #[derive(Clone, Debug)]
 pub struct DriveInfo {
     pub kind: BackendKind,

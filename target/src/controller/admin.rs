@@ -19,7 +19,7 @@ use fabrik_proto::Status;
 
 use super::fabrics::NVME_VERSION;
 use super::queue::Response;
-use super::{limits, Controller, ANA_GROUP};
+use super::{limits, Controller};
 
 const FIRMWARE_REVISION: &str = env!("CARGO_PKG_VERSION");
 
@@ -223,8 +223,16 @@ impl Controller {
             } else {
                 anacap::OPTIMIZED
             },
-            anagrpmax: if self.is_discovery() { 0 } else { ANA_GROUP },
-            nanagrpid: if self.is_discovery() { 0 } else { 1 },
+            anagrpmax: if self.is_discovery() {
+                0
+            } else {
+                self.target.ana.groups()
+            },
+            nanagrpid: if self.is_discovery() {
+                0
+            } else {
+                self.target.ana.groups()
+            },
             mnan: if self.is_discovery() {
                 0
             } else {
@@ -299,7 +307,7 @@ impl Controller {
                     // it 4 KiB at a time, and its second read's offset is past the groups.
                     let mut page = log.encode(lsp & ANA_LSP_GROUPS_ONLY != 0);
                     let most = ANA_LOG_HEADER_LEN
-                        + ANA_GROUP_DESCRIPTOR_LEN
+                        + ANA_GROUP_DESCRIPTOR_LEN * self.target.ana.groups() as usize
                         + 4 * limits::MAX_NAMESPACES as usize;
                     page.resize(page.len().max(most), 0);
                     page
@@ -493,7 +501,7 @@ pub(super) fn identify_namespace(ns: &crate::model::Namespace) -> IdentifyNamesp
         nlbaf: 0,
         flbas: 0,
         nmic: 1,
-        anagrpid: ANA_GROUP,
+        anagrpid: ns.ana_group,
         dlfeat: 1 << 3 | 0b001, // Write Zeroes may deallocate; deallocated blocks read zeros
         nguid: ns.nguid,
         lbaf: vec![LbaFormat {

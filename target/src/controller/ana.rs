@@ -1,7 +1,7 @@
-//! Asymmetric namespace access: the state of the ANA group as this process's ports report it,
+//! Asymmetric namespace access: the state of each ANA group as this process's ports report it,
 //! the ANA log page, the status an I/O gets on a path that may not be used, and the ANA change
-//! notice. One group for now, holding every namespace (the two I/O modules of a box will give
-//! each its own).
+//! notice. A box of one module has one group holding every namespace; each module of a pair
+//! has one group per module (`crate::module`).
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 
@@ -9,28 +9,36 @@ use fabrik_proto::nvme::features::aec;
 use fabrik_proto::nvme::log::{aen, ana_state, lid, AnaGroup, AnaLog};
 use fabrik_proto::Status;
 
-use super::{Controller, TargetState, ANA_GROUP};
+use super::{Controller, TargetState};
 
-/// The ANA group's state and change count: read by every I/O command (one relaxed load),
-/// written only when an operator changes it.
+/// The groups' states and the change count: read by every I/O command (one relaxed load),
+/// written only when an operator (or a module's maintenance) changes them.
 pub struct Ana {
-    state: AtomicU8,
+    /// State of group `i + 1` (ANAGRPIDs start at 1).
+    states: Box<[AtomicU8]>,
     chgcnt: AtomicU64,
 }
 
-impl Default for Ana {
-    fn default() -> Ana {
+impl Ana {
+    /// `groups` groups, all optimized.
+    pub fn new(groups: u32) -> Ana {
         Ana {
-            state: AtomicU8::new(ana_state::OPTIMIZED),
+            states: (0..groups)
+                .map(|_| AtomicU8::new(ana_state::OPTIMIZED))
+                .collect(),
             chgcnt: AtomicU64::new(0),
         }
     }
-}
 
-impl Ana {
-    /// The group's state (`ana_state`).
-    pub fn state(&self) -> u8 {
-        self.state.load(Ordering::Relaxed)
+    /// Number of groups; their IDs are 1 to this.
+    pub fn groups(&self) -> u32 {
+        self.states.len() as u32
+    }
+
+    /// Group `grpid`'s state (`ana_state`); None for a group that does not exist.
+    pub fn state(&self, grpid: u32) -> Option<u8> {
+        let i = usize::try_from(grpid).ok()?.checked_sub(1)?;
+        Some(self.states.get(i)?.load(Ordering::Relaxed))
     }
 
     /// Bumped by every change of state.
@@ -38,24 +46,31 @@ impl Ana {
         self.chgcnt.load(Ordering::Relaxed)
     }
 
-    /// Whether an I/O command may run on this path: the path-related status (without DNR, so
-    /// the host retries it on another path) of a group that is not accessible.
-    pub fn io_allowed(&self) -> Result<(), Status> {
-        match self.state() {
-            ana_state::OPTIMIZED | ana_state::NON_OPTIMIZED => Ok(()),
-            ana_state::INACCESSIBLE => Err(Status::ANA_INACCESSIBLE),
-            ana_state::PERSISTENT_LOSS => Err(Status::ANA_PERSISTENT_LOSS),
+    /// Whether an I/O command on a namespace of group `grpid` may run on this path: the
+    /// path-related status (without DNR, so the host retries it on another path) of a group
+    /// that is not accessible.
+    pub fn io_allowed(&self, grpid: u32) -> Result<(), Status> {
+        match self.state(grpid) {
+            Some(ana_state::OPTIMIZED | ana_state::NON_OPTIMIZED) => Ok(()),
+            Some(ana_state::INACCESSIBLE) => Err(Status::ANA_INACCESSIBLE),
+            Some(ana_state::PERSISTENT_LOSS) => Err(Status::ANA_PERSISTENT_LOSS),
             _ => Err(Status::ANA_TRANSITION),
         }
     }
 }
 
 impl TargetState {
-    /// Puts ANA group `ANA_GROUP` in `state` (one of `ana_state`): commands admitted from now
-    /// on see it, and every I/O controller whose host asked for ANA change notices gets one.
-    /// Returns whether it changed.
-    pub fn set_ana_state(&self, state: u8) -> bool {
-        if self.ana.state.swap(state, Ordering::Relaxed) == state {
+    /// Puts ANA group `grpid` in `state` (one of `ana_state`): commands admitted from now on
+    /// see it, and every I/O controller whose host asked for ANA change notices gets one.
+    /// Returns whether it changed (false too for a group that does not exist).
+    pub fn set_ana_state(&self, grpid: u32, state: u8) -> bool {
+        let Some(slot) = (grpid as usize)
+            .checked_sub(1)
+            .and_then(|i| self.ana.states.get(i))
+        else {
+            return false;
+        };
+        if slot.swap(state, Ordering::Relaxed) == state {
             return false;
         }
         self.ana.chgcnt.fetch_add(1, Ordering::Relaxed);
@@ -69,24 +84,28 @@ impl TargetState {
 }
 
 impl Controller {
-    /// The ANA log as this controller's path sees it: the group, every namespace in it
+    /// The ANA log as this controller's path sees it: every group, with the namespaces in it
     /// (ascending: the Linux host walks them in step with its own list).
     pub(super) fn ana_log(&self) -> Option<AnaLog> {
-        let mut nsids: Vec<u32> = (self.subsystem()?.namespaces().iter())
-            .map(|ns| ns.nsid)
-            .collect();
-        nsids.sort_unstable();
+        let namespaces = self.subsystem()?.namespaces();
         let ana = &self.target.ana;
         let chgcnt = ana.change_count();
-        Some(AnaLog {
-            chgcnt,
-            groups: vec![AnaGroup {
-                grpid: ANA_GROUP,
-                chgcnt,
-                state: ana.state(),
-                nsids,
-            }],
-        })
+        let groups = (1..=ana.groups())
+            .map(|grpid| {
+                // `namespaces` is in NSID order.
+                let nsids = (namespaces.iter())
+                    .filter(|ns| ns.ana_group == grpid)
+                    .map(|ns| ns.nsid)
+                    .collect();
+                AnaGroup {
+                    grpid,
+                    chgcnt,
+                    state: ana.state(grpid).unwrap_or(ana_state::INACCESSIBLE),
+                    nsids,
+                }
+            })
+            .collect();
+        Some(AnaLog { chgcnt, groups })
     }
 
     /// An ANA group's state changed: the notice, if the host enabled it (masked, as every

@@ -7,6 +7,7 @@
 //! once, in memory.
 
 use std::future::Future;
+use std::sync::atomic::Ordering::Relaxed;
 
 use fabrik_proto::Cqe;
 
@@ -105,13 +106,15 @@ impl QueueBooks {
             return Err(QueueOverrun { entries });
         }
         self.outstanding += 1;
+        queue.in_flight.store(self.outstanding, Relaxed);
         Ok(Arrival::New)
     }
 
     /// The command `cid` (`Arrival::New` or `RetiredEvent`) is answered: its CID is free.
-    pub fn answered(&mut self, cid: u16) {
+    pub fn answered(&mut self, queue: &Queue, cid: u16) {
         if self.in_flight.remove(cid) {
             self.outstanding -= 1;
+            queue.in_flight.store(self.outstanding, Relaxed);
         }
         self.parked.answered(cid);
     }

@@ -179,7 +179,7 @@ impl Queue {
             }
             let s = sub.clone();
             let ctrl = sub
-                .register_controller(|id| {
+                .register_controller(&self.target.cntlids, |id| {
                     Arc::new(Controller::new(
                         id,
                         ControllerKind::Io(s),

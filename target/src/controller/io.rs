@@ -40,7 +40,7 @@ impl Controller {
             return Ok(None);
         }
         let ns = namespaces.get(cmd.nsid(), || self.namespace_for_io(cmd.nsid()))?;
-        self.target.ana.io_allowed()?;
+        self.target.ana.io_allowed(ns.ana_group)?;
         let bs = ns.block_size();
         match *cmd {
             IoCommand::Read { slba, nlb, .. }

@@ -75,9 +75,6 @@ pub mod limits {
     pub const ANATT: u8 = 10;
 }
 
-/// The ANA group every namespace is in, for now the only one: one process, one path state.
-pub const ANA_GROUP: u32 = 1;
-
 /// What kind of controller a host associated with.
 pub enum ControllerKind {
     Io(Arc<Subsystem>),
@@ -129,6 +126,8 @@ pub struct Controller {
     /// The namespace caches of the queues bound to this controller, told when a namespace
     /// changes.
     namespace_caches: Mutex<Vec<Arc<ns_cache::NamespaceCache>>>,
+    /// Its I/O queues' in-flight counts (see `Queue::in_flight`); a queue gone leaves a dead one.
+    io_queues_in_flight: Mutex<Vec<std::sync::Weak<std::sync::atomic::AtomicU32>>>,
 }
 
 /// Controller state every I/O command reads: atomics, written rarely.
@@ -207,6 +206,7 @@ impl Controller {
             drained: Notify::new(),
             live: LiveFlags::default(),
             namespace_caches: Mutex::new(Vec::new()),
+            io_queues_in_flight: Mutex::new(Vec::new()),
         }
     }
 
@@ -305,6 +305,20 @@ impl Controller {
     /// from now on (see `ns_cache`).
     fn watch_namespace_cache(&self, cache: &Arc<ns_cache::NamespaceCache>) {
         self.namespace_caches.lock().unwrap().push(cache.clone());
+    }
+
+    fn watch_io_queue(&self, in_flight: &Arc<std::sync::atomic::AtomicU32>) {
+        let mut queues = self.io_queues_in_flight.lock().unwrap();
+        queues.retain(|q| q.strong_count() > 0);
+        queues.push(Arc::downgrade(in_flight));
+    }
+
+    /// I/O commands its queues have in flight (at the backend or waiting for data).
+    pub fn io_in_flight(&self) -> u64 {
+        (self.io_queues_in_flight.lock().unwrap().iter())
+            .filter_map(std::sync::Weak::upgrade)
+            .map(|q| u64::from(q.load(std::sync::atomic::Ordering::Relaxed)))
+            .sum()
     }
 
     /// Its queue is gone: it holds no namespace any more.

@@ -4,6 +4,7 @@
 //! `admit` (parse and check everything that needs no data) and `execute`.
 
 use std::net::SocketAddr;
+use std::sync::atomic::AtomicU32;
 use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
@@ -171,6 +172,9 @@ pub struct Queue {
     pub local_addr: SocketAddr,
     pub peer_addr: SocketAddr,
     binding: OnceLock<Binding>,
+    /// Commands in flight on this queue, as its books count them (written only by the queue's
+    /// own thread, read by its controller: see `Controller::io_in_flight`).
+    pub(super) in_flight: Arc<AtomicU32>,
 }
 
 impl Queue {
@@ -186,6 +190,7 @@ impl Queue {
             local_addr,
             peer_addr,
             binding: OnceLock::new(),
+            in_flight: Arc::new(AtomicU32::new(0)),
         }
     }
 
@@ -198,11 +203,18 @@ impl Queue {
     }
 
     pub(super) fn bind(&self, binding: Binding) -> bool {
-        let (ctrl, namespaces) = (binding.ctrl.clone(), binding.namespaces.clone());
+        let (ctrl, namespaces, qid) = (
+            binding.ctrl.clone(),
+            binding.namespaces.clone(),
+            binding.qid,
+        );
         let bound = self.binding.set(binding).is_ok();
         if bound {
             ctrl.queue_bound();
             ctrl.watch_namespace_cache(&namespaces);
+            if qid > 0 {
+                ctrl.watch_io_queue(&self.in_flight);
+            }
         }
         bound
     }

@@ -8,6 +8,7 @@
 //! and stay in `model`, a layer below.
 
 use std::collections::{BTreeMap, HashMap};
+use std::ops::RangeInclusive;
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Instant;
@@ -16,6 +17,7 @@ use fabrik_proto::fabrics::nqn::Nqn;
 
 use super::Controller;
 use crate::model::{Namespace, Port};
+use crate::module::{self, ModuleId};
 use crate::reactor::{Polling, Reactors};
 use crate::stats::TargetMetrics;
 
@@ -38,9 +40,6 @@ pub struct Subsystem {
     next_cntlid: AtomicU16,
 }
 
-/// Highest dynamic controller ID (0xFFF0..0xFFFF are reserved).
-const MAX_CNTLID: u16 = 0xFFEF;
-
 impl Subsystem {
     pub fn new(
         nqn: Nqn,
@@ -57,7 +56,7 @@ impl Subsystem {
             volatile_cache: AtomicBool::new(false),
             controllers: Mutex::new(HashMap::new()),
             retiring: Mutex::new(Vec::new()),
-            next_cntlid: AtomicU16::new(1),
+            next_cntlid: AtomicU16::new(0),
         }
     }
 
@@ -142,14 +141,17 @@ impl Subsystem {
         self.volatile_cache.load(Ordering::Acquire)
     }
 
-    /// Registers a controller under a fresh CNTLID, unique among this subsystem's live controllers.
+    /// Registers a controller under a fresh CNTLID from `ids`, unique among this subsystem's
+    /// live controllers.
     pub fn register_controller(
         &self,
+        ids: &RangeInclusive<u16>,
         make: impl FnOnce(u16) -> Arc<Controller>,
     ) -> Option<Arc<Controller>> {
         register(
             &mut self.controllers.lock().unwrap(),
             &self.next_cntlid,
+            ids,
             make,
         )
     }
@@ -224,8 +226,12 @@ pub struct TargetState {
     /// The control runtime (the one the target was made on): keep-alive timers and other
     /// background work of a controller go there, not onto a reactor.
     control: Option<tokio::runtime::Handle>,
-    /// The ANA group's state as this process's ports report it.
+    /// The ANA groups' states as this process's ports report them.
     pub ana: super::ana::Ana,
+    /// Which of the box's I/O modules this process is (None: the box has one).
+    pub module: Option<ModuleId>,
+    /// Controller IDs this process hands out (see `module::cntlids`).
+    pub cntlids: RangeInclusive<u16>,
 }
 
 impl TargetState {
@@ -236,7 +242,7 @@ impl TargetState {
             ports: RwLock::new(Vec::new()),
             discovery_genctr: AtomicU64::new(1),
             discovery_controllers: Mutex::new(HashMap::new()),
-            next_discovery_cntlid: AtomicU16::new(1),
+            next_discovery_cntlid: AtomicU16::new(0),
             started: Instant::now(),
             next_controller_id: AtomicU64::new(1),
             shutting_down: AtomicBool::new(false),
@@ -244,8 +250,19 @@ impl TargetState {
             reactors: Reactors::new(Vec::new(), Polling::default()),
             c2h_success: false,
             control: tokio::runtime::Handle::try_current().ok(),
-            ana: super::ana::Ana::default(),
+            ana: super::ana::Ana::new(module::ana_groups(None)),
+            module: None,
+            cntlids: module::cntlids(None),
         }
+    }
+
+    /// This process is I/O module `module` of a pair: its half of the controller IDs, an ANA
+    /// group per module.
+    pub fn with_module(mut self, module: Option<ModuleId>) -> TargetState {
+        self.ana = super::ana::Ana::new(crate::module::ana_groups(module));
+        self.cntlids = crate::module::cntlids(module);
+        self.module = module;
+        self
     }
 
     /// Queues run on reactors on these cores (empty: every core this process may use), with
@@ -350,6 +367,7 @@ impl TargetState {
         register(
             &mut self.discovery_controllers.lock().unwrap(),
             &self.next_discovery_cntlid,
+            &self.cntlids,
             make,
         )
     }
@@ -381,11 +399,13 @@ impl TargetState {
 fn register(
     ctrls: &mut HashMap<u16, Weak<Controller>>,
     next: &AtomicU16,
+    ids: &RangeInclusive<u16>,
     make: impl FnOnce(u16) -> Arc<Controller>,
 ) -> Option<Arc<Controller>> {
     ctrls.retain(|_, c| c.strong_count() > 0);
-    for _ in 0..MAX_CNTLID {
-        let id = (next.fetch_add(1, Ordering::Relaxed) % MAX_CNTLID).max(1);
+    let count = ids.end() - ids.start() + 1;
+    for _ in 0..count {
+        let id = ids.start() + next.fetch_add(1, Ordering::Relaxed) % count;
         if let std::collections::hash_map::Entry::Vacant(slot) = ctrls.entry(id) {
             let ctrl = make(id);
             slot.insert(Arc::downgrade(&ctrl));

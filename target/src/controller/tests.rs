@@ -80,7 +80,7 @@ impl TestQueue {
             Route::FetchData(cmd) => self.run(cmd, data).await,
             Route::Fail(status) => Response::status(status),
         };
-        self.books.answered(sqe.cid);
+        self.books.answered(&self.queue, sqe.cid);
         (
             self.books.completion(&self.queue, sqe.cid, &resp),
             resp.data,
@@ -103,7 +103,7 @@ impl TestQueue {
             Route::Fail(status) => Response::status(status),
             other => panic!("a read never fetches data: {other:?}"),
         };
-        self.books.answered(sqe.cid);
+        self.books.answered(&self.queue, sqe.cid);
         (
             self.books.completion(&self.queue, sqe.cid, &resp),
             resp.data,
@@ -301,7 +301,7 @@ async fn a_queue_takes_as_many_commands_as_it_holds_and_no_more() {
         io.books.arrived(&io.queue, 4),
         Err(QueueOverrun { entries: 4 })
     );
-    io.books.answered(2);
+    io.books.answered(&io.queue, 2);
     assert_eq!(io.books.arrived(&io.queue, 4), Ok(Arrival::New));
     assert_eq!(io.books.outstanding(), 4);
 }
@@ -317,7 +317,7 @@ async fn a_cid_in_use_conflicts_and_stays_with_its_command() {
         1,
         "the conflicting command is not counted"
     );
-    q.books.answered(9);
+    q.books.answered(&q.queue, 9);
     assert_eq!(q.books.outstanding(), 0);
     assert_eq!(q.books.arrived(&q.queue, 9), Ok(Arrival::New));
 }
@@ -338,7 +338,7 @@ async fn a_command_reusing_a_parked_event_request_s_cid_retires_it() {
         "the new command took the AER's place"
     );
     assert!(matches!(aer.now_or_never(), Some(None)), "never answered");
-    q.books.answered(3);
+    q.books.answered(&q.queue, 3);
     assert_eq!(q.books.outstanding(), 0);
 }
 

@@ -155,22 +155,6 @@ impl Manager {
         }
     }
 
-    pub(super) fn ana_group_view(&self) -> api::AnaGroup {
-        use fabrik_proto::nvme::log::ana_state;
-        let ana = &self.target.ana;
-        api::AnaGroup {
-            id: crate::controller::ANA_GROUP,
-            state: match ana.state() {
-                ana_state::OPTIMIZED => api::AnaState::Optimized,
-                ana_state::NON_OPTIMIZED => api::AnaState::NonOptimized,
-                ana_state::INACCESSIBLE => api::AnaState::Inaccessible,
-                ana_state::PERSISTENT_LOSS => api::AnaState::PersistentLoss,
-                _ => api::AnaState::Change,
-            },
-            change_count: ana.change_count(),
-        }
-    }
-
     pub(super) fn controller_view(&self, c: &crate::controller::Controller) -> api::Controller {
         api::Controller {
             id: c.id,

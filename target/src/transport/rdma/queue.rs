@@ -719,7 +719,7 @@ impl Connection {
     fn respond(&mut self, queue: &Queue, slot: usize, resp: Response) -> Result<(), ConnError> {
         let s = &mut self.slots[slot];
         if s.counted {
-            self.books.answered(s.cid);
+            self.books.answered(queue, s.cid);
             s.counted = false;
         }
         if resp.close {

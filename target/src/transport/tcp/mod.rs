@@ -696,7 +696,7 @@ impl Connection {
 
     /// A command is done: it leaves the in-flight books and its answer is queued.
     fn respond(&mut self, queue: &Queue, cid: u16, resp: Response) {
-        self.books.answered(cid);
+        self.books.answered(queue, cid);
         self.send_completion(queue, cid, resp);
     }
 
