@@ -242,7 +242,10 @@ fn build_config(args: &Args) -> anyhow::Result<Config> {
         config.c2h_success = true;
     }
     if let Some(m) = &args.module {
-        config.module = Some(m.parse().map_err(|e: String| anyhow::anyhow!("--module: {e}"))?);
+        config.module = Some(
+            m.parse()
+                .map_err(|e: String| anyhow::anyhow!("--module: {e}"))?,
+        );
     }
     if let Some(dir) = &args.drive_dir {
         config.drive_dir = Some(dir.clone());
@@ -250,7 +253,9 @@ fn build_config(args: &Args) -> anyhow::Result<Config> {
     if config.module.is_some() && args.box_name.is_none() && !box_named_in_file {
         // The host name differs between the modules' machines: their NQNs would too, and hosts
         // would see two boxes instead of two paths to one.
-        anyhow::bail!("an I/O module needs the box's name (--box-name or box_name), the same on both modules");
+        anyhow::bail!(
+            "an I/O module needs the box's name (--box-name or box_name), the same on both modules"
+        );
     }
     if let Some(cores) = &args.cores {
         config.cores = fabrik_target::reactor::parse_cores(cores)

@@ -29,9 +29,7 @@ use crate::config::NQN_PREFIX;
 use crate::controller::limits::MAX_NAMESPACES;
 use crate::controller::{Subsystem, TargetState};
 use crate::model::Namespace;
-use crate::state::{
-    self, CompositionState, HostState, NamespaceState, State, SubsystemState,
-};
+use crate::state::{self, CompositionState, HostState, NamespaceState, State, SubsystemState};
 
 pub struct Manager {
     target: Arc<TargetState>,
@@ -136,7 +134,7 @@ impl Manager {
     /// Makes the live target follow `new` (coming from `old`): subsystems, namespaces and access,
     /// the ANA group's state.
     fn apply(&self, old: &State, new: &State) {
-        self.apply_ana(old, new);
+        self.apply_ana(new);
         let old_subs: BTreeMap<&str, &SubsystemState> =
             old.subsystems.iter().map(|s| (s.nqn.as_str(), s)).collect();
         let new_subs: BTreeMap<&str, &SubsystemState> =

@@ -116,7 +116,10 @@ mod tests {
             .collect();
         assert_eq!(groups, [1, 2, 1, 2]);
         // The same on either module, and stable for names that are not numbers.
-        assert_eq!(ana_group_of(a, "scratch"), ana_group_of(Some(ModuleId::B), "scratch"));
+        assert_eq!(
+            ana_group_of(a, "scratch"),
+            ana_group_of(Some(ModuleId::B), "scratch")
+        );
         let named: Vec<u32> = ["n0", "n1", "n2", "n3", "n4", "n5", "n6", "n7"]
             .iter()
             .map(|d| ana_group_of(a, d))
@@ -130,7 +133,10 @@ mod tests {
     fn module_names_parse() {
         assert_eq!("a".parse(), Ok(ModuleId::A));
         assert_eq!("B".parse(), Ok(ModuleId::B));
-        assert!("c".parse::<ModuleId>().unwrap_err().contains("modules a and b"));
+        assert!("c"
+            .parse::<ModuleId>()
+            .unwrap_err()
+            .contains("modules a and b"));
         assert_eq!(ModuleId::B.own_group(), 2);
     }
 }

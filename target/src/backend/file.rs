@@ -39,7 +39,11 @@ impl FileDrive {
     }
 
     /// `open`, for one of a box's two I/O modules: the file is shared with the other one.
-    pub fn open_shared(path: &Path, capacity: u64, block_size: u32) -> Result<FileDrive, DriveError> {
+    pub fn open_shared(
+        path: &Path,
+        capacity: u64,
+        block_size: u32,
+    ) -> Result<FileDrive, DriveError> {
         FileDrive::open_locked(path, capacity, block_size, IoMode::Auto, Lock::Module)
     }
 
@@ -109,7 +113,10 @@ pub(super) fn lock_file(path: &Path, file: &File, lock: Lock) -> Result<(), Driv
     let e = io::Error::last_os_error();
     let e = match (e.kind(), lock) {
         (io::ErrorKind::WouldBlock, Lock::Exclusive) => {
-            io::Error::new(e.kind(), "file is in use by another drive")
+            io::Error::new(
+                e.kind(),
+                "file is in use by another drive, or by the I/O modules of a box",
+            )
         }
         (io::ErrorKind::WouldBlock, Lock::Module) => io::Error::new(
             e.kind(),

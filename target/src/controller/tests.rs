@@ -304,6 +304,15 @@ async fn a_queue_takes_as_many_commands_as_it_holds_and_no_more() {
     io.books.answered(&io.queue, 2);
     assert_eq!(io.books.arrived(&io.queue, 4), Ok(Arrival::New));
     assert_eq!(io.books.outstanding(), 4);
+    // The controller sees its I/O queues' commands in flight (a module drains by it).
+    let ctrl = io.queue.controller().unwrap().clone();
+    assert_eq!(ctrl.io_in_flight(), 4);
+    for cid in [0, 1, 3] {
+        io.books.answered(&io.queue, cid);
+    }
+    assert_eq!(ctrl.io_in_flight(), 1);
+    io.books.answered(&io.queue, 4);
+    assert_eq!(ctrl.io_in_flight(), 0);
 }
 
 #[tokio::test]

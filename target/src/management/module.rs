@@ -29,12 +29,11 @@ impl Manager {
         }
     }
 
-    /// Makes every group's live state follow `new`.
-    pub(super) fn apply_ana(&self, old: &State, new: &State) {
+    /// Makes every group's live state follow `new` (at start too: the groups start optimized).
+    pub(super) fn apply_ana(&self, new: &State) {
         for grpid in 1..=self.target.ana.groups() {
             let state = self.ana_setting(new, grpid);
-            if state != self.ana_setting(old, grpid) && self.target.set_ana_state(grpid, state.code())
-            {
+            if self.target.set_ana_state(grpid, state.code()) {
                 tracing::info!("ANA group {grpid} is now {state:?}");
             }
         }
@@ -112,7 +111,9 @@ impl Manager {
             Ok(())
         })?;
         if req.maintenance {
-            tracing::info!("module in maintenance: every ANA group is inaccessible through its ports");
+            tracing::info!(
+                "module in maintenance: every ANA group is inaccessible through its ports"
+            );
         }
         Ok(self.module_view())
     }

@@ -29,8 +29,13 @@ pub struct Api {
 /// A persisted 4-drive RAM target in `dir` and its API, as fabrikd serves it: on a free
 /// loopback port and on the local socket in `dir`.
 pub async fn start(dir: &Path) -> Api {
-    let mut cfg = super::config(dir, BackendKind::Ram, 4, 16 * MIB);
+    start_with(super::config(dir, BackendKind::Ram, 4, 16 * MIB)).await
+}
+
+/// `cfg`, persisted in its data directory, and its API.
+pub async fn start_with(mut cfg: fabrik_target::config::Config) -> Api {
     cfg.persist_state = true;
+    let dir = cfg.data_dir.clone();
     let target = super::start(cfg).await;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let api = listener.local_addr().unwrap();

@@ -1,0 +1,162 @@
+//! The two I/O modules of a box, as two in-process targets over the same drive files: both
+//! serve the same namespaces with disjoint controller IDs and an ANA group each, what one
+//! writes the other reads, and a module in maintenance turns its paths inaccessible.
+
+mod common;
+
+use std::path::Path;
+
+use common::api::{start_with, Api, MIB};
+use fabrik_api::models::AnaState;
+use fabrik_initiator::{Controller, HostIdentity};
+use fabrik_proto::nvme::log::{ana_state, lid, AnaLog};
+use fabrik_proto::Status;
+use fabrik_target::backend::BackendKind;
+use fabrik_target::module::ModuleId;
+
+/// Module `module` of box "testbox": 2 file drives in `drives`, its own data directory.
+async fn module(root: &Path, module: ModuleId) -> Api {
+    let mut cfg = common::config(&root.join(module.name()), BackendKind::File, 2, 16 * MIB);
+    cfg.module = Some(module);
+    cfg.drive_dir = Some(root.join("drives"));
+    start_with(cfg).await
+}
+
+async fn connect(api: &Api, drive: &str, host: &HostIdentity) -> Controller {
+    common::api::connect(api.nvme(), &common::api::nqn(drive), host)
+        .await
+        .unwrap()
+}
+
+async fn ana_log(ctrl: &Controller) -> AnaLog {
+    let page = ctrl.get_log_page(lid::ANA, 0xffff_ffff, 16 + 2 * 32 + 4 * 1024, 0);
+    AnaLog::decode(&page.await.unwrap()).unwrap()
+}
+
+/// (group, state, NSIDs) of every group in the log.
+fn groups(log: &AnaLog) -> Vec<(u32, u8, Vec<u32>)> {
+    (log.groups.iter())
+        .map(|g| (g.grpid, g.state, g.nsids.clone()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_modules_serve_one_box() {
+    let root = tempfile::tempdir().unwrap();
+    let a = module(root.path(), ModuleId::A).await;
+    let b = module(root.path(), ModuleId::B).await;
+    let host = HostIdentity::random();
+
+    // Drive 00 is in group 1 (module A's), drive 01 in group 2 (module B's).
+    let a0 = connect(&a, "00", &host).await;
+    let b0 = connect(&b, "00", &host).await;
+    assert!(
+        a0.cntlid() < 0x8000 && b0.cntlid() >= 0x8000,
+        "{} {}",
+        a0.cntlid(),
+        b0.cntlid()
+    );
+    for ctrl in [&a0, &b0] {
+        let id = ctrl.identify_controller().await.unwrap();
+        assert_eq!((id.anagrpmax, id.nanagrpid), (2, 2));
+        assert_eq!(ctrl.identify_namespace(1).await.unwrap().anagrpid, 1);
+    }
+    let b1 = connect(&b, "01", &host).await;
+    assert_eq!(b1.identify_namespace(1).await.unwrap().anagrpid, 2);
+    let same_ids = |x: &fabrik_proto::nvme::identify::IdentifyNamespace,
+                    y: &fabrik_proto::nvme::identify::IdentifyNamespace| {
+        x.nguid == y.nguid && x.eui64 == y.eui64
+    };
+    assert!(
+        same_ids(
+            &a0.identify_namespace(1).await.unwrap(),
+            &b0.identify_namespace(1).await.unwrap()
+        ),
+        "one namespace, two paths: the same identity"
+    );
+    // Each module reports its own group optimized and the other's non-optimized.
+    let (opt, non) = (ana_state::OPTIMIZED, ana_state::NON_OPTIMIZED);
+    assert_eq!(
+        groups(&ana_log(&a0).await),
+        [(1, opt, vec![1]), (2, non, vec![])]
+    );
+    assert_eq!(
+        groups(&ana_log(&b0).await),
+        [(1, non, vec![1]), (2, opt, vec![])]
+    );
+    assert_eq!(
+        groups(&ana_log(&b1).await),
+        [(1, non, vec![]), (2, opt, vec![1])]
+    );
+
+    // What one module writes, the other reads: both write through to the same file.
+    let data = common::random_data(64 * 1024, 1);
+    a0.write(1, 8, data.clone(), false).await.unwrap();
+    common::assert_same_data(&b0.read(1, 8, 16).await.unwrap(), &data, "read through B");
+    let data = common::random_data(64 * 1024, 2);
+    b0.write(1, 8, data.clone(), true).await.unwrap();
+    common::assert_same_data(&a0.read(1, 8, 16).await.unwrap(), &data, "read through A");
+
+    // Maintenance: every group inaccessible through A (I/O there gets the path status
+    // without DNR; B serves on), drained at once (nothing in flight), kept across a restart.
+    let m = a.admin.module().await.unwrap();
+    assert_eq!((m.name.as_deref(), m.maintenance), (Some("a"), false));
+    let m = a.admin.set_maintenance(true).await.unwrap();
+    assert!(m.maintenance && m.drained, "{m:?}");
+    assert_eq!(m.io_in_flight, 0);
+    assert!(
+        m.ana_groups
+            .iter()
+            .all(|g| g.state == AnaState::Inaccessible),
+        "{m:?}"
+    );
+    let err = a0.read(1, 8, 16).await.unwrap_err();
+    assert_eq!(err.status(), Some(Status::ANA_INACCESSIBLE));
+    assert!(!err.status().unwrap().is_dnr());
+    assert!(groups(&ana_log(&a0).await)
+        .iter()
+        .all(|g| g.1 == ana_state::INACCESSIBLE));
+    common::assert_same_data(&b0.read(1, 8, 16).await.unwrap(), &data, "B serves on");
+    assert!(
+        !b.admin.module().await.unwrap().maintenance,
+        "B is not in maintenance"
+    );
+    for c in [a0, b0, b1] {
+        c.shutdown().await.unwrap();
+    }
+    a.stop().await;
+    let a = module(root.path(), ModuleId::A).await;
+    assert!(
+        a.local.module().await.unwrap().maintenance,
+        "kept across a restart"
+    );
+    let m = a.admin.set_maintenance(false).await.unwrap();
+    let states: Vec<AnaState> = m.ana_groups.iter().map(|g| g.state).collect();
+    assert_eq!(states, [AnaState::Optimized, AnaState::NonOptimized]);
+    let a0 = connect(&a, "00", &host).await;
+    common::assert_same_data(&a0.read(1, 8, 16).await.unwrap(), &data, "back in service");
+    a0.shutdown().await.unwrap();
+
+    // A target that is not a module cannot open drives the modules serve.
+    let mut alone = common::config(&root.path().join("alone"), BackendKind::File, 2, 16 * MIB);
+    alone.drive_dir = Some(root.path().join("drives"));
+    let err = format!(
+        "{:#}",
+        fabrik_target::Target::start(alone).await.err().unwrap()
+    );
+    assert!(err.contains("I/O modules of a box"), "{err}");
+    a.stop().await;
+    b.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_module_refuses_drives_kept_in_its_own_memory() {
+    let root = tempfile::tempdir().unwrap();
+    let mut cfg = common::config(root.path(), BackendKind::Ram, 2, 16 * MIB);
+    cfg.module = Some(ModuleId::B);
+    let err = format!(
+        "{:#}",
+        fabrik_target::Target::start(cfg).await.err().unwrap()
+    );
+    assert!(err.contains("ram backend") && err.contains("I/O"), "{err}");
+}
