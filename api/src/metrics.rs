@@ -47,6 +47,17 @@ pub struct Snapshot {
     pub ports: Vec<PortMetrics>,
     pub controllers: Vec<ControllerMetrics>,
     pub ana_groups: Vec<AnaGroupMetrics>,
+    pub module: ModuleMetrics,
+}
+
+/// This I/O module of the box.
+#[derive(Clone, Debug, Default)]
+pub struct ModuleMetrics {
+    /// "a" or "b"; empty for a box of one module.
+    pub name: String,
+    pub maintenance: bool,
+    /// I/O commands the hosts' queues have in flight.
+    pub io_in_flight: u64,
 }
 
 /// One ANA group, as this target's ports report it.
@@ -268,11 +279,31 @@ impl Collector for SnapshotCollector {
         self.encode_drives(&mut out)?;
         self.encode_ports(&mut out)?;
         self.encode_ana_groups(&mut out)?;
+        self.encode_module(&mut out)?;
         self.encode_controllers(&mut out)
     }
 }
 
 impl SnapshotCollector {
+    /// Whether this module is in maintenance (an alert when it stays so), and what it still
+    /// has in flight (a planned failover waits for 0).
+    fn encode_module(&self, out: &mut Out<'_, '_>) -> Result<(), std::fmt::Error> {
+        let m = &self.0.module;
+        let labels = || -> Labels { vec![("module", m.name.as_str())] };
+        out.gauges(
+            "fabrik_module_maintenance",
+            "1 while this I/O module is in maintenance (every ANA group inaccessible through it).",
+            None,
+            [(labels(), m.maintenance as u64)],
+        )?;
+        out.gauges(
+            "fabrik_module_io_in_flight",
+            "I/O commands the hosts' queues on this module have in flight.",
+            None,
+            [(labels(), m.io_in_flight)],
+        )
+    }
+
     /// An ANA group's state as one sample per state, 1 for the one it is in (so an alert is
     /// `fabrik_ana_group_state{state="inaccessible"} == 1`), and its changes.
     fn encode_ana_groups(&self, out: &mut Out<'_, '_>) -> Result<(), std::fmt::Error> {
@@ -672,6 +703,11 @@ mod tests {
                 state: AnaState::Inaccessible,
                 changes: 3,
             }],
+            module: ModuleMetrics {
+                name: "b".into(),
+                maintenance: true,
+                io_in_flight: 7,
+            },
         }
     }
 
@@ -699,6 +735,8 @@ mod tests {
             "fabrik_ana_group_state{group=\"1\",state=\"inaccessible\"} 1",
             "fabrik_ana_group_state{group=\"1\",state=\"optimized\"} 0",
             "fabrik_ana_group_changes_total{group=\"1\"} 3",
+            "fabrik_module_maintenance{module=\"b\"} 1",
+            "fabrik_module_io_in_flight{module=\"b\"} 7",
         ] {
             assert!(text.lines().any(|l| l == line), "no line {line:?} in\n{text}");
         }

@@ -178,6 +178,15 @@ async fn compose_list_decompose() {
     let bad = ["ana-groups", "--group", "1", "--state", "sleepy"];
     let o = fabrik(None, home.path(), &bad).await;
     assert!(!o.status.success() && String::from_utf8_lossy(&o.stderr).contains("sleepy"));
+
+    // The module: into maintenance (every group inaccessible, nothing in flight) and back.
+    let on = stdout(&fabrik(None, home.path(), &["module", "--maintenance", "on"]).await);
+    assert!(on.contains("maintenance, drained"), "{on}");
+    let off = stdout(&fabrik(None, home.path(), &["module", "--maintenance", "off"]).await);
+    assert!(off.contains("in service"), "{off}");
+    let o = fabrik(None, home.path(), &["module", "--maintenance", "maybe"]).await;
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("on or off"), "{err}");
     endpoint.shutdown().await;
     target.shutdown().await;
 }

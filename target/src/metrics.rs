@@ -8,7 +8,8 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use fabrik_api::metrics::{
-    AnaGroupMetrics, ControllerMetrics, DriveMetrics, Histogram, PortMetrics, Snapshot,
+    AnaGroupMetrics, ControllerMetrics, DriveMetrics, Histogram, ModuleMetrics, PortMetrics,
+    Snapshot,
 };
 use fabrik_api::Management;
 use tokio_util::sync::CancellationToken;
@@ -112,6 +113,14 @@ pub fn snapshot(manager: &Manager) -> Snapshot {
                 changes: g.change_count,
             })
             .collect(),
+        module: {
+            let m = manager.module();
+            ModuleMetrics {
+                name: m.name.unwrap_or_default(),
+                maintenance: m.maintenance,
+                io_in_flight: m.io_in_flight,
+            }
+        },
     }
 }
 

@@ -277,6 +277,116 @@ s_ana() {
   assert "disconnected" wait_no_ctrls 30 || return 1
   assert "fabrikd stops cleanly" target_stop
 }
+# Two I/O modules of one box (fabrikd --module a / b on ports 4420 / 4421, one data directory
+# each, the same drive files): the kernel connects to each drive through both (native
+# multipath: one head, two paths, module A's group optimized through A). fio write+verify
+# rounds (4k random, 128k sequential, several jobs) run on drive 00 (group 1, A's) and 01
+# (group 2, B's) while module A is killed with kill -9 and restarted MOD_KILLS times: no fio
+# error, no verify mismatch, and A's path comes back live and optimized each time. Then a
+# planned failover: A into maintenance (its paths inaccessible, drained), back into service.
+MOD_BOX=mbox
+mod_port() { [ "$1" = a ] && echo 4420 || echo 4421; }
+mod_start() {  # a|b: starts that module (MPID_a / MPID_b), waits until it listens
+  local m=$1 port pid i
+  port=$(mod_port "$m")
+  echo "===== module $m start $(date +%T) =====" >> $LOGF
+  "$FABRIKD" --module "$m" --box-name $MOD_BOX --data-dir "$DATA/module-$m" \
+    --drive-dir "$DATA/module-drives" --drives 2 --drive-size 256M \
+    --listen "127.0.0.1:$port" --api off --metrics off >> $LOGF 2>&1 &
+  pid=$!
+  eval "MPID_$m=$pid"
+  for i in $(seq 1 300); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && return 0
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "  module $m (pid $pid) is not listening on $port"; return 1
+}
+mod_path() {  # nqn a|b: "<controller state> <ana state>" of the path through that module
+  local c
+  for c in /sys/class/nvme/nvme*; do
+    [ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$1" ] || continue
+    grep -q "trsvcid=$(mod_port "$2")" "$c/address" 2>/dev/null || continue
+    echo "$(cat "$c/state") $(cat "$c"/nvme*c*n*/ana_state 2>/dev/null | head -1)"; return 0
+  done
+}
+mod_wait_path() {  # nqn a|b "state ana" secs
+  local i st
+  for i in $(seq 1 $(( $4 * 10 ))); do
+    st=$(mod_path "$1" "$2"); [ "$st" = "$3" ] && return 0
+    sleep 0.1
+  done
+  echo "  path of $1 through module $2: '$st' after $4 s, not '$3'"; return 1
+}
+mod_fio_rounds() {  # stopfile dev...: write+verify rounds until stopfile exists; the first failure ends it
+  local stop=$1 n=0; shift
+  while [ ! -e "$stop" ]; do
+    n=$((n + 1))
+    fio_verify "mod4k-$n" 4k 4 8 16 "$@" > "/tmp/modfio-$n.log" 2>&1 &&
+      FIO_RW=write fio_verify "mod128k-$n" 128k 2 8 32 "$@" >> "/tmp/modfio-$n.log" 2>&1 ||
+      { echo "  fio round $n failed:"; tail -25 "/tmp/modfio-$n.log" | sed 's/^/  | /'; return 1; }
+    echo $n > /tmp/modfio.rounds
+  done
+}
+s_modules() {
+  local fabrik nqn0 nqn1 m r rc=0 ok=1 devs=() fpid stop=/tmp/modfio.stop out kills=${MOD_KILLS:-20}
+  case $FABRIKD in */fake-fabrikd) echo "  fake-fabrikd has no modules: nothing to test"; return 0 ;; esac
+  fabrik=$(command -v fabrik) || { echo "  no fabrik binary in the guest"; return 1; }
+  [ "$(ctrl_count)" = 0 ] || { timeout 60 nvme disconnect-all; wait_no_ctrls 30; }
+  [ -z "$FPID" ] || target_stop || return 1
+  assert "module a starts" mod_start a || return 1
+  assert "module b starts" mod_start b || return 1
+  nqn0=nqn.2024-01.io.fabrik:$MOD_BOX:drive-00; nqn1=nqn.2024-01.io.fabrik:$MOD_BOX:drive-01
+  for nqn in $nqn0 $nqn1; do
+    for m in a b; do
+      x timeout 60 nvme connect -t tcp -a 127.0.0.1 -s "$(mod_port $m)" -n "$nqn" \
+        --reconnect-delay=1 --ctrl-loss-tmo=-1 || { assert "connect $nqn through module $m" false; return 1; }
+    done
+    for _ in $(seq 1 150); do DEV=$(ns_dev "$nqn") && break; sleep 0.1; done
+    assert "one multipath namespace for $nqn" [ -n "$DEV" ] || return 1
+    devs+=("$DEV")
+  done
+  out=$(nvme list-subsys "${devs[0]}"); echo "$out" | sed 's/^/  | /'
+  assert "nvme list-subsys: two live paths" [ "$(grep -c ' live' <<<"$out")" = 2 ] || return 1
+  assert "through A optimized, through B non-optimized" \
+    bash -c "grep -q 'trsvcid=4420.* live optimized' <<<'$out' && grep -q 'trsvcid=4421.* live non-optimized' <<<'$out'" || return 1
+  assert "drive 01: optimized through B" mod_wait_path "$nqn1" b "live optimized" 5 || return 1
+  rm -f $stop /tmp/modfio.rounds
+  mod_fio_rounds $stop "${devs[@]}" & fpid=$!
+  sleep 2
+  for r in $(seq 1 "$kills"); do
+    kill -9 "$MPID_a"; wait "$MPID_a" 2>/dev/null
+    sleep 1.5   # I/O goes on through module B
+    assert "kill $r: fio goes on" kill -0 $fpid || { ok=0; break; }
+    assert "kill $r: module a restarts" mod_start a || { ok=0; break; }
+    assert "kill $r: A's path of drive 00 is live and optimized again" \
+      mod_wait_path "$nqn0" a "live optimized" 30 || { ok=0; break; }
+  done
+  echo "  $r kill -9 rounds; fio rounds done so far: $(cat /tmp/modfio.rounds 2>/dev/null || echo 0)"
+  # Planned failover: A into maintenance, drained, B alone, A back.
+  export FABRIK_DATA_DIR=$DATA/module-a; unset FABRIK_API
+  x "$fabrik" module --maintenance on | sed 's/^/  | /'
+  assert "maintenance: A's path turns inaccessible" mod_wait_path "$nqn0" a "live inaccessible" 20 || ok=0
+  for _ in $(seq 1 100); do "$fabrik" module --json | grep -q '"drained": *true' && break; sleep 0.1; done
+  assert "module a drains" bash -c "'$fabrik' module --json | grep -q '\"drained\": *true'" || ok=0
+  sleep 2
+  x "$fabrik" module --maintenance off | sed 's/^/  | /'
+  assert "back in service: A's path is optimized" mod_wait_path "$nqn0" a "live optimized" 20 || ok=0
+  sleep 1
+  touch $stop
+  wait $fpid; rc=$?
+  grep -hE '^ +\[mod' /tmp/modfio-*.log | head -8
+  assert "fio: $(cat /tmp/modfio.rounds 2>/dev/null || echo 0) write+verify rounds, no error, no mismatch" [ $rc = 0 ]
+  assert "at least 2 fio rounds completed" [ "$(cat /tmp/modfio.rounds 2>/dev/null || echo 0)" -ge 2 ] || rc=1
+  dmesg | grep -iE 'nvme.*(I/O error|failover|no usable path|ANATT)' | tail -5 | sed 's/^/  dmesg: /'
+  x timeout 60 nvme disconnect-all
+  assert "disconnected" wait_no_ctrls 30 || rc=1
+  for m in a b; do
+    eval "kill -TERM \$MPID_$m; wait \$MPID_$m"
+    assert "module $m stops cleanly" [ $? = 0 ] || rc=1
+  done
+  [ $ok = 1 ] && [ $rc = 0 ]
+}
 # Metrics of the fio traffic: fabrikd's /metrics (default 127.0.0.1:9420), scraped in the guest
 # right after the fio step, counts bytes read and written on every namespace fio used, and the
 # kernel's connections are open on the port.
@@ -323,6 +433,7 @@ suite_extra_steps() {
   skipped lost || step "a lost writeback fails every later Flush and FUA write (ext4 on a full device)" s_lost_write
   skipped c2h || step "reads answered by their data alone (--c2h-success): fio verify" s_c2h_success
   skipped ana || step "ANA: an inaccessible group holds the kernel's I/O until it is optimized" s_ana
+  skipped modules || step "two I/O modules: fio verify across ${MOD_KILLS:-20} kill -9 of module A and a planned failover" s_modules
   step "fabrikd log has no panic" s_log
 }
 

@@ -166,19 +166,19 @@ to_bytes() {  # 1G / 512M / 4096 / 1GiB -> bytes
     *) echo "$v" ;;
   esac
 }
-fio_verify() {  # label bs numjobs iodepth mib-per-device dev...
+fio_verify() {  # label bs numjobs iodepth mib-per-device dev... (FIO_RW=write: sequential)
   local label=$1 bs=$2 nj=$3 qd=$4 mib=$5 d i=0 rc; shift 5
   local per=$(( mib / nj ))
   local jf=/tmp/fio-$label.fio out=/tmp/fio-$label.out
   {
     echo "[global]"
-    echo "ioengine=libaio"; echo "direct=1"; echo "rw=randwrite"; echo "bs=$bs"; echo "iodepth=$qd"
+    echo "ioengine=libaio"; echo "direct=1"; echo "rw=${FIO_RW:-randwrite}"; echo "bs=$bs"; echo "iodepth=$qd"
     echo "numjobs=$nj"; echo "size=${per}m"; echo "offset_increment=${per}m"
     echo "verify=crc32c"; echo "do_verify=1"; echo "verify_fatal=1"; echo "verify_dump=0"
     echo "group_reporting=1"; echo "randrepeat=0"
     for d in "$@"; do echo "[$label-$i]"; echo "filename=$d"; i=$((i + 1)); done
   } > "$jf"
-  echo "+ fio $label: randwrite+verify crc32c bs=$bs numjobs=$nj iodepth=$qd ${mib}MiB/device on $*"
+  echo "+ fio $label: ${FIO_RW:-randwrite}+verify crc32c bs=$bs numjobs=$nj iodepth=$qd ${mib}MiB/device on $*"
   timeout "${FIO_TIMEOUT:-600}" fio --output-format=normal "$jf" > "$out" 2>&1; rc=$?
   grep -E '^ +(write|read):' "$out" | sed "s/^ */  [$label] /"
   if [ $rc != 0 ] || grep -qiE 'verify:|bad magic|bad header|crc32c.*(mismatch|wanted)|err= *[1-9]' "$out"; then

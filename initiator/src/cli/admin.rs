@@ -321,6 +321,52 @@ pub async fn ana_groups(args: AnaGroupsArgs) -> Result<()> {
 }
 
 #[derive(Args)]
+pub struct ModuleArgs {
+    /// Put the module into maintenance (on: every ANA group inaccessible through its ports,
+    /// hosts move to the other module) or back into service (off).
+    #[arg(long, value_name = "on|off", value_parser = parse_on_off)]
+    pub maintenance: Option<bool>,
+    #[command(flatten)]
+    pub api: ApiArgs,
+}
+
+fn parse_on_off(text: &str) -> Result<bool, String> {
+    match text {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(format!("{text}: on or off")),
+    }
+}
+
+/// Shows this I/O module (maintenance, commands in flight, ANA groups), or puts it into
+/// maintenance and back: a planned failover is `--maintenance on`, wait for `drained`, stop it.
+pub async fn module(args: ModuleArgs) -> Result<()> {
+    let client = args.api.client()?;
+    let m = match args.maintenance {
+        Some(on) => client.set_maintenance(on).await?,
+        None => client.module().await?,
+    };
+    if args.api.json {
+        return print_json(&m);
+    }
+    let state = match (m.maintenance, m.drained) {
+        (false, _) => "in service",
+        (true, false) => "maintenance, draining",
+        (true, true) => "maintenance, drained",
+    };
+    println!(
+        "module {}: {state}, {} I/O command(s) in flight",
+        m.name.as_deref().unwrap_or("(the box's only one)"),
+        m.io_in_flight
+    );
+    let rows = (m.ana_groups.iter())
+        .map(|g| vec![g.id.to_string(), g.state.name().to_string()])
+        .collect();
+    table(&["GROUP", "STATE"], rows);
+    Ok(())
+}
+
+#[derive(Args)]
 pub struct DecomposeArgs {
     /// Composition ID (see `fabrik compositions`).
     #[arg(required_unless_present = "host", conflicts_with = "host")]

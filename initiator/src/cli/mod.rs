@@ -90,6 +90,8 @@ enum Command {
     ClearFault(admin::ClearFaultArgs),
     /// List ANA groups and their states, or set one (management API).
     AnaGroups(admin::AnaGroupsArgs),
+    /// Show this I/O module, or put it into maintenance and back (management API).
+    Module(admin::ModuleArgs),
     /// Bad input over NVMe/RDMA against a target (for its tests).
     #[command(hide = true)]
     RdmaProbe(rdma_probe::RdmaProbeArgs),
@@ -120,6 +122,7 @@ pub async fn run() -> Result<()> {
         Command::Controllers(args) => admin::controllers(args).await,
         Command::ClearFault(args) => admin::clear_fault(args).await,
         Command::AnaGroups(args) => admin::ana_groups(args).await,
+        Command::Module(args) => admin::module(args).await,
         Command::RdmaProbe(args) => rdma_probe::run(args).await,
     }
 }
