@@ -227,6 +227,22 @@ impl Client {
         self.put("/module", &ModuleRequest { maintenance }).await
     }
 
+    pub async fn module_config(&self) -> Result<ModuleConfig, ClientError> {
+        self.get("/module/config").await
+    }
+
+    pub async fn apply_module_config(
+        &self,
+        push: &ModuleConfigPush,
+    ) -> Result<ModuleConfig, ClientError> {
+        self.put("/module/config", push).await
+    }
+
+    pub async fn push_module_config(&self) -> Result<Module, ClientError> {
+        self.post("/module/config/push", &serde_json::json!({}))
+            .await
+    }
+
     pub async fn controllers(&self) -> Result<Vec<Controller>, ClientError> {
         self.get("/controllers").await
     }

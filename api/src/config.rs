@@ -53,6 +53,11 @@ pub struct ConfigFile {
     /// Where generated file drives live (default: `<data_dir>/drives`); the two modules of a
     /// box give the same one.
     pub drive_dir: Option<PathBuf>,
+    /// The other I/O module's management API, `http://ADDR:PORT`: every change of the
+    /// configuration the two share is made on both.
+    pub peer: Option<String>,
+    /// Its token (default: this module's own `api_token`).
+    pub peer_token: Option<String>,
     pub drives: Option<GeneratedDrives>,
     #[serde(default, rename = "drive")]
     pub drive: Vec<DriveEntry>,

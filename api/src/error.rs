@@ -51,6 +51,7 @@ impl From<MgmtError> for ApiError {
             MgmtError::Conflict(_) => StatusCode::CONFLICT,
             MgmtError::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
             MgmtError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            MgmtError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         };
         ApiError::new(status, e.to_string())
     }

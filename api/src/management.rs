@@ -20,6 +20,9 @@ pub enum MgmtError {
     /// 500: the target could not do it (state file not writable, ...); nothing was changed.
     #[error("{0}")]
     Internal(String),
+    /// 503: something it needs cannot be reached now (the other I/O module); nothing was changed.
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 pub type MgmtResult<T> = Result<T, MgmtError>;
@@ -74,6 +77,12 @@ pub trait Management: Send + Sync + 'static {
     fn module(&self) -> Module;
     /// Puts the module into maintenance or back (kept across restarts).
     fn set_module(&self, req: ModuleRequest) -> MgmtResult<Module>;
+    /// The configuration this module shares with the other.
+    fn module_config(&self) -> ModuleConfig;
+    /// The other module's change (or an operator's forced push), applied here.
+    fn apply_module_config(&self, push: ModuleConfigPush) -> MgmtResult<ModuleConfig>;
+    /// Makes the other module take this one's configuration (resolving a divergence).
+    fn push_module_config(&self) -> MgmtResult<Module>;
 
     fn compositions(&self) -> Vec<Composition>;
     fn composition(&self, id: &str) -> MgmtResult<Composition>;

@@ -308,6 +308,54 @@ pub struct Module {
     /// I/O commands its hosts' queues have in flight.
     pub io_in_flight: u64,
     pub ana_groups: Vec<AnaGroup>,
+    /// The other module's management API (null: none configured).
+    pub peer: Option<String>,
+    /// Whether the two modules' configurations are in step (null without a peer).
+    pub config_sync: Option<ConfigSync>,
+    /// Changes made to the configuration the modules share (both count the same).
+    pub config_generation: u64,
+}
+
+/// Whether the configuration the two modules share (subsystems, hosts, compositions) is the
+/// same on both.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum ConfigSync {
+    /// Every change was applied to both.
+    InStep,
+    /// Changed here while the other module could not be reached: it gets the changes when
+    /// it is back.
+    PeerBehind,
+    /// Both were changed while apart: changes are refused on both until an operator keeps
+    /// one side's (`POST /api/v1/module/config/push` on that module).
+    Diverged,
+}
+
+/// The configuration the two modules share, as one module holds it: what the other asks for
+/// to catch up or compare.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct ModuleConfig {
+    pub module: Option<String>,
+    pub generation: u64,
+    /// This module has changes the other has not (see `ConfigSync::PeerBehind`).
+    pub peer_behind: bool,
+    /// Subsystems, hosts, compositions (fabrikd's own layout, as in its state file).
+    #[schema(value_type = Object)]
+    pub config: serde_json::Value,
+}
+
+/// The other module's change, to apply here: `config` at `generation`, made from `base`
+/// (refused with 409 unless this module is at `base`, or `force`).
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ModuleConfigPush {
+    pub base: u64,
+    pub generation: u64,
+    /// Replace whatever is here (an operator resolving a divergence).
+    #[serde(default)]
+    pub force: bool,
+    #[schema(value_type = Object)]
+    pub config: serde_json::Value,
 }
 
 /// Puts the module into maintenance (`true`) or back into service (`false`); kept across

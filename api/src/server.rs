@@ -30,6 +30,7 @@ use crate::routes::{self, ana, compositions, controllers, drives, hosts, ports, 
         controllers::list, controllers::get, controllers::disconnect,
         compositions::list, compositions::get, compositions::create, compositions::delete,
         ana::list, ana::get, ana::set, ana::module, ana::set_module,
+        ana::config, ana::apply_config, ana::push_config,
     ),
     components(schemas(Problem)),
     modifiers(&BearerAuth),
@@ -98,6 +99,8 @@ pub fn router(m: Arc<dyn Management>, auth: Auth) -> Router {
         .route("/ana-groups", get(ana::list))
         .route("/ana-groups/{id}", get(ana::get).put(ana::set))
         .route("/module", get(ana::module).put(ana::set_module))
+        .route("/module/config", get(ana::config).put(ana::apply_config))
+        .route("/module/config/push", post(ana::push_config))
         .route("/controllers", get(controllers::list))
         .route("/controllers/{id}", get(controllers::get))
         .route(

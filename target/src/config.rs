@@ -82,6 +82,12 @@ pub struct Config {
     /// Where generated file drives live (None: `<data_dir>/drives`): the two modules of a box
     /// have a data directory each and open the same drives.
     pub drive_dir: Option<PathBuf>,
+    /// The other I/O module's management API (`http://ADDR:PORT`), which gets every change of
+    /// the configuration the two share (`management::sync`).
+    pub peer: Option<String>,
+    /// The token for the other module's API (None: this module's own, as both are usually
+    /// given the same `api_token`).
+    pub peer_token: Option<String>,
 }
 
 /// Settings given explicitly rather than defaulted.
@@ -117,6 +123,8 @@ impl Config {
             c2h_success: false,
             module: None,
             drive_dir: None,
+            peer: None,
+            peer_token: None,
         }
     }
 
@@ -144,6 +152,12 @@ impl Config {
         }
         if let Some(dir) = &file.drive_dir {
             self.drive_dir = Some(dir.clone());
+        }
+        if let Some(url) = &file.peer {
+            self.peer = Some(url.clone());
+        }
+        if let Some(t) = &file.peer_token {
+            self.peer_token = Some(t.clone());
         }
         if file.api.is_some() {
             self.api = file.api.clone();
@@ -301,6 +315,14 @@ impl Config {
                     "api_token must be at least 16 characters without spaces (or leave it out: \
                      fabrikd then generates one into <data-dir>/api-token)"
                 );
+            }
+        }
+        if self.peer.is_some() && self.module.is_none() {
+            bail!("a peer (--peer) is the other I/O module of a box: give this one's --module too");
+        }
+        if let Some(url) = &self.peer {
+            if !url.starts_with("http://") {
+                bail!("peer {url:?}: the other module's management API, as http://ADDR:PORT");
             }
         }
         if self.module.is_some() {

@@ -123,13 +123,38 @@ impl Target {
         );
         let ports = persisted.ports.clone();
         let stop = CancellationToken::new();
+        let peer = match &config.peer {
+            Some(url) => {
+                let token = match &config.peer_token {
+                    Some(t) => t.clone(),
+                    None => state::api_token(&config.data_dir, config.api_token.as_deref())?,
+                };
+                Some(management::sync::Peer::new(url.clone(), Some(token)))
+            }
+            None => None,
+        };
         let manager = Arc::new(management::Manager::new(
             target.clone(),
             drives,
             persisted,
             state_path,
             stop.clone(),
+            peer,
         ));
+        if config.peer.is_some() {
+            // Hands over what changed while the other module was away, finds a divergence.
+            let (manager, stop) = (Arc::downgrade(&manager), stop.clone());
+            tokio::spawn(async move {
+                loop {
+                    let Some(m) = manager.upgrade() else { break };
+                    let _ = tokio::task::spawn_blocking(move || m.check_peer()).await;
+                    tokio::select! {
+                        _ = stop.cancelled() => break,
+                        _ = timer::sleep(management::sync::CHECK_EVERY) => {}
+                    }
+                }
+            });
+        }
         // A weak reference: the drives hold the channel's senders, and the manager the drives.
         tokio::spawn({
             let manager = Arc::downgrade(&manager);

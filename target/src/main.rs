@@ -83,6 +83,11 @@ struct Args {
     /// give the same directory.
     #[arg(long, value_name = "DIR")]
     drive_dir: Option<PathBuf>,
+    /// The other I/O module's management API (http://ADDR:PORT, with this module's token unless
+    /// `peer_token` is in the config file): every change of the configuration the two share
+    /// (subsystems, hosts, compositions) is made on both.
+    #[arg(long, value_name = "URL")]
+    peer: Option<String>,
     /// NVMe/TCP: end every successful read with its last C2HData PDU (SUCCESS flag), without a
     /// response capsule, as SPDK's target does by default. The specification allows it only
     /// for hosts that disable SQ flow control (without this flag, only for those).
@@ -249,6 +254,9 @@ fn build_config(args: &Args) -> anyhow::Result<Config> {
     }
     if let Some(dir) = &args.drive_dir {
         config.drive_dir = Some(dir.clone());
+    }
+    if let Some(url) = &args.peer {
+        config.peer = Some(url.clone());
     }
     if config.module.is_some() && args.box_name.is_none() && !box_named_in_file {
         // The host name differs between the modules' machines: their NQNs would too, and hosts

@@ -12,6 +12,7 @@
 
 mod module;
 mod ports;
+pub mod sync;
 mod views;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -47,6 +48,10 @@ pub struct Manager {
     listeners: Mutex<Vec<ports::Listening>>,
     /// Serializes port changes (they bind sockets before the state changes).
     port_change: Mutex<()>,
+    /// Serializes changes of the state (held while the other I/O module takes a change).
+    changing: Mutex<()>,
+    /// The box's other I/O module, which gets every change of the shared configuration.
+    peer: Option<sync::Peer>,
 }
 
 fn not_found(what: impl Into<String>) -> MgmtError {
@@ -75,6 +80,7 @@ impl Manager {
         state: State,
         path: Option<PathBuf>,
         stop: CancellationToken,
+        peer: Option<sync::Peer>,
     ) -> Manager {
         let m = Manager {
             target,
@@ -86,6 +92,8 @@ impl Manager {
             stop,
             listeners: Mutex::new(Vec::new()),
             port_change: Mutex::new(()),
+            changing: Mutex::new(()),
+            peer,
         };
         let empty = State {
             subsystems: Vec::new(),
@@ -108,16 +116,29 @@ impl Manager {
         self.state.lock().unwrap().clone()
     }
 
-    /// Validates and applies a change: `change` edits a copy; the copy is checked, persisted,
-    /// then made live. Any error leaves everything as it was.
+    /// Validates and applies a change: `change` edits a copy; the copy is checked, made on the
+    /// other I/O module where it changes what the two share (`sync`), persisted, then made
+    /// live. Any error leaves everything as it was.
     fn mutate<T>(&self, change: impl FnOnce(&mut State) -> MgmtResult<T>) -> MgmtResult<T> {
-        let mut cur = self.state.lock().unwrap();
+        let _changing = self.changing.lock().unwrap();
+        let cur = self.state();
         let mut next = State::clone(&cur);
         let out = change(&mut next)?;
         next.check_limits(&cur).map_err(MgmtError::Invalid)?;
         next.validate().map_err(|e| {
             MgmtError::Internal(format!("refused: the result would be invalid: {e:#}"))
         })?;
+        if let Some(peer) = &self.peer {
+            if next.shared() != cur.shared() {
+                self.sync_change(peer, &cur, &mut next)?;
+            }
+        }
+        self.commit(&cur, next)?;
+        Ok(out)
+    }
+
+    /// Persists `next` and makes it live (the caller holds `changing`; `cur` is the state).
+    fn commit(&self, cur: &State, next: State) -> MgmtResult<()> {
         if let Some(path) = &self.path {
             state::save(path, &next).map_err(|e| {
                 MgmtError::Internal(format!(
@@ -126,9 +147,10 @@ impl Manager {
                 ))
             })?;
         }
-        self.apply(&cur, &next);
-        *cur = Arc::new(next);
-        Ok(out)
+        let mut live = self.state.lock().unwrap();
+        self.apply(cur, &next);
+        *live = Arc::new(next);
+        Ok(())
     }
 
     /// Makes the live target follow `new` (coming from `old`): subsystems, namespaces and access,
@@ -277,6 +299,18 @@ impl Management for Manager {
 
     fn set_module(&self, req: api::ModuleRequest) -> MgmtResult<api::Module> {
         self.put_module(req)
+    }
+
+    fn module_config(&self) -> api::ModuleConfig {
+        self.module_config_view()
+    }
+
+    fn apply_module_config(&self, push: api::ModuleConfigPush) -> MgmtResult<api::ModuleConfig> {
+        self.take_module_config(push)
+    }
+
+    fn push_module_config(&self) -> MgmtResult<api::Module> {
+        self.give_module_config()
     }
 
     fn drive(&self, id: &str) -> MgmtResult<api::Drive> {

@@ -263,6 +263,7 @@ mod tests {
             state,
             None,
             CancellationToken::new(),
+            None,
         );
         let snap = snapshot(&manager);
         assert_eq!(snap.drives.len(), 2);

@@ -68,6 +68,50 @@ pub struct State {
     /// This I/O module is in maintenance: every group inaccessible through its ports.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub maintenance: bool,
+    /// Changes made to the configuration the two I/O modules share (`Shared`): both count
+    /// the same while in step.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub config_generation: u64,
+    /// This module changed the shared configuration while the other could not be reached; it
+    /// hands the changes over when it can (see `management::sync`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub peer_behind: bool,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// What the two I/O modules of a box keep the same: whom the drives are exported to and how.
+/// Each has its own ports, ANA settings, maintenance and drive faults.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Shared {
+    pub subsystems: Vec<SubsystemState>,
+    pub hosts: Vec<HostState>,
+    pub compositions: Vec<CompositionState>,
+    pub next_composition: u64,
+    pub alias_key: String,
+}
+
+impl State {
+    pub fn shared(&self) -> Shared {
+        Shared {
+            subsystems: self.subsystems.clone(),
+            hosts: self.hosts.clone(),
+            compositions: self.compositions.clone(),
+            next_composition: self.next_composition,
+            alias_key: self.alias_key.clone(),
+        }
+    }
+
+    pub fn set_shared(&mut self, shared: Shared) {
+        self.subsystems = shared.subsystems;
+        self.hosts = shared.hosts;
+        self.compositions = shared.compositions;
+        self.next_composition = shared.next_composition;
+        self.alias_key = shared.alias_key;
+    }
 }
 
 /// An ANA group state, as Linux nvmet's configfs names them.
@@ -285,6 +329,8 @@ impl State {
             drive_faults: BTreeMap::new(),
             ana_groups: BTreeMap::new(),
             maintenance: false,
+            config_generation: 0,
+            peer_behind: false,
         }
     }
 

@@ -7,7 +7,7 @@ mod common;
 use std::path::Path;
 
 use common::api::{start_with, Api, MIB};
-use fabrik_api::models::AnaState;
+use fabrik_api::models::{AnaState, CompositionRequest, ConfigSync, HostRequest};
 use fabrik_initiator::{Controller, HostIdentity};
 use fabrik_proto::nvme::log::{ana_state, lid, AnaLog};
 use fabrik_proto::Status;
@@ -159,4 +159,165 @@ async fn a_module_refuses_drives_kept_in_its_own_memory() {
         fabrik_target::Target::start(cfg).await.err().unwrap()
     );
     assert!(err.contains("ram backend") && err.contains("I/O"), "{err}");
+}
+
+fn free_addr() -> std::net::SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+}
+
+/// A pair whose APIs are on fixed addresses, each the other's peer.
+struct Pair {
+    root: tempfile::TempDir,
+    apis: [std::net::SocketAddr; 2],
+    nvme: [std::net::SocketAddr; 2],
+}
+
+impl Pair {
+    fn new() -> Pair {
+        Pair {
+            root: tempfile::tempdir().unwrap(),
+            apis: [free_addr(), free_addr()],
+            nvme: [free_addr(), free_addr()],
+        }
+    }
+
+    async fn start(&self, m: ModuleId) -> Api {
+        let (me, other) = match m {
+            ModuleId::A => (0, 1),
+            ModuleId::B => (1, 0),
+        };
+        let root = self.root.path();
+        let mut cfg = common::config(&root.join(m.name()), BackendKind::File, 2, 16 * MIB);
+        cfg.module = Some(m);
+        cfg.drive_dir = Some(root.join("drives"));
+        cfg.listen = vec![self.nvme[me]];
+        cfg.peer = Some(format!("http://{}", self.apis[other]));
+        cfg.peer_token = Some(common::api::TOKEN.into());
+        common::api::start_with_api(cfg, self.apis[me]).await
+    }
+}
+
+async fn host_nqns(api: &Api) -> Vec<String> {
+    api.admin
+        .hosts()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|h| h.nqn)
+        .collect()
+}
+
+async fn add_host(
+    api: &Api,
+    n: u8,
+) -> Result<fabrik_api::models::Host, fabrik_api::client::ClientError> {
+    api.admin.post("/hosts", &host(n)).await
+}
+
+fn host(n: u8) -> HostRequest {
+    HostRequest {
+        nqn: format!("nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-0000000000{n:02x}"),
+        name: None,
+    }
+}
+
+/// Waits (the modules look at each other every 2 s) until `api`'s module reports `sync`.
+async fn wait_sync(api: &Api, sync: ConfigSync) -> fabrik_api::models::Module {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    loop {
+        let m = api.admin.module().await.unwrap();
+        if m.config_sync == Some(sync) {
+            return m;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never {sync:?}: {m:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_through_either_module_is_made_on_both() {
+    let pair = Pair::new();
+    let a = pair.start(ModuleId::A).await;
+    let b = pair.start(ModuleId::B).await;
+    // Through A, then through B: both have both, at the same generation.
+    add_host(&a, 1).await.unwrap();
+    let comp = b
+        .admin
+        .compose(&CompositionRequest {
+            host_nqn: host(1).nqn,
+            drives: vec!["01".into()],
+            ports: None,
+            shared: false,
+        })
+        .await
+        .unwrap();
+    for api in [&a, &b] {
+        assert_eq!(host_nqns(api).await, [host(1).nqn]);
+        assert_eq!(
+            api.admin
+                .get::<fabrik_api::models::Composition>(&format!("/compositions/{}", comp.id))
+                .await
+                .unwrap()
+                .drives,
+            ["01"]
+        );
+        let m = api.admin.module().await.unwrap();
+        assert_eq!(
+            (m.config_generation, m.config_sync),
+            (2, Some(ConfigSync::InStep))
+        );
+    }
+    // A change the other module refuses is refused here too, and leaves no trace.
+    let taken = CompositionRequest {
+        host_nqn: host(2).nqn,
+        drives: vec!["01".into()],
+        ports: None,
+        shared: false,
+    };
+    assert!(a.admin.compose(&taken).await.is_err());
+    assert_eq!(a.admin.module().await.unwrap().config_generation, 2);
+
+    // B is down: a change through A is made on A alone, and B gets it when it is back.
+    b.stop().await;
+    add_host(&a, 3).await.unwrap();
+    assert_eq!(
+        a.admin.module().await.unwrap().config_sync,
+        Some(ConfigSync::PeerBehind)
+    );
+    let b = pair.start(ModuleId::B).await;
+    wait_sync(&a, ConfigSync::InStep).await;
+    assert_eq!(host_nqns(&b).await, [host(1).nqn, host(3).nqn]);
+    assert_eq!(b.admin.module().await.unwrap().config_generation, 3);
+
+    // Both changed while apart: diverged, changes refused on both, until an operator keeps
+    // one side's.
+    b.stop().await;
+    add_host(&a, 4).await.unwrap(); // A alone
+    a.stop().await;
+    let b = pair.start(ModuleId::B).await;
+    add_host(&b, 5).await.unwrap(); // B alone
+    let a = pair.start(ModuleId::A).await;
+    wait_sync(&a, ConfigSync::Diverged).await;
+    wait_sync(&b, ConfigSync::Diverged).await;
+    let refused = add_host(&a, 6).await.unwrap_err();
+    assert_eq!(refused.status(), Some(409), "{refused}");
+    assert!(refused.to_string().contains("diverged"), "{refused}");
+    let m = b.admin.push_module_config().await.unwrap();
+    assert_eq!(m.config_sync, Some(ConfigSync::InStep));
+    assert_eq!(
+        host_nqns(&a).await,
+        [host(1).nqn, host(3).nqn, host(5).nqn],
+        "B's kept"
+    );
+    wait_sync(&a, ConfigSync::InStep).await;
+    add_host(&a, 6).await.unwrap();
+    assert!(host_nqns(&b).await.contains(&host(6).nqn));
+    a.stop().await;
+    b.stop().await;
 }

@@ -6,7 +6,9 @@ use axum::Json;
 
 use super::{blocking, read, Encoded, Mgmt};
 use crate::error::{ApiError, JsonBody, PathParam};
-use crate::models::{AnaGroup, AnaGroupRequest, Module, ModuleRequest, Problem};
+use crate::models::{
+    AnaGroup, AnaGroupRequest, Module, ModuleConfig, ModuleConfigPush, ModuleRequest, Problem,
+};
 
 #[utoipa::path(get, path = "/api/v1/ana-groups", tag = "ana",
     responses((status = 200, description = "Every ANA group", body = Vec<AnaGroup>)))]
@@ -67,4 +69,42 @@ pub async fn set_module(
     JsonBody(req): JsonBody<ModuleRequest>,
 ) -> Result<Json<Module>, ApiError> {
     Ok(Json(blocking(&m, move |m| m.set_module(req)).await?))
+}
+
+/// The configuration this module shares with the other (subsystems, hosts, compositions) and
+/// its generation: what the other module reads to catch up.
+#[utoipa::path(get, path = "/api/v1/module/config", tag = "ana",
+    security(("bearer" = [])),
+    responses((status = 200, body = ModuleConfig),
+        (status = 401, description = "No or wrong token", body = Problem, content_type = "application/problem+json")))]
+pub async fn config(State(m): State<Mgmt>) -> Result<Encoded, ApiError> {
+    read(&m, |m| Ok(m.module_config())).await
+}
+
+/// The other module's change, applied here before it acknowledges it to its client.
+#[utoipa::path(put, path = "/api/v1/module/config", tag = "ana", request_body = ModuleConfigPush,
+    security(("bearer" = [])),
+    responses((status = 200, body = ModuleConfig),
+        (status = 401, description = "No or wrong token", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Not at the change's base (the modules diverged), or a change of this module's own is under way", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "The configuration is invalid here", body = Problem, content_type = "application/problem+json")))]
+pub async fn apply_config(
+    State(m): State<Mgmt>,
+    JsonBody(push): JsonBody<ModuleConfigPush>,
+) -> Result<Json<ModuleConfig>, ApiError> {
+    Ok(Json(
+        blocking(&m, move |m| m.apply_module_config(push)).await?,
+    ))
+}
+
+/// Makes the other module take this one's configuration: how an operator resolves a
+/// divergence (both changed while apart), keeping this side's changes.
+#[utoipa::path(post, path = "/api/v1/module/config/push", tag = "ana",
+    security(("bearer" = [])),
+    responses((status = 200, body = Module),
+        (status = 401, description = "No or wrong token", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "No peer configured, or it refused", body = Problem, content_type = "application/problem+json"),
+        (status = 503, description = "The other module cannot be reached", body = Problem, content_type = "application/problem+json")))]
+pub async fn push_config(State(m): State<Mgmt>) -> Result<Json<Module>, ApiError> {
+    Ok(Json(blocking(&m, |m| m.push_module_config()).await?))
 }

@@ -91,7 +91,8 @@ impl Manager {
     }
 
     pub(super) fn module_view(&self) -> api::Module {
-        let maintenance = self.state().maintenance;
+        let st = self.state();
+        let maintenance = st.maintenance;
         let io_in_flight = (self.target.controllers().iter())
             .filter(|c| !c.is_discovery())
             .map(|c| c.io_in_flight())
@@ -102,6 +103,9 @@ impl Manager {
             drained: maintenance && io_in_flight == 0,
             io_in_flight,
             ana_groups: self.ana_groups_view(),
+            peer: self.peer.as_ref().map(|p| p.url().to_string()),
+            config_sync: self.config_sync(&st),
+            config_generation: st.config_generation,
         }
     }
 

@@ -33,11 +33,16 @@ pub async fn start(dir: &Path) -> Api {
 }
 
 /// `cfg`, persisted in its data directory, and its API.
-pub async fn start_with(mut cfg: fabrik_target::config::Config) -> Api {
+pub async fn start_with(cfg: fabrik_target::config::Config) -> Api {
+    start_with_api(cfg, "127.0.0.1:0".parse().unwrap()).await
+}
+
+/// `start_with`, the API on `api`.
+pub async fn start_with_api(mut cfg: fabrik_target::config::Config, api: SocketAddr) -> Api {
     cfg.persist_state = true;
     let dir = cfg.data_dir.clone();
     let target = super::start(cfg).await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = tokio::net::TcpListener::bind(api).await.unwrap();
     let api = listener.local_addr().unwrap();
     let socket = dir.join(API_SOCKET);
     let endpoint = ApiEndpoint::start(&target, TOKEN.into(), Some(listener), Some(&socket))
