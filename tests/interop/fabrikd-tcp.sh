@@ -286,13 +286,17 @@ s_ana() {
 # planned failover: A into maintenance (its paths inaccessible, drained), back into service.
 MOD_BOX=mbox
 mod_port() { [ "$1" = a ] && echo 4420 || echo 4421; }
+mod_api() { [ "$1" = a ] && echo 127.0.0.1:8091 || echo 127.0.0.1:8092; }
 mod_start() {  # a|b: starts that module (MPID_a / MPID_b), waits until it listens
   local m=$1 port pid i
   port=$(mod_port "$m")
   echo "===== module $m start $(date +%T) =====" >> $LOGF
-  "$FABRIKD" --module "$m" --box-name $MOD_BOX --data-dir "$DATA/module-$m" \
-    --drive-dir "$DATA/module-drives" --drives 2 --drive-size 256M \
-    --listen "127.0.0.1:$port" --api off --metrics off >> $LOGF 2>&1 &
+  # Each other's peer, with one token (in the config file).
+  echo 'api_token = "interop-module-token-0123456789"' > /tmp/module.toml
+  "$FABRIKD" --config /tmp/module.toml --module "$m" --box-name $MOD_BOX --data-dir "$DATA/module-$m" \
+    --drive-dir "$DATA/module-drives" --drives 2 --drive-size 256M --listen "127.0.0.1:$port" \
+    --api "$(mod_api $m)" --peer "http://$(mod_api "$([ $m = a ] && echo b || echo a)")" \
+    --metrics off >> $LOGF 2>&1 &
   pid=$!
   eval "MPID_$m=$pid"
   for i in $(seq 1 300); do
@@ -376,6 +380,16 @@ s_modules() {
   touch $stop
   wait $fpid; rc=$?
   grep -hE '^ +\[mod' /tmp/modfio-*.log | head -8
+  # The configuration the modules share: drive 01 composed to this host through module b is
+  # composed on module a too; decomposed through a, gone from b.
+  x env FABRIK_DATA_DIR=$DATA/module-b "$fabrik" compose --host "$(host_nqn)" --drives 01 | sed 's/^/  | /'
+  assert "a composition made through module b is on module a" \
+    bash -c "'$fabrik' compositions --json | grep -q '$(host_nqn)'" || ok=0
+  x "$fabrik" decompose --host "$(host_nqn)"
+  assert "decomposed through module a, it is gone from module b" \
+    bash -c "! FABRIK_DATA_DIR=$DATA/module-b '$fabrik' compositions --json | grep -q '$(host_nqn)'" || ok=0
+  assert "module a: configuration in step" \
+    bash -c "'$fabrik' module --json | grep -q '\"config_sync\": *\"in-step\"'" || ok=0
   assert "fio: $(cat /tmp/modfio.rounds 2>/dev/null || echo 0) write+verify rounds, no error, no mismatch" [ $rc = 0 ]
   assert "at least 2 fio rounds completed" [ "$(cat /tmp/modfio.rounds 2>/dev/null || echo 0)" -ge 2 ] || rc=1
   dmesg | grep -iE 'nvme.*(I/O error|failover|no usable path|ANATT)' | tail -5 | sed 's/^/  dmesg: /'
