@@ -321,3 +321,68 @@ async fn a_change_through_either_module_is_made_on_both() {
     a.stop().await;
     b.stop().await;
 }
+
+/// Reads of namespace 1 (drive 00) each module has served.
+fn reads(api: &Api) -> u64 {
+    let sub = api
+        .target
+        .state()
+        .subsystem(&common::api::nqn("00"))
+        .unwrap();
+    sub.namespace(1).unwrap().stats.read_commands()
+}
+
+/// fabrik's own multipath over the two modules: I/O goes through the path where the namespace
+/// is optimized, moves to the other module when this one turns inaccessible (maintenance,
+/// told by an ANA change notice) or goes away, and comes back when it is optimized again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fabrik_s_session_follows_the_ana_states() {
+    use fabrik_initiator::host::session::{RecoveryPolicy, Session};
+    let root = tempfile::tempdir().unwrap();
+    let a = module(root.path(), ModuleId::A).await;
+    let b = module(root.path(), ModuleId::B).await;
+    let host = HostIdentity::random();
+    let nqn = common::api::nqn("00");
+    let path = |api: &Api| common::options(api.nvme(), &nqn).with_host(&host);
+    let policy = RecoveryPolicy {
+        reconnect_delay: std::time::Duration::from_millis(200),
+        ctrl_loss_tmo: None,
+    };
+    let session = Session::connect(vec![path(&b), path(&a)], policy)
+        .await
+        .unwrap();
+    let data = common::random_data(4096, 7);
+    session.write(0, 1, 0, data.clone(), false).await.unwrap();
+    let read_all = |n: usize| {
+        let session = session.clone();
+        let data = data.clone();
+        async move {
+            for _ in 0..n {
+                common::assert_same_data(&session.read(0, 1, 0, 1).await.unwrap(), &data, "read");
+            }
+        }
+    };
+    // Drive 00 is optimized through A (the second path): every read goes there.
+    read_all(20).await;
+    assert_eq!((reads(&a), reads(&b)), (20, 0));
+
+    // A into maintenance: the notice moves the reads to B, with no error.
+    a.admin.set_maintenance(true).await.unwrap();
+    read_all(20).await;
+    assert_eq!(reads(&a), 20, "none through the inaccessible path");
+    assert_eq!(reads(&b), 20);
+
+    // Back: the reads return to A once its notice is read.
+    a.admin.set_maintenance(false).await.unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while reads(&a) == 20 {
+        assert!(std::time::Instant::now() < deadline, "never back to A");
+        read_all(1).await;
+    }
+    let before_b = reads(&b);
+    read_all(10).await;
+    assert_eq!(reads(&b), before_b, "optimized again: all through A");
+    session.shutdown().await;
+    a.stop().await;
+    b.stop().await;
+}

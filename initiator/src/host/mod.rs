@@ -1,5 +1,6 @@
 //! The host side of an NVMe-oF association: options, the controller and its queues, discovery.
 
+pub mod ana;
 pub mod controller;
 pub mod discovery;
 pub mod events;

@@ -4,7 +4,10 @@
 //! path until the controller loss timeout, then failed: never silently dropped.
 //!
 //! As the Linux host: only failures of the path (connection lost, timeout, a path-related
-//! status) are retried; an NVMe error status of the command itself is returned at once. A
+//! status) are retried; an NVMe error status of the command itself is returned at once. With
+//! ANA (asymmetric namespace access: two I/O modules of a box), a command goes through a path
+//! where its namespace is optimized, else non-optimized, never inaccessible; an ANA status
+//! sends it to another path (the path itself stays up) and the path's ANA log is read again. A
 //! retried write sends the same data to the same blocks, which is harmless if the first try
 //! had reached the media.
 
@@ -17,6 +20,7 @@ use fabrik_proto::nvme::status::sct;
 use tokio::sync::{broadcast, Notify};
 
 use crate::error::HostError;
+use crate::host::ana::{self, PathAna, Preference};
 use crate::host::controller::Controller;
 use crate::host::events::{self, KnownNamespaces};
 use crate::host::ns_identity::{self, NamespaceIds};
@@ -72,6 +76,8 @@ struct Path {
     /// commands on every I/O thread took the state's lock and a reference on the one
     /// controller, cache lines passed between the cores per command.
     replicas: Box<[Replica]>,
+    /// Namespace ANA states through this path.
+    ana: Arc<PathAna>,
 }
 
 /// Copies of the live controller kept per I/O queue index (more indexes share one).
@@ -113,6 +119,7 @@ impl Path {
             }),
             live: AtomicU64::new(0),
             replicas: (0..REPLICAS).map(|_| Replica::default()).collect(),
+            ana: Arc::default(),
         };
         path.set(&mut path.state.lock().unwrap(), state);
         path
@@ -152,8 +159,8 @@ pub struct Session {
     paths: Vec<Path>,
     policy: RecoveryPolicy,
     next: AtomicUsize,
-    /// Woken whenever a path comes back or is given up.
-    changed: Notify,
+    /// Woken whenever a path comes back, is given up, or its ANA states change.
+    changed: Arc<Notify>,
     events: broadcast::Sender<SessionEvent>,
     namespaces: KnownNamespaces,
     /// The namespaces' identifiers as the paths first showed them (None until a path was
@@ -212,6 +219,13 @@ impl Session {
                 None => reference = Some(ids),
             }
         }
+        let mut logs = Vec::new();
+        for (_, ctrl) in &paths {
+            logs.push(match ctrl {
+                Some(ctrl) => ana::read_log(ctrl).await?,
+                None => None,
+            });
+        }
         let (events, _) = broadcast::channel(64);
         let mut missing = Vec::new();
         let paths = paths
@@ -233,19 +247,24 @@ impl Session {
                 };
                 Path::new(opts, state)
             })
-            .collect();
+            .collect::<Vec<Path>>();
+        for (path, log) in paths.iter().zip(&logs) {
+            if let Some(log) = log {
+                path.ana.update(log);
+            }
+        }
         let session = Arc::new(Session {
             paths,
             policy,
             next: AtomicUsize::new(0),
-            changed: Notify::new(),
+            changed: Arc::new(Notify::new()),
             events,
             namespaces: KnownNamespaces::default(),
             ns_ids: Arc::new(Mutex::new(reference)),
         });
         for index in 0..session.paths.len() {
             if let Some((ctrl, _)) = session.live(index) {
-                session.watch_events(&ctrl);
+                session.watch_events(index, &ctrl);
             }
         }
         for index in missing {
@@ -340,7 +359,7 @@ impl Session {
         slba: u64,
         nlb: u32,
     ) -> Result<Bytes, HostError> {
-        self.with_path_on(Some(queue), |ctrl| async move {
+        self.with_path_on(Some(queue), Some(nsid), |ctrl| async move {
             ctrl.io_queue(queue % ctrl.io_queue_count().max(1))?
                 .read(nsid, slba, nlb)
                 .await
@@ -359,7 +378,7 @@ impl Session {
         buf: BytesMut,
     ) -> Result<BytesMut, HostError> {
         let buf = Mutex::new(Some(buf));
-        self.with_path_on(Some(queue), |ctrl| {
+        self.with_path_on(Some(queue), Some(nsid), |ctrl| {
             let buf = buf.lock().unwrap().take().unwrap_or_default();
             async move {
                 ctrl.io_queue(queue % ctrl.io_queue_count().max(1))?
@@ -380,7 +399,7 @@ impl Session {
         nlb: u32,
         target: &RecvTarget,
     ) -> Result<(), HostError> {
-        self.with_path_on(Some(queue), |ctrl| async move {
+        self.with_path_on(Some(queue), Some(nsid), |ctrl| async move {
             ctrl.io_queue(queue % ctrl.io_queue_count().max(1))?
                 .read_to(nsid, slba, nlb, target)
                 .await
@@ -396,7 +415,7 @@ impl Session {
         data: Bytes,
         fua: bool,
     ) -> Result<(), HostError> {
-        self.with_path_on(Some(queue), |ctrl| {
+        self.with_path_on(Some(queue), Some(nsid), |ctrl| {
             let data = data.clone();
             async move {
                 ctrl.io_queue(queue % ctrl.io_queue_count().max(1))?
@@ -419,7 +438,7 @@ impl Session {
         mem: &Arc<dyn PeerMemory>,
         offset: usize,
     ) -> Result<(), HostError> {
-        self.with_path_on(Some(queue), |ctrl| async move {
+        self.with_path_on(Some(queue), Some(nsid), |ctrl| async move {
             ctrl.io_queue(queue % ctrl.io_queue_count().max(1))?
                 .read_peer(nsid, slba, nlb, mem, offset)
                 .await
@@ -439,7 +458,7 @@ impl Session {
         offset: usize,
         fua: bool,
     ) -> Result<(), HostError> {
-        self.with_path_on(Some(queue), |ctrl| async move {
+        self.with_path_on(Some(queue), Some(nsid), |ctrl| async move {
             ctrl.io_queue(queue % ctrl.io_queue_count().max(1))?
                 .write_peer(nsid, slba, nlb, mem, offset, fua)
                 .await
@@ -455,7 +474,7 @@ impl Session {
         queue: usize,
         mem: &Arc<dyn PeerMemory>,
     ) -> Result<(Registration, String), HostError> {
-        self.with_path_on(Some(queue), |ctrl| async move {
+        self.with_path_on(Some(queue), None, |ctrl| async move {
             let io = ctrl.io_queue(queue % ctrl.io_queue_count().max(1))?;
             let how = io.register_peer(mem).await?;
             Ok((how, io.nic().unwrap_or_default().to_string()))
@@ -464,7 +483,7 @@ impl Session {
     }
 
     pub async fn flush(self: &Arc<Self>, queue: usize, nsid: u32) -> Result<(), HostError> {
-        self.with_path_on(Some(queue), |ctrl| async move {
+        self.with_path_on(Some(queue), Some(nsid), |ctrl| async move {
             ctrl.io_queue(queue % ctrl.io_queue_count().max(1))?
                 .flush(nsid)
                 .await
@@ -480,13 +499,15 @@ impl Session {
         F: Fn(PathController) -> Fut,
         Fut: std::future::Future<Output = Result<T, HostError>>,
     {
-        self.with_path_on(None, op).await
+        self.with_path_on(None, None, op).await
     }
 
-    /// `with_path` for a command on I/O queue index `queue` (see `live_on`).
+    /// `with_path` for a command on I/O queue index `queue` (see `live_on`) and namespace
+    /// `nsid` (its ANA state through each path chooses the path).
     async fn with_path_on<T, F, Fut>(
         self: &Arc<Self>,
         queue: Option<usize>,
+        nsid: Option<u32>,
         op: F,
     ) -> Result<T, HostError>
     where
@@ -502,10 +523,7 @@ impl Session {
             } else {
                 0
             };
-            let picked = (0..n).find_map(|k| {
-                let i = (start + k) % n;
-                self.live_on(i, queue).map(|(c, g)| (i, c, g))
-            });
+            let picked = self.pick(start, queue, nsid);
             let Some((path, ctrl, generation)) = picked else {
                 if let Some(err) = self.all_given_up() {
                     return Err(err);
@@ -518,6 +536,16 @@ impl Session {
                 continue;
             };
             match op(ctrl).await {
+                // The namespace is not accessible through this path now: another path, or a
+                // wait for one (the path is fine; its ANA log says when that changes).
+                Err(HostError::Status { status, .. })
+                    if !status.is_dnr() && ana::state_of_status(status).is_some() =>
+                {
+                    if let (Some(nsid), Some(state)) = (nsid, ana::state_of_status(status)) {
+                        self.paths[path].ana.set(nsid, state);
+                    }
+                    self.reread_ana(path);
+                }
                 Err(e) if is_path_error(&e) => {
                     failures += 1;
                     if failures == MAX_PATH_FAILURES {
@@ -536,6 +564,48 @@ impl Session {
                 result => return result,
             }
         }
+    }
+
+    /// A live path for a command on `nsid`, starting the round at `start`: one where the
+    /// namespace is optimized, else non-optimized; None if none is live and usable.
+    fn pick(
+        &self,
+        start: usize,
+        queue: Option<usize>,
+        nsid: Option<u32>,
+    ) -> Option<(usize, PathController, u64)> {
+        let n = self.paths.len();
+        let preference = |i: usize| match nsid {
+            Some(nsid) => self.paths[i].ana.preference(nsid),
+            None => Preference::Optimized,
+        };
+        for want in [Preference::Optimized, Preference::NonOptimized] {
+            let found = (0..n).find_map(|k| {
+                let i = (start + k) % n;
+                if preference(i) != want {
+                    return None;
+                }
+                self.live_on(i, queue).map(|(c, g)| (i, c, g))
+            });
+            if found.is_some() {
+                return found;
+            }
+        }
+        None
+    }
+
+    /// Reads path `path`'s ANA log again, in the background (after an ANA status).
+    fn reread_ana(&self, path: usize) {
+        let Some((ctrl, _)) = self.live(path) else {
+            return;
+        };
+        let (ana, changed) = (self.paths[path].ana.clone(), self.changed.clone());
+        tokio::spawn(async move {
+            if let Ok(Some(log)) = ana::read_log(&ctrl).await {
+                ana.update(&log);
+                changed.notify_waiters();
+            }
+        });
     }
 
     /// The error to fail commands with once every path is given up.
@@ -584,20 +654,30 @@ impl Session {
         self.clone().spawn_reconnect(path, generation);
     }
 
-    /// Asynchronous events of a live controller become session events.
-    fn watch_events(&self, ctrl: &Arc<Controller>) {
+    /// Asynchronous events of path `path`'s live controller become session events (and ANA
+    /// states of the path).
+    fn watch_events(&self, path: usize, ctrl: &Arc<Controller>) {
         let events = self.events.clone();
         let ns_ids = self.ns_ids.clone();
-        events::spawn_watcher(ctrl, self.namespaces.clone(), move |event| {
-            tracing::info!("{event:?}");
-            if let SessionEvent::NamespaceRemoved { nsid } = event {
-                // The NSID may come back as another namespace.
-                if let Some(ids) = ns_ids.lock().unwrap().as_mut() {
-                    ids.remove(&nsid);
+        let changed = self.changed.clone();
+        let ana_changed = move || changed.notify_waiters();
+        let ana = self.paths[path].ana.clone();
+        events::spawn_watcher(
+            ctrl,
+            self.namespaces.clone(),
+            ana,
+            ana_changed,
+            move |event| {
+                tracing::info!("{event:?}");
+                if let SessionEvent::NamespaceRemoved { nsid } = event {
+                    // The NSID may come back as another namespace.
+                    if let Some(ids) = ns_ids.lock().unwrap().as_mut() {
+                        ids.remove(&nsid);
+                    }
                 }
-            }
-            let _ = events.send(event);
-        });
+                let _ = events.send(event);
+            },
+        );
     }
 
     /// Re-establishes path `path` in the background. The task holds the session weakly: a
@@ -635,6 +715,8 @@ impl Session {
     /// been replaced by another box exporting the same NQN).
     async fn check_rejoin(&self, path: usize, ctrl: Controller) -> Result<Controller, HostError> {
         let ids = ns_identity::namespace_ids(&ctrl).await?;
+        // The path's states as its new controller reports them.
+        let log = ana::read_log(&ctrl).await?;
         let addr = self.paths[path].opts.addr;
         let mut reference = self.ns_ids.lock().unwrap();
         match reference.as_mut() {
@@ -648,6 +730,11 @@ impl Session {
             None => *reference = Some(ids),
         }
         drop(reference);
+        let path_ana = &self.paths[path].ana;
+        path_ana.clear();
+        if let Some(log) = log {
+            path_ana.update(&log);
+        }
         Ok(ctrl)
     }
 
@@ -675,7 +762,7 @@ impl Session {
             Ok(ctrl) => {
                 let cntlid = ctrl.cntlid();
                 let ctrl = Arc::new(ctrl);
-                self.watch_events(&ctrl);
+                self.watch_events(path, &ctrl);
                 let live = PathState::Live {
                     ctrl,
                     generation: generation + 1,
