@@ -355,6 +355,9 @@ s_modules() {
   assert "through A optimized, through B non-optimized" \
     bash -c "grep -q 'trsvcid=4420.* live optimized' <<<'$out' && grep -q 'trsvcid=4421.* live non-optimized' <<<'$out'" || return 1
   assert "drive 01: optimized through B" mod_wait_path "$nqn1" b "live optimized" 5 || return 1
+  out=$("$fabrik" list-subsys | grep -A3 "NQN=$nqn0 "); echo "$out" | sed 's/^/  | /'
+  assert "fabrik list-subsys shows the same paths and states" \
+    bash -c "grep -q 'trsvcid=4420.* live optimized' <<<'$out' && grep -q 'trsvcid=4421.* live non-optimized' <<<'$out'" || return 1
   rm -f $stop /tmp/modfio.rounds
   mod_fio_rounds $stop "${devs[@]}" & fpid=$!
   sleep 2

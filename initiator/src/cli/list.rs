@@ -58,3 +58,35 @@ pub async fn run(args: ListArgs) -> Result<()> {
     }
     Ok(())
 }
+
+#[derive(Args)]
+pub struct ListSubsysArgs {
+    /// Print as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Where sysfs is.
+    #[arg(long, default_value = SYSFS, hide = true)]
+    sysfs: PathBuf,
+}
+
+/// `fabrik list-subsys`: each kernel NVMe subsystem with its paths (controllers), their state
+/// and the ANA state of the first namespace through each, as `nvme list-subsys DEVICE` shows.
+pub async fn list_subsys(args: ListSubsysArgs) -> Result<()> {
+    let subsystems = kernel::subsystems(&args.sysfs);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&subsystems)?);
+        return Ok(());
+    }
+    for s in &subsystems {
+        println!("{} - NQN={} (iopolicy {})", s.name, s.nqn, s.iopolicy);
+        println!("\\");
+        for p in &s.paths {
+            let ana = p.ana_state().unwrap_or("");
+            println!(
+                " +- {} {} {} {} {ana}",
+                p.controller, p.transport, p.address, p.state
+            );
+        }
+    }
+    Ok(())
+}

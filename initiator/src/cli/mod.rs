@@ -54,6 +54,8 @@ enum Command {
     Disconnect(disconnect::DisconnectArgs),
     /// List the kernel's NVMe namespaces and controllers (as `nvme list`).
     List(list::ListArgs),
+    /// List the kernel's NVMe subsystems with their paths and ANA states (as `nvme list-subsys`).
+    ListSubsys(list::ListSubsysArgs),
     /// Identify Namespace over a userspace session.
     IdNs(id_ns::IdNsArgs),
     /// SMART / Health log over a userspace session.
@@ -104,6 +106,7 @@ pub async fn run() -> Result<()> {
         Command::ConnectAll(args) => connect_all::run(args).await,
         Command::Disconnect(args) => disconnect::run(args).await,
         Command::List(args) => list::run(args).await,
+        Command::ListSubsys(args) => list::list_subsys(args).await,
         Command::IdNs(args) => id_ns::run(args).await,
         Command::SmartLog(args) => smart_log::run(args).await,
         Command::Read(args) => rw::read(args).await,

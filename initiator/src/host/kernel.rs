@@ -250,6 +250,76 @@ pub fn controllers(sysfs: &Path) -> Vec<KernelController> {
         .collect()
 }
 
+/// One kernel NVMe subsystem (/sys/class/nvme-subsystem/nvme-subsysN) and its paths.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct KernelSubsystem {
+    pub name: String,
+    pub nqn: String,
+    /// How the multipath head spreads I/O over the paths (numa, round-robin, queue-depth).
+    pub iopolicy: String,
+    pub paths: Vec<KernelPath>,
+}
+
+/// One controller of a subsystem: a path to its namespaces.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct KernelPath {
+    pub controller: String,
+    pub transport: String,
+    pub address: String,
+    pub state: String,
+    /// ANA state of each namespace through this path (NSID, state), as the kernel read it
+    /// from the controller's ANA log; empty where the controller reports no ANA.
+    pub ana_states: Vec<(u32, String)>,
+}
+
+impl KernelPath {
+    /// The ANA state of the path's first namespace (as `nvme list-subsys DEVICE` shows one).
+    pub fn ana_state(&self) -> Option<&str> {
+        self.ana_states.first().map(|(_, s)| s.as_str())
+    }
+}
+
+fn is_ctrl_name(n: &str) -> bool {
+    n.strip_prefix("nvme")
+        .is_some_and(|r| !r.is_empty() && r.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// The subsystems under `sysfs`/class/nvme-subsystem, each with its controllers.
+pub fn subsystems(sysfs: &Path) -> Vec<KernelSubsystem> {
+    let is_subsys = |n: &str| n.starts_with("nvme-subsys");
+    sorted_entries(&sysfs.join("class/nvme-subsystem"), is_subsys)
+        .into_iter()
+        .map(|(name, dir)| KernelSubsystem {
+            nqn: attr(&dir, "subsysnqn"),
+            iopolicy: attr(&dir, "iopolicy"),
+            paths: sorted_entries(&dir, is_ctrl_name)
+                .into_iter()
+                .map(|(controller, ctrl)| {
+                    // The hidden per-path namespace devices (nvmeXcYnZ) carry ana_state.
+                    let is_path_ns = |n: &str| n.starts_with("nvme") && n[4..].contains('c');
+                    let mut ana_states: Vec<(u32, String)> = sorted_entries(&ctrl, is_path_ns)
+                        .into_iter()
+                        .filter_map(|(_, ns)| {
+                            let state = attr(&ns, "ana_state");
+                            let nsid = attr(&ns, "nsid").parse().ok()?;
+                            (!state.is_empty()).then_some((nsid, state))
+                        })
+                        .collect();
+                    ana_states.sort();
+                    KernelPath {
+                        transport: attr(&ctrl, "transport"),
+                        address: attr(&ctrl, "address"),
+                        state: attr(&ctrl, "state"),
+                        ana_states,
+                        controller,
+                    }
+                })
+                .collect(),
+            name,
+        })
+        .collect()
+}
+
 /// The namespace block devices under `sysfs`/block (the multipath heads, not the hidden
 /// per-path nvmeXcYnZ devices).
 pub fn namespaces(sysfs: &Path) -> Vec<KernelNamespace> {
@@ -394,6 +464,55 @@ mod tests {
             "1"
         );
         assert!(delete_controller(&root, "../x").is_err());
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn subsystems_list_their_paths_with_ana_states() {
+        let root = std::env::temp_dir().join(format!("fabrik-subsys-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        let put = |path: &str, value: &str| {
+            let p = root.join(path);
+            fs::create_dir_all(p.parent().unwrap()).unwrap();
+            fs::write(p, format!("{value}\n")).unwrap();
+        };
+        let s = "class/nvme-subsystem/nvme-subsys0";
+        put(&format!("{s}/subsysnqn"), "nqn.a");
+        put(&format!("{s}/iopolicy"), "numa");
+        for (n, port, state, ana) in [
+            (1, 4421, "live", "non-optimized"),
+            (0, 4420, "connecting", "optimized"),
+        ] {
+            let c = format!("class/nvme/nvme{n}");
+            put(&format!("{c}/transport"), "tcp");
+            put(
+                &format!("{c}/address"),
+                &format!("traddr=127.0.0.1,trsvcid={port}"),
+            );
+            put(&format!("{c}/state"), state);
+            put(&format!("{c}/nvme0c{n}n1/ana_state"), ana);
+            put(&format!("{c}/nvme0c{n}n1/nsid"), "1");
+            // The subsystem links to its controllers, as sysfs does.
+            std::os::unix::fs::symlink(root.join(&c), root.join(format!("{s}/nvme{n}"))).unwrap();
+        }
+        put(&format!("{s}/nvme0n1/nsid"), "1"); // the head: not a path
+        let subs = subsystems(&root);
+        assert_eq!(subs.len(), 1);
+        assert_eq!(
+            (subs[0].nqn.as_str(), subs[0].iopolicy.as_str()),
+            ("nqn.a", "numa")
+        );
+        let paths: Vec<(&str, &str, Option<&str>)> = (subs[0].paths.iter())
+            .map(|p| (p.controller.as_str(), p.state.as_str(), p.ana_state()))
+            .collect();
+        assert_eq!(
+            paths,
+            [
+                ("nvme0", "connecting", Some("optimized")),
+                ("nvme1", "live", Some("non-optimized"))
+            ]
+        );
+        assert_eq!(subs[0].paths[1].address, "traddr=127.0.0.1,trsvcid=4421");
         fs::remove_dir_all(&root).unwrap();
     }
 }
