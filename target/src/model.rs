@@ -2,6 +2,8 @@
 //! hosts reach them through. Subsystems, which hold namespaces and the controllers of the hosts
 //! connected, are in `controller` (see `controller::registry` for why).
 
+pub mod reservation;
+
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -6,6 +6,7 @@ pub mod features;
 pub mod identify;
 pub mod io;
 pub mod log;
+pub mod reservation;
 pub mod sgl;
 pub mod sqe;
 pub mod status;

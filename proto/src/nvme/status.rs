@@ -61,6 +61,7 @@ statuses! {
     METADATA_SGL_LENGTH_INVALID = (sct::GENERIC, 0x10, true, "Metadata SGL Length Invalid");
     SGL_TYPE_INVALID = (sct::GENERIC, 0x11, true, "SGL Descriptor Type Invalid");
     SGL_OFFSET_INVALID = (sct::GENERIC, 0x16, true, "SGL Offset Invalid");
+    HOST_ID_INCONSISTENT_FORMAT = (sct::GENERIC, 0x18, true, "Host Identifier Inconsistent Format");
     KEEP_ALIVE_EXPIRED = (sct::GENERIC, 0x19, true, "Keep Alive Timer Expired");
     KEEP_ALIVE_INVALID = (sct::GENERIC, 0x1A, true, "Keep Alive Timeout Invalid");
     TRANSIENT_TRANSPORT_ERROR = (sct::GENERIC, 0x22, false, "Transient Transport Error");
