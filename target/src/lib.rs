@@ -141,6 +141,9 @@ impl Target {
             stop.clone(),
             peer,
         ));
+        let store: std::sync::Weak<dyn controller::reservation::ReservationStore> =
+            Arc::downgrade(&manager) as _;
+        target.set_reservation_store(store);
         if config.peer.is_some() {
             // Hands over what changed while the other module was away, finds a divergence.
             let (manager, stop) = (Arc::downgrade(&manager), stop.clone());

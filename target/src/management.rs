@@ -28,9 +28,12 @@ use crate::backend::guard::{Fault, Guarded};
 use crate::backend::{BackendKind, Drive};
 use crate::config::NQN_PREFIX;
 use crate::controller::limits::MAX_NAMESPACES;
+use crate::controller::reservation::{ReservationChange, ReservationStore};
 use crate::controller::{Subsystem, TargetState};
+use crate::model::reservation::{Notice, Reservations};
 use crate::model::Namespace;
 use crate::state::{self, CompositionState, HostState, NamespaceState, State, SubsystemState};
+use fabrik_proto::Status;
 
 pub struct Manager {
     target: Arc<TargetState>,
@@ -217,12 +220,55 @@ impl Manager {
         if access_changed {
             self.target.discovery_changed();
         }
+        let none = Reservations::default();
+        for sub in self.target.subsystems() {
+            for ns in sub.namespaces() {
+                ns.set_reservations(new.reservations.get(&ns.drive_id).unwrap_or(&none));
+            }
+        }
     }
 
     fn live_subsystem(&self, nqn: &str) -> MgmtResult<Arc<Subsystem>> {
         self.target
             .subsystem(nqn)
             .ok_or_else(|| not_found(format!("no subsystem {nqn:?}")))
+    }
+}
+
+/// Reservation commands change the state like every other change: persisted, on the other
+/// module, then live.
+impl ReservationStore for Manager {
+    fn change_reservations(
+        &self,
+        drive: &str,
+        change: ReservationChange,
+    ) -> Result<Vec<Notice>, Status> {
+        let mut refused = None;
+        let done = self.mutate(|st| {
+            let mut r = st.reservations.get(drive).cloned().unwrap_or_default();
+            match change(&mut r) {
+                Ok(notices) => {
+                    if r == Reservations::default() {
+                        st.reservations.remove(drive);
+                    } else {
+                        st.reservations.insert(drive.to_string(), r);
+                    }
+                    Ok(notices)
+                }
+                Err(status) => {
+                    refused = Some(status);
+                    Err(conflict("refused"))
+                }
+            }
+        });
+        match (done, refused) {
+            (Ok(notices), _) => Ok(notices),
+            (Err(_), Some(status)) => Err(status),
+            (Err(e), None) => {
+                tracing::error!(drive, "a reservation change could not be made: {e}");
+                Err(Status::INTERNAL_ERROR)
+            }
+        }
     }
 }
 

@@ -6,13 +6,14 @@ pub mod reservation;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use fabrik_proto::fabrics::discovery::Tsas;
 pub use fabrik_proto::fabrics::Transport;
 
 use crate::backend::Drive;
 use crate::stats::NamespaceStats;
+use reservation::{HostId, Reservations};
 
 /// A drive exported as a namespace, with the counters SMART and metrics report.
 pub struct Namespace {
@@ -30,6 +31,10 @@ pub struct Namespace {
     /// its NSID up again (see `Controller::run_io`).
     removed: AtomicBool,
     pub stats: NamespaceStats,
+    /// Its drive's persistent reservation, as the management layer last made it.
+    reservations: RwLock<Arc<Reservations>>,
+    /// A reservation restricts access: the one load an I/O command makes when none does.
+    reserved: AtomicBool,
 }
 
 impl Namespace {
@@ -49,6 +54,8 @@ impl Namespace {
             ready: AtomicBool::new(true),
             removed: AtomicBool::new(false),
             stats: NamespaceStats::default(),
+            reservations: RwLock::default(),
+            reserved: AtomicBool::new(false),
         }
     }
 
@@ -83,6 +90,28 @@ impl Namespace {
     /// Its subsystem let it go (see `Subsystem::remove_namespace`).
     pub fn mark_removed(&self) {
         self.removed.store(true, Ordering::Release);
+    }
+
+    pub fn reservations(&self) -> Arc<Reservations> {
+        self.reservations.read().unwrap().clone()
+    }
+
+    /// Takes its drive's reservation state as it now is (persisted, on both modules).
+    pub fn set_reservations(&self, r: &Reservations) {
+        let mut cur = self.reservations.write().unwrap();
+        if **cur != *r {
+            self.reserved.store(r.restricts(), Ordering::Release);
+            *cur = Arc::new(r.clone());
+        }
+    }
+
+    /// Whether host `host` may read (`write` false) or write now: Reservation Conflict if a
+    /// reservation keeps it out.
+    pub fn check_access(&self, host: &HostId, write: bool) -> Result<(), fabrik_proto::Status> {
+        if !self.reserved.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        self.reservations.read().unwrap().access(host, write)
     }
 }
 

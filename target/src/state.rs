@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::backend::BackendKind;
 use crate::config::{parse_backend, Config, DriveSpec};
+use crate::model::reservation::Reservations;
 use crate::model::{self, Transport};
 
 /// Bounds on what the management API may add (`State::check_limits`).
@@ -76,13 +77,17 @@ pub struct State {
     /// hands the changes over when it can (see `management::sync`).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub peer_behind: bool,
+    /// Persistent reservations, by drive (a drive with none has no entry).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub reservations: BTreeMap<String, Reservations>,
 }
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
 }
 
-/// What the two I/O modules of a box keep the same: whom the drives are exported to and how.
+/// What the two I/O modules of a box keep the same: whom the drives are exported to and how,
+/// and who reserved them.
 /// Each has its own ports, ANA settings, maintenance and drive faults.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -92,6 +97,8 @@ pub struct Shared {
     pub compositions: Vec<CompositionState>,
     pub next_composition: u64,
     pub alias_key: String,
+    #[serde(default)]
+    pub reservations: BTreeMap<String, Reservations>,
 }
 
 impl State {
@@ -102,6 +109,7 @@ impl State {
             compositions: self.compositions.clone(),
             next_composition: self.next_composition,
             alias_key: self.alias_key.clone(),
+            reservations: self.reservations.clone(),
         }
     }
 
@@ -111,6 +119,7 @@ impl State {
         self.compositions = shared.compositions;
         self.next_composition = shared.next_composition;
         self.alias_key = shared.alias_key;
+        self.reservations = shared.reservations;
     }
 }
 
@@ -331,6 +340,7 @@ impl State {
             maintenance: false,
             config_generation: 0,
             peer_behind: false,
+            reservations: BTreeMap::new(),
         }
     }
 

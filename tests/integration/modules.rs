@@ -10,6 +10,7 @@ use common::api::{start_with, Api, MIB};
 use fabrik_api::models::{AnaState, CompositionRequest, ConfigSync, HostRequest};
 use fabrik_initiator::{Controller, HostIdentity};
 use fabrik_proto::nvme::log::{ana_state, lid, AnaLog};
+use fabrik_proto::nvme::reservation::{KeyPair, ReservationCommand, ReservationStatus};
 use fabrik_proto::Status;
 use fabrik_target::backend::BackendKind;
 use fabrik_target::module::ModuleId;
@@ -383,6 +384,168 @@ async fn fabrik_s_session_follows_the_ana_states() {
     read_all(10).await;
     assert_eq!(reads(&b), before_b, "optimized again: all through A");
     session.shutdown().await;
+    a.stop().await;
+    b.stop().await;
+}
+
+/// Sends reservation command `cmd` (with its key data) on `ctrl`'s first I/O queue.
+async fn resv(
+    ctrl: &Controller,
+    cmd: ReservationCommand,
+    keys: KeyPair,
+) -> Result<fabrik_initiator::Completion, fabrik_initiator::HostError> {
+    let (out, in_len) = match &cmd {
+        ReservationCommand::Report { len, .. } => (None, *len),
+        ReservationCommand::Release { .. } => {
+            (Some(bytes::Bytes::copy_from_slice(&keys.encode()[..8])), 0)
+        }
+        _ => (Some(bytes::Bytes::copy_from_slice(&keys.encode())), 0),
+    };
+    ctrl.io_queue(0)?.submit(cmd.to_sqe(), out, in_len).await
+}
+
+async fn report(ctrl: &Controller) -> ReservationStatus {
+    let c = resv(
+        ctrl,
+        ReservationCommand::Report {
+            nsid: 1,
+            len: 4096,
+            eds: true,
+        },
+        KeyPair::default(),
+    )
+    .await
+    .unwrap();
+    ReservationStatus::decode(&c.data, true).unwrap()
+}
+
+/// A reservation made through one module holds through the other (both keep the same,
+/// persisted), and keeps other hosts' writes out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reservations_hold_through_both_modules_and_across_restarts() {
+    use fabrik_proto::nvme::reservation::*;
+    let pair = Pair::new();
+    let a = pair.start(ModuleId::A).await;
+    let b = pair.start(ModuleId::B).await;
+    let (x, y) = (HostIdentity::random(), HostIdentity::random());
+    let xa = connect(&a, "00", &x).await;
+    let yb = connect(&b, "00", &y).await;
+    let id = xa.identify_controller().await.unwrap();
+    assert_ne!(id.oncs & ONCS_RESERVATIONS, 0, "ONCS: reservations");
+    let rescap = xa.identify_namespace(1).await.unwrap().rescap;
+    assert_eq!(rescap, rescap::PTPL | rescap::ALL_TYPES | rescap::IEKEY_1_3);
+
+    // X registers and takes a Write Exclusive reservation through module A.
+    let register = ReservationCommand::Register {
+        nsid: 1,
+        action: RegisterAction::Register,
+        iekey: false,
+        cptpl: Cptpl::Set,
+    };
+    resv(
+        &xa,
+        register.clone(),
+        KeyPair {
+            current: 0,
+            other: 0xaa,
+        },
+    )
+    .await
+    .unwrap();
+    let acquire = ReservationCommand::Acquire {
+        nsid: 1,
+        action: AcquireAction::Acquire,
+        iekey: false,
+        rtype: Some(ReservationType::WriteExclusive),
+    };
+    let wrong_key = resv(
+        &xa,
+        acquire.clone(),
+        KeyPair {
+            current: 0xbb,
+            other: 0,
+        },
+    )
+    .await;
+    assert_eq!(
+        wrong_key.unwrap_err().status(),
+        Some(Status::RESERVATION_CONFLICT)
+    );
+    resv(
+        &xa,
+        acquire.clone(),
+        KeyPair {
+            current: 0xaa,
+            other: 0,
+        },
+    )
+    .await
+    .unwrap();
+
+    // Module B reports it and enforces it: Y may read, not write; X writes through A.
+    let status = report(&yb).await;
+    assert_eq!(
+        (status.generation, status.rtype, status.ptpls),
+        (1, Some(ReservationType::WriteExclusive), true)
+    );
+    assert_eq!(status.registrants.len(), 1);
+    assert_eq!(status.registrants[0].hostid, x.id);
+    assert!(status.registrants[0].holds);
+    let data = common::random_data(4096, 3);
+    let denied = yb.write(1, 0, data.clone(), false).await.unwrap_err();
+    assert_eq!(denied.status(), Some(Status::RESERVATION_CONFLICT));
+    assert!(denied.status().unwrap().is_dnr());
+    yb.read(1, 0, 1).await.unwrap();
+    xa.write(1, 0, data.clone(), false).await.unwrap();
+    let short = resv(
+        &yb,
+        ReservationCommand::Report {
+            nsid: 1,
+            len: 4096,
+            eds: false,
+        },
+        KeyPair::default(),
+    )
+    .await;
+    assert_eq!(
+        short.unwrap_err().status(),
+        Some(Status::HOST_ID_INCONSISTENT_FORMAT)
+    );
+
+    // Kept across a restart of both modules.
+    for c in [xa, yb] {
+        c.shutdown().await.unwrap();
+    }
+    a.stop().await;
+    b.stop().await;
+    let a = pair.start(ModuleId::A).await;
+    let b = pair.start(ModuleId::B).await;
+    let xa = connect(&a, "00", &x).await;
+    let yb = connect(&b, "00", &y).await;
+    assert!(report(&yb).await.registrants[0].holds, "kept");
+    assert!(yb.write(1, 0, data.clone(), false).await.is_err());
+    // Released through A: Y writes through B.
+    let release = ReservationCommand::Release {
+        nsid: 1,
+        action: ReleaseAction::Release,
+        iekey: false,
+        rtype: Some(ReservationType::WriteExclusive),
+    };
+    resv(
+        &xa,
+        release,
+        KeyPair {
+            current: 0xaa,
+            other: 0,
+        },
+    )
+    .await
+    .unwrap();
+    yb.write(1, 0, data, false).await.unwrap();
+    assert_eq!(report(&yb).await.rtype, None);
+    for c in [xa, yb] {
+        c.shutdown().await.unwrap();
+    }
     a.stop().await;
     b.stop().await;
 }

@@ -13,6 +13,7 @@ use fabrik_proto::nvme::log::{
     ANA_LOG_HEADER_LEN, ANA_LSP_GROUPS_ONLY, CHANGED_NS_LIST_LEN, ERROR_LOG_ENTRY_LEN,
     SMART_LOG_LEN,
 };
+use fabrik_proto::nvme::reservation;
 use fabrik_proto::nvme::sqe::SQE_LEN;
 use fabrik_proto::nvme::NSID_BROADCAST;
 use fabrik_proto::Status;
@@ -245,8 +246,8 @@ impl Controller {
             oncs: if self.is_discovery() {
                 0
             } else {
-                1 << 2 | 1 << 3
-            }, // DSM, Write Zeroes
+                1 << 2 | 1 << 3 | reservation::ONCS_RESERVATIONS
+            }, // DSM, Write Zeroes, reservations
             vwc: if vwc { 0x7 } else { 0 }, // present; Flush to all namespaces supported
             sgls,
             subnqn: self.subnqn(),
@@ -301,6 +302,10 @@ impl Controller {
                 b.to_vec()
             }
             lid::DISCOVERY if self.is_discovery() => self.discovery_log_page(),
+            // No notices are queued yet: the page says so (count 0).
+            reservation::NOTIFICATION_LOG if !self.is_discovery() => {
+                reservation::Notification::default().encode().to_vec()
+            }
             lid::ANA if !self.is_discovery() => match self.ana_log() {
                 Some(log) => {
                     // Padded to the most it can hold (as the Linux host sizes it): nvme-cli reads
@@ -501,6 +506,10 @@ pub(super) fn identify_namespace(ns: &crate::model::Namespace) -> IdentifyNamesp
         nlbaf: 0,
         flbas: 0,
         nmic: 1,
+        // Every type, kept through a power loss (the state file), IEKEY as NVMe 1.3 means it.
+        rescap: reservation::rescap::PTPL
+            | reservation::rescap::ALL_TYPES
+            | reservation::rescap::IEKEY_1_3,
         anagrpid: ns.ana_group,
         dlfeat: 1 << 3 | 0b001, // Write Zeroes may deallocate; deallocated blocks read zeros
         nguid: ns.nguid,

@@ -15,7 +15,7 @@ use crate::model::Namespace;
 use crate::stats::Stopwatch;
 
 impl Controller {
-    fn namespace_for_io(&self, nsid: u32) -> Result<Arc<Namespace>, Status> {
+    pub(super) fn namespace_for_io(&self, nsid: u32) -> Result<Arc<Namespace>, Status> {
         let sub = self.subsystem().ok_or(Status::INVALID_OPCODE)?;
         let ns = sub.namespace(nsid).ok_or(Status::INVALID_NAMESPACE)?;
         if !ns.is_ready() {
@@ -41,6 +41,7 @@ impl Controller {
         }
         let ns = namespaces.get(cmd.nsid(), || self.namespace_for_io(cmd.nsid()))?;
         self.target.ana.io_allowed(ns.ana_group)?;
+        ns.check_access(&self.host_id, !matches!(cmd, IoCommand::Read { .. }))?;
         let bs = ns.block_size();
         match *cmd {
             IoCommand::Read { slba, nlb, .. }

@@ -20,6 +20,7 @@ pub mod ns_cache;
 mod parked;
 pub mod queue;
 mod registry;
+pub mod reservation;
 #[cfg(test)]
 mod tests;
 

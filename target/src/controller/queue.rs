@@ -11,6 +11,7 @@ use bytes::Bytes;
 use fabrik_proto::fabrics::FabricsCommand;
 use fabrik_proto::nvme::admin::AdminCommand;
 use fabrik_proto::nvme::io::IoCommand;
+use fabrik_proto::nvme::reservation::ReservationCommand;
 use fabrik_proto::nvme::{admin_opcode, data_direction, DataDirection};
 use fabrik_proto::{Sqe, Status};
 use tokio_util::sync::CancellationToken;
@@ -97,6 +98,19 @@ pub enum Command {
     Fabrics(FabricsCommand),
     Admin(AdminCommand),
     Io(IoRequest),
+    Reservation(ReservationRequest),
+}
+
+/// An admitted reservation command and its namespace.
+pub struct ReservationRequest {
+    pub cmd: ReservationCommand,
+    pub(super) ns: QueueNamespace,
+}
+
+impl std::fmt::Debug for ReservationRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.cmd.fmt(f)
+    }
 }
 
 /// An admitted I/O command and the namespace it was admitted against (None: a broadcast
@@ -275,13 +289,20 @@ impl Queue {
                 if !b.ctrl.is_ready() {
                     return Err(Status::COMMAND_SEQUENCE_ERROR);
                 }
-                let cmd = IoCommand::parse(sqe)?;
-                let ns = b.ctrl.admit_io(&cmd, transfer_len, &b.namespaces)?;
-                Command::Io(IoRequest {
-                    cmd,
-                    ns,
-                    into: None,
-                })
+                if let Some(cmd) = ReservationCommand::parse(sqe)? {
+                    let ns = b
+                        .ctrl
+                        .admit_reservation(&cmd, transfer_len, &b.namespaces)?;
+                    Command::Reservation(ReservationRequest { cmd, ns })
+                } else {
+                    let cmd = IoCommand::parse(sqe)?;
+                    let ns = b.ctrl.admit_io(&cmd, transfer_len, &b.namespaces)?;
+                    Command::Io(IoRequest {
+                        cmd,
+                        ns,
+                        into: None,
+                    })
+                }
             }
         };
         if transfer_len > limits::MAX_TRANSFER.max(limits::ADMIN_INLINE_DATA) {
@@ -338,6 +359,14 @@ impl Queue {
                     .expect("admitted I/O command on a bound queue")
                     .ctrl;
                 ctrl.execute_io(io, data).await
+            }
+            Command::Reservation(ReservationRequest { cmd: r, ns }) => {
+                let ctrl = &self
+                    .binding
+                    .get()
+                    .expect("admitted reservation command on a bound queue")
+                    .ctrl;
+                ctrl.execute_reservation(r, ns, data).await
             }
         };
         self.answered(sqid, cid, nsid, response)

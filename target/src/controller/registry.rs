@@ -232,6 +232,9 @@ pub struct TargetState {
     pub module: Option<ModuleId>,
     /// Controller IDs this process hands out (see `module::cntlids`).
     pub cntlids: RangeInclusive<u16>,
+    /// Where reservation changes are made durable (see `reservation::ReservationStore`).
+    pub(super) reservation_store:
+        std::sync::OnceLock<Weak<dyn super::reservation::ReservationStore>>,
 }
 
 impl TargetState {
@@ -253,6 +256,7 @@ impl TargetState {
             ana: super::ana::Ana::new(module::ana_groups(None)),
             module: None,
             cntlids: module::cntlids(None),
+            reservation_store: std::sync::OnceLock::new(),
         }
     }
 
