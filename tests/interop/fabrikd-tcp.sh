@@ -332,6 +332,28 @@ mod_fio_rounds() {  # stopfile dev...: write+verify rounds until stopfile exists
     echo $n > /tmp/modfio.rounds
   done
 }
+mod_ctrl() {  # nqn a|b: /dev/nvmeN of the path through that module
+  local c
+  for c in /sys/class/nvme/nvme*; do
+    [ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$1" ] || continue
+    grep -q "trsvcid=$(mod_port "$2")" "$c/address" 2>/dev/null && { echo "/dev/$(basename "$c")"; return 0; }
+  done
+  return 1
+}
+mod_reservations() {  # nqn
+  local ca cb out
+  ca=$(mod_ctrl "$1" a) && cb=$(mod_ctrl "$1" b) || { echo "  no controller for each module"; return 1; }
+  x nvme resv-register "$ca" -n 1 -k 0xaa -r 0 || return 1
+  x nvme resv-acquire "$ca" -n 1 -c 0xaa -t 1 || return 1
+  out=$(nvme resv-report "$cb" -n 1 -e 2>&1); echo "$out" | sed 's/^/  | /'
+  assert "module b reports the reservation taken through module a (write exclusive, 1 registrant)" \
+    bash -c "grep -qiE 'rtype *: *1' <<<'$out' && grep -qiE 'regctl *: *1' <<<'$out'" || return 1
+  x nvme resv-release "$cb" -n 1 -c 0xaa -t 1 || return 1
+  x nvme resv-register "$cb" -n 1 -c 0xaa -r 1 || return 1
+  out=$(nvme resv-report "$ca" -n 1 -e 2>&1); echo "$out" | sed 's/^/  | /'
+  assert "released and unregistered through b, module a reports none" \
+    bash -c "grep -qiE 'rtype *: *0' <<<'$out' && grep -qiE 'regctl *: *0' <<<'$out'"
+}
 s_modules() {
   local fabrik nqn0 nqn1 m r rc=0 ok=1 devs=() fpid stop=/tmp/modfio.stop out kills=${MOD_KILLS:-20}
   case $FABRIKD in */fake-fabrikd) echo "  fake-fabrikd has no modules: nothing to test"; return 0 ;; esac
@@ -393,6 +415,9 @@ s_modules() {
     bash -c "! FABRIK_DATA_DIR=$DATA/module-b '$fabrik' compositions --json | grep -q '$(host_nqn)'" || ok=0
   assert "module a: configuration in step" \
     bash -c "'$fabrik' module --json | grep -q '\"config_sync\": *\"in-step\"'" || ok=0
+  # A reservation registered and acquired through module a (nvme-cli on that path's
+  # controller) is what module b reports; released through b, a reports none.
+  mod_reservations "$nqn0" || ok=0
   assert "fio: $(cat /tmp/modfio.rounds 2>/dev/null || echo 0) write+verify rounds, no error, no mismatch" [ $rc = 0 ]
   assert "at least 2 fio rounds completed" [ "$(cat /tmp/modfio.rounds 2>/dev/null || echo 0)" -ge 2 ] || rc=1
   dmesg | grep -iE 'nvme.*(I/O error|failover|no usable path|ANATT)' | tail -5 | sed 's/^/  dmesg: /'

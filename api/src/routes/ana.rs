@@ -85,6 +85,8 @@ pub async fn config(State(m): State<Mgmt>) -> Result<Encoded, ApiError> {
 #[utoipa::path(put, path = "/api/v1/module/config", tag = "ana", request_body = ModuleConfigPush,
     security(("bearer" = [])),
     responses((status = 200, body = ModuleConfig),
+        (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Body is not application/json", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No or wrong token", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Not at the change's base (the modules diverged), or a change of this module's own is under way", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "The configuration is invalid here", body = Problem, content_type = "application/problem+json")))]
