@@ -1,10 +1,12 @@
-//! Log pages: SMART, Error Information, Firmware Slot, Changed Namespace List, ANA and the
-//! discovery log (whole page and single entries), all fed the same bytes.
+//! Log pages: SMART, Error Information, Firmware Slot, Changed Namespace List, ANA, Reservation
+//! Notification, the discovery log (whole page and single entries), and Reservation Status
+//! data, all fed the same bytes.
 
 #![no_main]
 
 use fabrik_proto::fabrics::discovery::*;
 use fabrik_proto::nvme::log::*;
+use fabrik_proto::nvme::reservation::{Notification, ReservationStatus};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -36,6 +38,21 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Ok(ana) = AnaLog::decode(data) {
         assert_eq!(AnaLog::decode(&ana.encode(false)), Ok(ana.clone()), "ANA {ana:?}");
+    }
+    if let Some(n) = Notification::decode(data) {
+        assert_eq!(Notification::decode(&n.encode()), Some(n));
+    }
+    for extended in [false, true] {
+        if let Some(status) = ReservationStatus::decode(data, extended) {
+            let len = if extended { 64 } else { 24 } * (1 + status.registrants.len());
+            let again = ReservationStatus::decode(&status.encode(extended, len), extended);
+            if extended {
+                assert_eq!(again, Some(status), "status data round trips");
+            } else {
+                // The normal form carries 64 of the 128 host ID bits.
+                assert_eq!(again.map(|s| s.registrants.len()), Some(status.registrants.len()));
+            }
+        }
     }
     if let Ok(header) = DiscoveryLogHeader::decode(data) {
         let mut buf = [0u8; DISCOVERY_HEADER_LEN];

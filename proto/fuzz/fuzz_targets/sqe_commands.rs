@@ -9,6 +9,7 @@ use fabrik_proto::fabrics::FabricsCommand;
 use fabrik_proto::nvme::admin::AdminCommand;
 use fabrik_proto::nvme::data_direction;
 use fabrik_proto::nvme::io::{DsmRange, IoCommand};
+use fabrik_proto::nvme::reservation::ReservationCommand;
 use fabrik_proto::nvme::sqe::{Sqe, SQE_LEN};
 use fabrik_proto::SglDescriptor;
 use libfuzzer_sys::fuzz_target;
@@ -20,6 +21,9 @@ fuzz_target!(|data: &[u8]| {
     };
     assert_eq!(sqe.to_bytes()[..], data[..SQE_LEN]);
     let _ = data_direction(sqe.opcode, sqe.fctype());
+    if let Ok(Some(cmd)) = ReservationCommand::parse(&sqe) {
+        assert_eq!(ReservationCommand::parse(&cmd.to_sqe()), Ok(Some(cmd)));
+    }
 
     if let Ok(cmd) = AdminCommand::parse(&sqe) {
         let _ = cmd.log_len();
