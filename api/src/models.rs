@@ -356,6 +356,30 @@ pub struct ModuleConfigPush {
     pub force: bool,
     #[schema(value_type = Object)]
     pub config: serde_json::Value,
+    /// Hosts the change's reservation commands affect: this module tells its controllers of
+    /// them too.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notices: Vec<ReservationNotice>,
+}
+
+/// A host told of a change of a drive's reservation (a Reservation Notification log page and
+/// its event on each of its controllers that reaches the drive).
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ReservationNotice {
+    pub drive: String,
+    /// The host's identifier (Connect HOSTID), 32 hex digits.
+    #[schema(pattern = "^[0-9a-fA-F]{32}$")]
+    pub host_id: String,
+    pub kind: ReservationNoticeKind,
+}
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReservationNoticeKind {
+    RegistrationPreempted,
+    ReservationReleased,
+    ReservationPreempted,
 }
 
 /// Puts the module into maintenance (`true`) or back into service (`false`); kept across

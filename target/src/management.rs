@@ -123,6 +123,16 @@ impl Manager {
     /// other I/O module where it changes what the two share (`sync`), persisted, then made
     /// live. Any error leaves everything as it was.
     fn mutate<T>(&self, change: impl FnOnce(&mut State) -> MgmtResult<T>) -> MgmtResult<T> {
+        self.mutate_telling(change, |_| Vec::new())
+    }
+
+    /// `mutate`, where the change's result names hosts to tell of a reservation change: the
+    /// other module tells its controllers of them when it takes the change.
+    fn mutate_telling<T>(
+        &self,
+        change: impl FnOnce(&mut State) -> MgmtResult<T>,
+        tell: impl FnOnce(&T) -> Vec<api::ReservationNotice>,
+    ) -> MgmtResult<T> {
         let _changing = self.changing.lock().unwrap();
         let cur = self.state();
         let mut next = State::clone(&cur);
@@ -133,7 +143,7 @@ impl Manager {
         })?;
         if let Some(peer) = &self.peer {
             if next.shared() != cur.shared() {
-                self.sync_change(peer, &cur, &mut next)?;
+                self.sync_change(peer, &cur, &mut next, tell(&out))?;
             }
         }
         self.commit(&cur, next)?;
@@ -244,23 +254,27 @@ impl ReservationStore for Manager {
         change: ReservationChange,
     ) -> Result<Vec<Notice>, Status> {
         let mut refused = None;
-        let done = self.mutate(|st| {
-            let mut r = st.reservations.get(drive).cloned().unwrap_or_default();
-            match change(&mut r) {
-                Ok(notices) => {
-                    if r == Reservations::default() {
-                        st.reservations.remove(drive);
-                    } else {
-                        st.reservations.insert(drive.to_string(), r);
+        let tell = |notices: &Vec<Notice>| sync::notice_views(drive, notices);
+        let done = self.mutate_telling(
+            |st| {
+                let mut r = st.reservations.get(drive).cloned().unwrap_or_default();
+                match change(&mut r) {
+                    Ok(notices) => {
+                        if r == Reservations::default() {
+                            st.reservations.remove(drive);
+                        } else {
+                            st.reservations.insert(drive.to_string(), r);
+                        }
+                        Ok(notices)
                     }
-                    Ok(notices)
+                    Err(status) => {
+                        refused = Some(status);
+                        Err(conflict("refused"))
+                    }
                 }
-                Err(status) => {
-                    refused = Some(status);
-                    Err(conflict("refused"))
-                }
-            }
-        });
+            },
+            tell,
+        );
         match (done, refused) {
             (Ok(notices), _) => Ok(notices),
             (Err(_), Some(status)) => Err(status),

@@ -549,3 +549,155 @@ async fn reservations_hold_through_both_modules_and_across_restarts() {
     a.stop().await;
     b.stop().await;
 }
+
+/// Reads one Reservation Notification log page through `ctrl`.
+async fn notice(ctrl: &Controller) -> fabrik_proto::nvme::reservation::Notification {
+    use fabrik_proto::nvme::reservation::*;
+    let page = ctrl.get_log_page(NOTIFICATION_LOG, 0xffff_ffff, NOTIFICATION_LOG_LEN, 0);
+    Notification::decode(&page.await.unwrap()).unwrap()
+}
+
+/// A host whose registration is preempted, or whose reservation is released, is told on each
+/// of its controllers, through either module: a notification page and the event, unless the
+/// controller masked that kind. PTPL (feature 83h) is one setting for both modules.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reservation_notices_reach_the_host_on_both_modules() {
+    use fabrik_proto::nvme::features::fid;
+    use fabrik_proto::nvme::log::aen;
+    use fabrik_proto::nvme::reservation::*;
+    let pair = Pair::new();
+    let a = pair.start(ModuleId::A).await;
+    let b = pair.start(ModuleId::B).await;
+    let (x, y) = (HostIdentity::random(), HostIdentity::random());
+    let xa = connect(&a, "00", &x).await;
+    let ya = connect(&a, "00", &y).await;
+    let yb = connect(&b, "00", &y).await;
+    let key = |current, other| KeyPair { current, other };
+    let status = |r: Result<u32, fabrik_initiator::HostError>| r.unwrap_err().status();
+
+    // Y's controller on A keeps "registration preempted" notices out.
+    let mask = fid::RESERVATION_NOTIFICATION_MASK;
+    ya.set_features(mask, 1, mask::REGISTRATION_PREEMPTED)
+        .await
+        .unwrap();
+    assert_eq!(
+        ya.get_features(mask, 1, 0).await.unwrap(),
+        mask::REGISTRATION_PREEMPTED
+    );
+    assert_eq!(
+        yb.get_features(mask, 1, 0).await.unwrap(),
+        0,
+        "per controller"
+    );
+    assert_eq!(
+        status(ya.set_features(mask, 1, 1).await),
+        Some(Status::INVALID_FIELD)
+    );
+    assert_eq!(
+        status(ya.get_features(mask, 7, 0).await),
+        Some(Status::INVALID_NAMESPACE)
+    );
+
+    let register = |nsid| ReservationCommand::Register {
+        nsid,
+        action: RegisterAction::Register,
+        iekey: false,
+        cptpl: Cptpl::NoChange,
+    };
+    resv(&xa, register(1), key(0, 0xaa)).await.unwrap();
+    resv(&yb, register(1), key(0, 0xbb)).await.unwrap();
+    let x_on_a = xa;
+    let xa = &x_on_a;
+    let acquire = |action, rtype, keys| async move {
+        let cmd = ReservationCommand::Acquire {
+            nsid: 1,
+            action,
+            iekey: false,
+            rtype: Some(rtype),
+        };
+        resv(xa, cmd, keys).await.unwrap();
+    };
+    acquire(
+        AcquireAction::Acquire,
+        ReservationType::WriteExclusive,
+        key(0xaa, 0),
+    )
+    .await;
+    assert_eq!(notice(&yb).await, Notification::default(), "nothing yet");
+
+    // X preempts Y's registration (through A): Y's controller on B hears of it.
+    let event = tokio::spawn(yb.async_event_request());
+    acquire(
+        AcquireAction::Preempt,
+        ReservationType::WriteExclusive,
+        key(0xaa, 0xbb),
+    )
+    .await;
+    let expected_event = aen::result(
+        aen::TYPE_IO_COMMAND_SET,
+        aen::IO_RESERVATION_LOG_AVAILABLE,
+        NOTIFICATION_LOG,
+    );
+    let got = tokio::time::timeout(std::time::Duration::from_secs(10), event);
+    assert_eq!(got.await.unwrap().unwrap().unwrap(), expected_event);
+    let page = notice(&yb).await;
+    assert_eq!(
+        (page.count, page.kind, page.nsid, page.available),
+        (1, Some(NotificationKind::RegistrationPreempted), 1, 0)
+    );
+    assert_eq!(notice(&yb).await.count, 0, "a read takes the page");
+    assert_eq!(notice(&ya).await.count, 0, "masked on A");
+    assert_eq!(notice(xa).await.count, 0, "the preempting host is not told");
+
+    // A Write Exclusive - Registrants Only reservation released: the other registrant is told
+    // on both its controllers (A's mask does not cover releases).
+    resv(&ya, register(1), key(0, 0xbc)).await.unwrap();
+    resv(
+        xa,
+        ReservationCommand::Release {
+            nsid: 1,
+            action: ReleaseAction::Release,
+            iekey: false,
+            rtype: Some(ReservationType::WriteExclusive),
+        },
+        key(0xaa, 0),
+    )
+    .await
+    .unwrap();
+    let ro = ReservationType::WriteExclusiveRegistrantsOnly;
+    acquire(AcquireAction::Acquire, ro, key(0xaa, 0)).await;
+    let event = tokio::spawn(yb.async_event_request());
+    resv(
+        xa,
+        ReservationCommand::Release {
+            nsid: 1,
+            action: ReleaseAction::Release,
+            iekey: false,
+            rtype: Some(ro),
+        },
+        key(0xaa, 0),
+    )
+    .await
+    .unwrap();
+    let got = tokio::time::timeout(std::time::Duration::from_secs(10), event);
+    assert_eq!(got.await.unwrap().unwrap().unwrap(), expected_event);
+    for (ctrl, count) in [(&yb, 2), (&ya, 1)] {
+        let page = notice(ctrl).await;
+        assert_eq!(
+            (page.count, page.kind),
+            (count, Some(NotificationKind::ReservationReleased))
+        );
+    }
+
+    // PTPL through A is what B reports.
+    let ptpl = fid::RESERVATION_PERSISTENCE;
+    assert_eq!(yb.get_features(ptpl, 1, 0).await.unwrap(), 0);
+    xa.set_features(ptpl, 1, 1).await.unwrap();
+    assert_eq!(yb.get_features(ptpl, 1, 0).await.unwrap(), 1);
+    assert!(report(&yb).await.ptpls);
+    for c in [x_on_a, ya, yb] {
+        c.shutdown().await.unwrap();
+    }
+    a.stop().await;
+    b.stop().await;
+}

@@ -429,6 +429,112 @@ s_modules() {
   done
   [ $ok = 1 ] && [ $rc = 0 ]
 }
+# Reservations between two hosts: two host NQNs, each with its own host ID, on one kernel (each
+# its own controller: host 1 through module a, host 2 through module b). nvme resv-* runs on
+# each host's controller, and the other host's I/O (nvme io-passthru on its controller) gets
+# Reservation Conflict where the type says and passes where it allows; a preempted host finds
+# the notice in its log page 80h unless it masked it (feature 82h); a reservation is kept across
+# a restart of both modules.
+resv_io() {  # ctrl read|write: nvme-cli's answer; the command's exit status
+  local op=2 dir=-r
+  [ "$2" = write ] && { op=1; dir=-w; }
+  nvme io-passthru "$1" -n 1 -o $op --cdw10=0 --cdw11=0 --cdw12=0 -l "$RESV_LBA" $dir \
+    -i /tmp/resv.data -b 2>&1 > /dev/null
+}
+resv_allows() {  # "what" ctrl read|write yes|no
+  local out rc
+  out=$(resv_io "$2" "$3"); rc=$?
+  if [ "$4" = yes ]; then
+    assert "$1: $3 passes" [ $rc = 0 ] || { echo "  | $out"; return 1; }
+  else
+    assert "$1: $3 gets Reservation Conflict" \
+      bash -c "[ $rc != 0 ] && grep -qi 'reservation.conflict' <<<'$out'" || { echo "  | $out"; return 1; }
+  fi
+}
+resv_notice() {  # ctrl: "<count> <type> <nsid>" of the next Reservation Notification page
+  nvme get-log "$1" --log-id=0x80 --log-len=64 -b > /tmp/resv.log 2>/dev/null || return 1
+  echo "$(od -An -tu8 -N8 /tmp/resv.log | tr -d ' ') $(od -An -tu1 -j8 -N1 /tmp/resv.log | tr -d ' ') $(od -An -tu4 -j12 -N4 /tmp/resv.log | tr -d ' ')"
+}
+resv_ctrl() {  # nqn hostnqn: /dev/nvmeN of that host's controller
+  local c
+  for c in /sys/class/nvme/nvme*; do
+    [ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$1" ] && [ "$(cat "$c/hostnqn" 2>/dev/null)" = "$2" ] &&
+      { echo "/dev/$(basename "$c")"; return 0; }
+  done
+  return 1
+}
+s_resv_hosts() {
+  local nqn u1 u2 h1 h2 c1 c2 m ok=1 n
+  case $FABRIKD in */fake-fabrikd) echo "  fake-fabrikd has no reservations: nothing to test"; return 0 ;; esac
+  [ "$(ctrl_count)" = 0 ] || { timeout 60 nvme disconnect-all; wait_no_ctrls 30; }
+  [ -z "$FPID" ] || target_stop || return 1
+  assert "module a starts" mod_start a || return 1
+  assert "module b starts" mod_start b || return 1
+  nqn=nqn.2024-01.io.fabrik:$MOD_BOX:drive-00
+  u1=$(cat /proc/sys/kernel/random/uuid); u2=$(cat /proc/sys/kernel/random/uuid)
+  h1=nqn.2014-08.org.nvmexpress:uuid:$u1; h2=nqn.2014-08.org.nvmexpress:uuid:$u2
+  x timeout 60 nvme connect -t tcp -a 127.0.0.1 -s "$(mod_port a)" -n "$nqn" --hostnqn="$h1" --hostid="$u1" \
+    --reconnect-delay=1 --ctrl-loss-tmo=-1 || return 1
+  x timeout 60 nvme connect -t tcp -a 127.0.0.1 -s "$(mod_port b)" -n "$nqn" --hostnqn="$h2" --hostid="$u2" \
+    --reconnect-delay=1 --ctrl-loss-tmo=-1 || return 1
+  c1=$(resv_ctrl "$nqn" "$h1") && c2=$(resv_ctrl "$nqn" "$h2") || { echo "  no controller for each host"; return 1; }
+  echo "  host 1: $c1 (module a), host 2: $c2 (module b)"
+  for _ in $(seq 1 150); do DEV=$(ns_dev "$nqn") && break; sleep 0.1; done
+  RESV_LBA=$(cat "/sys/block/$(basename "$DEV")/queue/logical_block_size") || return 1
+  head -c "$RESV_LBA" /dev/urandom > /tmp/resv.data
+  resv_allows "no reservation, host 2" "$c2" write yes || ok=0
+  # Write Exclusive, held by host 1: host 2 reads, does not write.
+  x nvme resv-register "$c1" -n 1 -k 0x11 -r 0 || return 1
+  x nvme resv-acquire "$c1" -n 1 -c 0x11 -t 1 || return 1
+  resv_allows "write exclusive held by host 1, host 2" "$c2" read yes || ok=0
+  resv_allows "write exclusive held by host 1, host 2" "$c2" write no || ok=0
+  resv_allows "write exclusive held by host 1, host 1" "$c1" write yes || ok=0
+  # Exclusive Access: host 2 does not read either.
+  x nvme resv-release "$c1" -n 1 -c 0x11 -t 1 || return 1
+  x nvme resv-acquire "$c1" -n 1 -c 0x11 -t 2 || return 1
+  resv_allows "exclusive access held by host 1, host 2" "$c2" read no || ok=0
+  # Exclusive Access - Registrants Only: host 2, once registered, reads and writes.
+  x nvme resv-release "$c1" -n 1 -c 0x11 -t 2 || return 1
+  x nvme resv-acquire "$c1" -n 1 -c 0x11 -t 4 || return 1
+  resv_allows "registrants only, host 2 not registered" "$c2" read no || ok=0
+  x nvme resv-register "$c2" -n 1 -k 0x22 -r 0 || return 1
+  resv_allows "registrants only, host 2 registered" "$c2" write yes || ok=0
+  out=$(nvme resv-report "$c2" -n 1 -e 2>&1); echo "$out" | sed 's/^/  | /'
+  assert "the report through module b: type 4, 2 registrants" \
+    bash -c "grep -qiE 'rtype *: *4' <<<'$out' && grep -qiE 'regctl *: *2' <<<'$out'" || ok=0
+  # Host 2 preempts host 1 and takes Write Exclusive: host 1 is told (log page 80h through
+  # module a: registration preempted, NSID 1), unless it masks that.
+  x nvme resv-acquire "$c2" -n 1 -c 0x22 -p 0x11 -a 1 -t 1 || return 1
+  n=$(resv_notice "$c1"); echo "  host 1's notification page: count type nsid = $n"
+  assert "host 1 is told its registration was preempted" [ "${n#* }" = "1 1" ] || ok=0
+  assert "one page: the next read is empty" [ "$(resv_notice "$c1")" = "0 0 0" ] || ok=0
+  resv_allows "write exclusive held by host 2, host 1 (preempted)" "$c1" write no || ok=0
+  x nvme resv-register "$c1" -n 1 -k 0x11 -r 0 || return 1
+  x nvme set-feature "$c1" -f 0x82 -n 1 -v 2 | sed 's/^/  | /'
+  x nvme resv-acquire "$c2" -n 1 -c 0x22 -p 0x11 -a 1 -t 1 || return 1
+  assert "masked (feature 82h): no page" [ "$(resv_notice "$c1")" = "0 0 0" ] || ok=0
+  # Kept across a restart of both modules (the kernel reconnects each host).
+  for m in a b; do eval "kill -TERM \$MPID_$m; wait \$MPID_$m"; done
+  assert "module a restarts" mod_start a || return 1
+  assert "module b restarts" mod_start b || return 1
+  assert "host 1 reconnects" mod_wait_path "$nqn" a "live optimized" 30 || ok=0
+  assert "host 2 reconnects" mod_wait_path "$nqn" b "live non-optimized" 30 || ok=0
+  resv_allows "after the restart, host 1" "$c1" write no || ok=0
+  resv_allows "after the restart, host 1" "$c1" read yes || ok=0
+  resv_allows "after the restart, host 2 (holder)" "$c2" write yes || ok=0
+  x nvme resv-release "$c2" -n 1 -c 0x22 -t 1 -a 1 || ok=0   # clear: no registrants, no reservation
+  out=$(nvme resv-report "$c1" -n 1 -e 2>&1)
+  assert "cleared: module a reports none" \
+    bash -c "grep -qiE 'rtype *: *0' <<<'$out' && grep -qiE 'regctl *: *0' <<<'$out'" || ok=0
+  resv_allows "cleared, host 1" "$c1" write yes || ok=0
+  x timeout 60 nvme disconnect-all
+  assert "disconnected" wait_no_ctrls 30 || ok=0
+  for m in a b; do
+    eval "kill -TERM \$MPID_$m; wait \$MPID_$m"
+    assert "module $m stops cleanly" [ $? = 0 ] || ok=0
+  done
+  [ $ok = 1 ]
+}
 # Metrics of the fio traffic: fabrikd's /metrics (default 127.0.0.1:9420), scraped in the guest
 # right after the fio step, counts bytes read and written on every namespace fio used, and the
 # kernel's connections are open on the port.
@@ -476,6 +582,7 @@ suite_extra_steps() {
   skipped c2h || step "reads answered by their data alone (--c2h-success): fio verify" s_c2h_success
   skipped ana || step "ANA: an inaccessible group holds the kernel's I/O until it is optimized" s_ana
   skipped modules || step "two I/O modules: fio verify across ${MOD_KILLS:-20} kill -9 of module A and a planned failover" s_modules
+  skipped resv || step "reservations between two hosts through both modules (nvme resv-*), kept across a restart" s_resv_hosts
   step "fabrikd log has no panic" s_log
 }
 

@@ -16,6 +16,10 @@ pub mod fid {
     pub const KEEP_ALIVE_TIMER: u8 = 0x0F;
     pub const HOST_BEHAVIOR: u8 = 0x16;
     pub const HOST_IDENTIFIER: u8 = 0x81;
+    /// Per namespace: which reservation notices this controller is not told (`RESV_MASK_*`).
+    pub const RESERVATION_NOTIFICATION_MASK: u8 = 0x82;
+    /// Per namespace: PTPL, bit 0.
+    pub const RESERVATION_PERSISTENCE: u8 = 0x83;
 }
 
 /// Get Features select values (CDW10 10:8).

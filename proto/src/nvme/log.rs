@@ -329,6 +329,9 @@ pub mod aen {
     pub const NOTICE_FW_ACTIVATION: u8 = 0x01;
     pub const NOTICE_ANA_CHANGE: u8 = 0x03;
     pub const NOTICE_DISCOVERY_LOG_CHANGED: u8 = 0xF0;
+    /// I/O command set specific events; not governed by Asynchronous Event Configuration.
+    pub const TYPE_IO_COMMAND_SET: u8 = 6;
+    pub const IO_RESERVATION_LOG_AVAILABLE: u8 = 0x00;
 
     /// Completion dword 0 of an Asynchronous Event Request.
     pub const fn result(event_type: u8, info: u8, log_page: u8) -> u32 {

@@ -421,12 +421,28 @@ impl ReservationStatus {
     }
 }
 
+/// Reservation Notification Mask (feature 82h, CDW11 and result): a set bit keeps that kind of
+/// notice from the controller.
+pub mod mask {
+    pub const REGISTRATION_PREEMPTED: u32 = 1 << 1;
+    pub const RESERVATION_RELEASED: u32 = 1 << 2;
+    pub const RESERVATION_PREEMPTED: u32 = 1 << 3;
+    pub const ALL: u32 = REGISTRATION_PREEMPTED | RESERVATION_RELEASED | RESERVATION_PREEMPTED;
+}
+
 /// What a Reservation Notification log page reports (RNLPT).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NotificationKind {
     RegistrationPreempted = 1,
     ReservationReleased = 2,
     ReservationPreempted = 3,
+}
+
+impl NotificationKind {
+    /// Its bit in the Reservation Notification Mask.
+    pub const fn mask_bit(self) -> u32 {
+        1 << self as u32
+    }
 }
 
 /// One Reservation Notification log page.

@@ -86,18 +86,26 @@ impl Controller {
                 csi: _,
             } => self.get_log_page(nsid, lid, lsp, rae, lpo, len),
             AdminCommand::GetFeatures {
-                nsid: _,
+                nsid,
                 fid,
                 sel,
                 cdw11,
-            } => self.get_features(fid, sel, cdw11, len),
+            } => self.get_features(nsid, fid, sel, cdw11, len),
+            // Persisted (and made on the other module) like a reservation command: saved by
+            // nature, so SV is accepted.
             AdminCommand::SetFeatures {
-                nsid: _,
+                nsid,
+                fid: fid::RESERVATION_PERSISTENCE,
+                cdw11,
+                ..
+            } if !self.is_discovery() => self.set_reservation_persistence(nsid, cdw11).await,
+            AdminCommand::SetFeatures {
+                nsid,
                 fid,
                 save,
                 cdw11,
                 ..
-            } => self.set_features(fid, save, cdw11, &data),
+            } => self.set_features(nsid, fid, save, cdw11, &data),
             AdminCommand::Abort { .. } => Response::result(1), // bit 0: command not aborted
             AdminCommand::AsyncEventRequest => {
                 tokio::select! {
@@ -302,9 +310,9 @@ impl Controller {
                 b.to_vec()
             }
             lid::DISCOVERY if self.is_discovery() => self.discovery_log_page(),
-            // No notices are queued yet: the page says so (count 0).
+            // Each read takes one page (an empty one when none is queued).
             reservation::NOTIFICATION_LOG if !self.is_discovery() => {
-                reservation::Notification::default().encode().to_vec()
+                self.take_reservation_notice().encode().to_vec()
             }
             lid::ANA if !self.is_discovery() => match self.ana_log() {
                 Some(log) => {
@@ -367,20 +375,30 @@ impl Controller {
         Ok(log)
     }
 
-    fn get_features(&self, feature: u8, select: u8, cdw11: u32, len: usize) -> Response {
-        let st = self.state.lock().unwrap();
+    fn get_features(&self, nsid: u32, feature: u8, select: u8, cdw11: u32, len: usize) -> Response {
         if select == sel::SUPPORTED_CAPABILITIES {
-            // Bit 2: changeable. Nothing is saveable or namespace specific.
-            let changeable = matches!(
-                feature,
+            // Bit 0 saveable, bit 1 namespace specific, bit 2 changeable.
+            return Response::result(match feature {
                 fid::NUMBER_OF_QUEUES
-                    | fid::KEEP_ALIVE_TIMER
-                    | fid::ASYNC_EVENT_CONFIG
-                    | fid::VOLATILE_WRITE_CACHE
-            );
-            return Response::result(if changeable { 1 << 2 } else { 0 });
+                | fid::KEEP_ALIVE_TIMER
+                | fid::ASYNC_EVENT_CONFIG
+                | fid::VOLATILE_WRITE_CACHE => 1 << 2,
+                fid::RESERVATION_NOTIFICATION_MASK => 1 << 2 | 1 << 1,
+                fid::RESERVATION_PERSISTENCE => 1 << 2 | 1 << 1 | 1,
+                _ => 0,
+            });
         }
         let default = select == sel::DEFAULT;
+        if !self.is_discovery() {
+            match feature {
+                fid::RESERVATION_NOTIFICATION_MASK => {
+                    return self.reservation_mask(nsid, default);
+                }
+                fid::RESERVATION_PERSISTENCE => return self.reservation_persistence(nsid, default),
+                _ => {}
+            }
+        }
+        let st = self.state.lock().unwrap();
         let value: u32 = match feature {
             fid::NUMBER_OF_QUEUES => {
                 let n = if default {
@@ -427,9 +445,19 @@ impl Controller {
         Response::result(value as u64)
     }
 
-    fn set_features(&self, feature: u8, save: bool, cdw11: u32, _data: &[u8]) -> Response {
+    fn set_features(
+        &self,
+        nsid: u32,
+        feature: u8,
+        save: bool,
+        cdw11: u32,
+        _data: &[u8],
+    ) -> Response {
         if save {
             return Response::status(Status::FEATURE_NOT_SAVEABLE);
+        }
+        if feature == fid::RESERVATION_NOTIFICATION_MASK && !self.is_discovery() {
+            return self.set_reservation_mask(nsid, cdw11);
         }
         let mut st = self.state.lock().unwrap();
         match feature {

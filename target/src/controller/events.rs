@@ -4,6 +4,7 @@
 
 use fabrik_proto::nvme::features::aec;
 use fabrik_proto::nvme::log::{aen, lid};
+use fabrik_proto::nvme::reservation;
 use fabrik_proto::Status;
 
 use super::queue::Response;
@@ -12,11 +13,15 @@ use super::{limits, Controller};
 impl Controller {
     /// Queues a notice if the host enabled it in Asynchronous Event Configuration.
     pub(super) fn queue_notice(&self, enable_bit: u32, info: u8, log_page: u8) {
-        let mut st = self.state.lock().unwrap();
-        if st.async_event_config & enable_bit == 0 {
+        if self.state.lock().unwrap().async_event_config & enable_bit == 0 {
             return;
         }
-        let event = aen::result(aen::TYPE_NOTICE, info, log_page);
+        self.queue_event(aen::result(aen::TYPE_NOTICE, info, log_page));
+    }
+
+    /// Queues an event (once: an event already pending is not repeated).
+    pub(super) fn queue_event(&self, event: u32) {
+        let mut st = self.state.lock().unwrap();
         if !st.pending_events.contains(&event) {
             st.pending_events.push_back(event);
         }
@@ -63,10 +68,15 @@ impl Controller {
         std::mem::take(&mut st.changed_namespaces)
     }
 
-    /// Unmasks notices after their log page was read without RAE.
+    /// Unmasks the events a log page reports once it was read without RAE.
     pub(super) fn log_page_read(&self, log: u8, retain: bool) {
-        if !retain && matches!(log, lid::DISCOVERY | lid::CHANGED_NS_LIST | lid::ANA) {
-            self.state.lock().unwrap().masked_event_types &= !(1 << aen::TYPE_NOTICE);
+        let event_type = match log {
+            lid::DISCOVERY | lid::CHANGED_NS_LIST | lid::ANA => aen::TYPE_NOTICE,
+            reservation::NOTIFICATION_LOG => aen::TYPE_IO_COMMAND_SET,
+            _ => return,
+        };
+        if !retain {
+            self.state.lock().unwrap().masked_event_types &= !(1 << event_type);
             self.events.notify_waiters();
         }
     }

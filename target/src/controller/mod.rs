@@ -160,6 +160,8 @@ struct ControllerState {
     /// Events whose log page has not been read yet: masked until it is (spec's AEN retention).
     masked_event_types: u8,
     outstanding_aers: usize,
+    /// Reservation notices: pages not read yet, the last page's count, the masks.
+    reservation_log: reservation::NoticeLog,
 }
 
 impl Controller {
@@ -199,6 +201,7 @@ impl Controller {
                 pending_events: VecDeque::new(),
                 masked_event_types: 0,
                 outstanding_aers: 0,
+                reservation_log: Default::default(),
             }),
             events: Notify::new(),
             teardown: CancellationToken::new(),

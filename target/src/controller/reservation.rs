@@ -2,17 +2,81 @@
 //! namespace's drive's reservation through the management layer (`ReservationStore`: persisted
 //! and on the other I/O module before the command completes); Report reads it. The rules are
 //! `model::reservation`'s; the I/O path's access check is `Namespace::check_access`.
+//!
+//! A change tells the hosts it affects (preempted, released): each of their controllers that
+//! reaches the drive queues a Reservation Notification log page and raises the event, unless
+//! its Reservation Notification Mask (feature 82h) keeps that kind from it. The other module
+//! tells its own controllers when it takes the change (`TargetState::tell_reservation_notices`).
 
-use std::sync::Weak;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
-use fabrik_proto::nvme::reservation::{KeyPair, ReservationCommand};
+use fabrik_proto::nvme::log::aen;
+use fabrik_proto::nvme::reservation::{
+    self, mask, KeyPair, Notification, NotificationKind, ReservationCommand,
+};
+use fabrik_proto::nvme::NSID_BROADCAST;
 use fabrik_proto::Status;
 
 use super::ns_cache::{NamespaceCache, QueueNamespace};
 use super::queue::Response;
 use super::{Controller, TargetState};
 use crate::model::reservation::{Notice, Reservations};
+use crate::model::Namespace;
+
+/// Most notification pages a controller keeps unread. Past that a notice is dropped, but the
+/// page count still moves, so the host sees the gap (as the specification has it).
+const NOTICE_LOG_MAX: usize = 64;
+
+/// A controller's reservation notices.
+#[derive(Default)]
+pub(super) struct NoticeLog {
+    /// Pages not read yet, oldest first.
+    pages: VecDeque<Notification>,
+    /// The count of the last page made (0: none yet; wraps past u64::MAX to 1).
+    count: u64,
+    /// Reservation Notification Mask per namespace; under NSID_BROADCAST the mask set for
+    /// all of them, for those without their own.
+    masks: HashMap<u32, u32>,
+}
+
+impl NoticeLog {
+    fn mask(&self, nsid: u32) -> u32 {
+        let own = self.masks.get(&nsid);
+        own.or(self.masks.get(&NSID_BROADCAST))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Queues a page unless masked; whether one was made.
+    fn push(&mut self, nsid: u32, kind: NotificationKind) -> bool {
+        if self.mask(nsid) & kind.mask_bit() != 0 {
+            return false;
+        }
+        self.count = self.count.checked_add(1).unwrap_or(1);
+        if self.pages.len() < NOTICE_LOG_MAX {
+            self.pages.push_back(Notification {
+                count: self.count,
+                kind: Some(kind),
+                available: 0,
+                nsid,
+            });
+        }
+        true
+    }
+
+    /// The next page, taken (an empty one, count 0, when none is queued).
+    fn take(&mut self) -> Notification {
+        match self.pages.pop_front() {
+            Some(page) => Notification {
+                available: self.pages.len().min(u8::MAX as usize) as u8,
+                ..page
+            },
+            None => Notification::default(),
+        }
+    }
+}
 
 /// A change of a drive's reservations, with whom to tell, or the status that refuses it.
 pub type ReservationChange =
@@ -35,6 +99,30 @@ impl TargetState {
     /// Reservation changes go to `store` from now on (without one, they stay in memory).
     pub fn set_reservation_store(&self, store: Weak<dyn ReservationStore>) {
         let _ = self.reservation_store.set(store);
+    }
+
+    /// Tells the hosts in `notices` of a change of drive `drive`'s reservation: every
+    /// controller of theirs, for each namespace of that drive its subsystem has.
+    pub fn tell_reservation_notices(&self, drive: &str, notices: &[Notice]) {
+        if notices.is_empty() {
+            return;
+        }
+        for sub in self.subsystems() {
+            let nsids: Vec<u32> = (sub.namespaces().iter())
+                .filter(|ns| ns.drive_id == drive)
+                .map(|ns| ns.nsid)
+                .collect();
+            if nsids.is_empty() {
+                continue;
+            }
+            for c in sub.controllers() {
+                for (_, kind) in notices.iter().filter(|(host, _)| *host == c.host_id) {
+                    for &nsid in &nsids {
+                        c.reservation_notice(nsid, *kind);
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -99,8 +187,21 @@ impl Controller {
             } => Box::new(move |r| r.release(&host, action, iekey, rtype, keys.current)),
             ReservationCommand::Report { .. } => unreachable!("answered above"),
         };
+        match self.change_reservations(&ns, change).await {
+            Ok(()) => Response::ok(),
+            Err(status) => Response::status(status),
+        }
+    }
+
+    /// Makes a change of `ns`'s drive's reservation (through the store where there is one)
+    /// and tells the hosts it affects.
+    async fn change_reservations(
+        &self,
+        ns: &Arc<Namespace>,
+        change: ReservationChange,
+    ) -> Result<(), Status> {
         let store = self.target.reservation_store.get().and_then(Weak::upgrade);
-        let result = match store {
+        let notices = match store {
             Some(store) => {
                 // Off the reactor: the change writes the state file and may ask the other
                 // module.
@@ -120,18 +221,150 @@ impl Controller {
                 }
                 out
             }
-        };
-        match result {
-            Ok(notices) => {
-                if !notices.is_empty() {
-                    tracing::debug!(
-                        nsid = ns.nsid,
-                        "reservation notices not sent yet: {notices:?}"
-                    );
-                }
-                Response::ok()
+        }?;
+        self.target.tell_reservation_notices(&ns.drive_id, &notices);
+        Ok(())
+    }
+
+    /// Queues a notification page for namespace `nsid` and raises the event (not governed by
+    /// Asynchronous Event Configuration), unless the mask keeps `kind` from this controller.
+    fn reservation_notice(&self, nsid: u32, kind: NotificationKind) {
+        let made = self.state.lock().unwrap().reservation_log.push(nsid, kind);
+        if made {
+            self.queue_event(aen::result(
+                aen::TYPE_IO_COMMAND_SET,
+                aen::IO_RESERVATION_LOG_AVAILABLE,
+                reservation::NOTIFICATION_LOG,
+            ));
+        }
+    }
+
+    /// Get Log Page 80h: each read takes one page.
+    pub(super) fn take_reservation_notice(&self) -> Notification {
+        self.state.lock().unwrap().reservation_log.take()
+    }
+
+    /// An active namespace of this controller's subsystem, for the per-namespace features.
+    fn feature_namespace(&self, nsid: u32) -> Result<Arc<Namespace>, Status> {
+        let sub = self.subsystem().ok_or(Status::INVALID_FIELD)?;
+        sub.namespace(nsid).ok_or(Status::INVALID_NAMESPACE)
+    }
+
+    /// Get Features 82h.
+    pub(super) fn reservation_mask(&self, nsid: u32, default: bool) -> Response {
+        if let Err(status) = self.feature_namespace(nsid) {
+            return Response::status(status);
+        }
+        let st = self.state.lock().unwrap();
+        Response::result(if default {
+            0
+        } else {
+            st.reservation_log.mask(nsid) as u64
+        })
+    }
+
+    /// Set Features 82h: one namespace, or all of them (broadcast).
+    pub(super) fn set_reservation_mask(&self, nsid: u32, cdw11: u32) -> Response {
+        if cdw11 & !mask::ALL != 0 {
+            return Response::status(Status::INVALID_FIELD);
+        }
+        if nsid != NSID_BROADCAST {
+            if let Err(status) = self.feature_namespace(nsid) {
+                return Response::status(status);
             }
+        }
+        let mut st = self.state.lock().unwrap();
+        let masks = &mut st.reservation_log.masks;
+        if nsid == NSID_BROADCAST {
+            masks.clear();
+        }
+        masks.insert(nsid, cdw11);
+        Response::ok()
+    }
+
+    /// Get Features 83h: PTPL of the namespace's reservation.
+    pub(super) fn reservation_persistence(&self, nsid: u32, default: bool) -> Response {
+        match self.feature_namespace(nsid) {
+            Ok(ns) => Response::result((!default && ns.reservations().ptpl) as u64),
             Err(status) => Response::status(status),
         }
+    }
+
+    /// Set Features 83h: PTPL, a change of the reservation like Register's CPTPL.
+    pub(super) async fn set_reservation_persistence(&self, nsid: u32, cdw11: u32) -> Response {
+        if cdw11 & !1 != 0 {
+            return Response::status(Status::INVALID_FIELD);
+        }
+        let ns = match self.feature_namespace(nsid) {
+            Ok(ns) => ns,
+            Err(status) => return Response::status(status),
+        };
+        let ptpl = cdw11 & 1 != 0;
+        let change: ReservationChange = Box::new(move |r| {
+            r.ptpl = ptpl;
+            Ok(Vec::new())
+        });
+        match self.change_reservations(&ns, change).await {
+            Ok(()) => Response::ok(),
+            Err(status) => Response::status(status),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn notice_pages_are_taken_in_order_and_say_how_many_follow() {
+        let mut log = NoticeLog::default();
+        assert_eq!(log.take(), Notification::default(), "empty: count 0");
+        assert!(log.push(1, NotificationKind::RegistrationPreempted));
+        assert!(log.push(2, NotificationKind::ReservationReleased));
+        let first = log.take();
+        assert_eq!(
+            (first.count, first.kind, first.nsid, first.available),
+            (1, Some(NotificationKind::RegistrationPreempted), 1, 1)
+        );
+        let second = log.take();
+        assert_eq!((second.count, second.nsid, second.available), (2, 2, 0));
+        assert_eq!(log.take().count, 0);
+    }
+
+    #[test]
+    fn a_full_log_drops_notices_but_its_count_shows_the_gap() {
+        let mut log = NoticeLog::default();
+        for _ in 0..NOTICE_LOG_MAX + 3 {
+            log.push(1, NotificationKind::ReservationPreempted);
+        }
+        let first = log.take();
+        assert_eq!(
+            (first.count, first.available as usize),
+            (1, NOTICE_LOG_MAX - 1)
+        );
+        for _ in 1..NOTICE_LOG_MAX {
+            log.take();
+        }
+        assert!(log.push(1, NotificationKind::ReservationPreempted));
+        assert_eq!(log.take().count, NOTICE_LOG_MAX as u64 + 4, "3 lost");
+    }
+
+    #[test]
+    fn the_count_wraps_past_zero_and_masks_keep_kinds_out() {
+        let mut log = NoticeLog {
+            count: u64::MAX,
+            ..NoticeLog::default()
+        };
+        log.push(1, NotificationKind::ReservationPreempted);
+        assert_eq!(log.take().count, 1, "0 means empty: skipped");
+        log.masks.insert(NSID_BROADCAST, mask::RESERVATION_RELEASED);
+        log.masks.insert(2, mask::REGISTRATION_PREEMPTED);
+        assert!(!log.push(1, NotificationKind::ReservationReleased), "all");
+        assert!(
+            log.push(2, NotificationKind::ReservationReleased),
+            "own mask"
+        );
+        assert!(!log.push(2, NotificationKind::RegistrationPreempted));
+        assert_eq!(log.take().count, 2, "masked notices make no page");
     }
 }

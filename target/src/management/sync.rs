@@ -26,7 +26,10 @@ use fabrik_api::client::{Client, ClientError};
 use fabrik_api::models as api;
 use fabrik_api::{MgmtError, MgmtResult};
 
+use fabrik_proto::nvme::reservation::NotificationKind;
+
 use super::{conflict, invalid, Manager};
+use crate::model::reservation::{HostId, Notice};
 use crate::state::{Shared, State};
 
 /// How long a call to the other module may take: a change waits this long at most for an
@@ -101,6 +104,48 @@ fn same_exports(theirs: &serde_json::Value, ours: &Shared) -> bool {
     }
 }
 
+/// Reservation notices as they go to the other module.
+pub(super) fn notice_views(drive: &str, notices: &[Notice]) -> Vec<api::ReservationNotice> {
+    (notices.iter())
+        .map(|(host, kind)| api::ReservationNotice {
+            drive: drive.to_string(),
+            host_id: super::views::hex(host),
+            kind: match kind {
+                NotificationKind::RegistrationPreempted => {
+                    api::ReservationNoticeKind::RegistrationPreempted
+                }
+                NotificationKind::ReservationReleased => {
+                    api::ReservationNoticeKind::ReservationReleased
+                }
+                NotificationKind::ReservationPreempted => {
+                    api::ReservationNoticeKind::ReservationPreempted
+                }
+            },
+        })
+        .collect()
+}
+
+/// A notice from the other module: the drive, and whom to tell what.
+fn notice_of(n: &api::ReservationNotice) -> MgmtResult<(String, Notice)> {
+    let bad = || invalid(format!("host_id {:?} is not 32 hex digits", n.host_id));
+    let text = &n.host_id;
+    if text.len() != 32 || !text.bytes().all(|c| c.is_ascii_hexdigit()) {
+        return Err(bad());
+    }
+    let mut host: HostId = [0; 16];
+    for (i, b) in host.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+    }
+    let kind = match n.kind {
+        api::ReservationNoticeKind::RegistrationPreempted => {
+            NotificationKind::RegistrationPreempted
+        }
+        api::ReservationNoticeKind::ReservationReleased => NotificationKind::ReservationReleased,
+        api::ReservationNoticeKind::ReservationPreempted => NotificationKind::ReservationPreempted,
+    };
+    Ok((n.drive.clone(), (host, kind)))
+}
+
 fn shared_json(st: &State) -> serde_json::Value {
     serde_json::to_value(st.shared()).expect("the state serializes")
 }
@@ -109,7 +154,13 @@ impl Manager {
     /// A change of the shared configuration, from `cur` to `next`, made on the other module
     /// first (see the module documentation); `next` gets its generation, and remembers that the
     /// other is behind when it cannot be reached.
-    pub(super) fn sync_change(&self, peer: &Peer, cur: &State, next: &mut State) -> MgmtResult<()> {
+    pub(super) fn sync_change(
+        &self,
+        peer: &Peer,
+        cur: &State,
+        next: &mut State,
+        notices: Vec<api::ReservationNotice>,
+    ) -> MgmtResult<()> {
         if peer.diverged.load(Ordering::Relaxed) {
             return Err(conflict(
                 "the two I/O modules' configurations diverged (both were changed while apart): \
@@ -120,7 +171,8 @@ impl Manager {
         next.config_generation = cur.config_generation + 1;
         if cur.peer_behind {
             // The other has not got the earlier changes yet: it cannot take this one from
-            // `cur`'s generation; `check_peer` hands it all over.
+            // `cur`'s generation; `check_peer` hands it all over (without notices: hosts
+            // connected to it then are not told).
             next.peer_behind = true;
             return Ok(());
         }
@@ -129,6 +181,7 @@ impl Manager {
             generation: next.config_generation,
             force: false,
             config: shared_json(next),
+            notices,
         };
         match peer.call(async |c| c.apply_module_config(&push).await) {
             Ok(_) => Ok(()),
@@ -198,12 +251,18 @@ impl Manager {
         }
         let shared: Shared = serde_json::from_value(push.config)
             .map_err(|e| invalid(format!("not a configuration: {e}")))?;
+        let notices = (push.notices.iter())
+            .map(notice_of)
+            .collect::<MgmtResult<Vec<_>>>()?;
         let mut next = State::clone(&cur);
         next.set_shared(shared);
         next.config_generation = push.generation;
         next.peer_behind = false;
         next.validate().map_err(|e| invalid(format!("{e:#}")))?;
         self.commit(&cur, next)?;
+        for (drive, notice) in notices {
+            self.target.tell_reservation_notices(&drive, &[notice]);
+        }
         if push.force {
             if let Some(peer) = &self.peer {
                 peer.diverged.store(false, Ordering::Relaxed);
@@ -235,6 +294,7 @@ impl Manager {
             generation: cur.config_generation,
             force,
             config: shared_json(cur),
+            notices: Vec::new(),
         };
         peer.call(async |c| c.apply_module_config(&push).await)
             .map_err(|e| match e {
