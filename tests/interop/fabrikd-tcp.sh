@@ -354,8 +354,24 @@ mod_reservations() {  # nqn
   assert "released and unregistered through b, module a reports none" \
     bash -c "grep -qiE 'rtype *: *0' <<<'$out' && grep -qiE 'regctl *: *0' <<<'$out'"
 }
+mod_stalls() {  # latlog kill_ms...: each failover's stall (ms): the longest command from its kill to the next
+  local log=$1; shift
+  awk -F, -v kills="$*" 'BEGIN { n = split(kills, k, " "); k[n + 1] = 1e18 }
+    { t = $1 + 0; lat = $2 / 1e6
+      for (i = 1; i <= n; i++) if (t >= k[i] && t < k[i + 1]) { if (lat > m[i]) m[i] = lat; break } }
+    END { for (i = 1; i <= n; i++) printf "%.1f\n", m[i] }' "$log"
+}
+stall_summary() {  # stalls (ms, one per line) on stdin: "min X, median Y, max Z ms (N failovers)"
+  sort -n | awk '{ v[NR] = $1 } END { if (NR) printf "min %.1f, median %.1f, max %.1f ms (%d failovers)", v[1], v[int((NR + 1) / 2)], v[NR], NR }'
+}
+tcp_established() {  # port: established connections this machine serves on it
+  awk -v p="$(printf ':%04X' "$1")" '$4 == "01" && substr($2, length($2) - 4) == p { n++ } END { print n + 0 }' /proc/net/tcp
+}
+ms_now() { awk '{ printf "%d", $1 * 1000 }' /proc/uptime; }  # busybox date has no %N
+jnum() { grep -o "\"$1\": *-\?[0-9.]*" "$2" | head -1 | sed 's/.*: *//'; }  # first "KEY": NUMBER of a JSON file
 s_modules() {
   local fabrik nqn0 nqn1 m r rc=0 ok=1 devs=() fpid stop=/tmp/modfio.stop out kills=${MOD_KILLS:-20}
+  local ppid t0 kill_ms=() stalls
   case $FABRIKD in */fake-fabrikd) echo "  fake-fabrikd has no modules: nothing to test"; return 0 ;; esac
   fabrik=$(command -v fabrik) || { echo "  no fabrik binary in the guest"; return 1; }
   [ "$(ctrl_count)" = 0 ] || { timeout 60 nvme disconnect-all; wait_no_ctrls 30; }
@@ -380,10 +396,16 @@ s_modules() {
   out=$("$fabrik" list-subsys | grep -A3 "NQN=$nqn0 "); echo "$out" | sed 's/^/  | /'
   assert "fabrik list-subsys shows the same paths and states" \
     bash -c "grep -q 'trsvcid=4420.* live optimized' <<<'$out' && grep -q 'trsvcid=4421.* live non-optimized' <<<'$out'" || return 1
-  rm -f $stop /tmp/modfio.rounds
+  rm -f $stop /tmp/modfio.rounds /tmp/probe_*.log
   mod_fio_rounds $stop "${devs[@]}" & fpid=$!
+  # The stall probe: 4k reads one at a time on drive 00, the longest per 10 ms logged.
+  t0=$(ms_now)
+  fio --name=probe --filename="${devs[0]}" --rw=randread --bs=4k --direct=1 --ioengine=psync \
+    --time_based --runtime=3600 --write_lat_log=/tmp/probe --log_avg_msec=10 --log_max_value=1 \
+    > /tmp/probe.out 2>&1 & ppid=$!
   sleep 2
   for r in $(seq 1 "$kills"); do
+    kill_ms+=($(( $(ms_now) - t0 )))
     kill -9 "$MPID_a"; wait "$MPID_a" 2>/dev/null
     sleep 1.5   # I/O goes on through module B
     assert "kill $r: fio goes on" kill -0 $fpid || { ok=0; break; }
@@ -394,6 +416,7 @@ s_modules() {
   echo "  $r kill -9 rounds; fio rounds done so far: $(cat /tmp/modfio.rounds 2>/dev/null || echo 0)"
   # Planned failover: A into maintenance, drained, B alone, A back.
   export FABRIK_DATA_DIR=$DATA/module-a; unset FABRIK_API
+  kill_ms+=($(( $(ms_now) - t0 )))
   x "$fabrik" module --maintenance on | sed 's/^/  | /'
   assert "maintenance: A's path turns inaccessible" mod_wait_path "$nqn0" a "live inaccessible" 20 || ok=0
   for _ in $(seq 1 100); do "$fabrik" module --json | grep -q '"drained": *true' && break; sleep 0.1; done
@@ -404,6 +427,17 @@ s_modules() {
   sleep 1
   touch $stop
   wait $fpid; rc=$?
+  kill -INT $ppid; wait $ppid
+  assert "the stall probe saw no error" bash -c "! grep -qiE 'err= *[1-9]|error' /tmp/probe.out" ||
+    { ok=0; tail -5 /tmp/probe.out | sed 's/^/  | /'; }
+  if [ -s /tmp/probe_lat.1.log ]; then
+    stalls=$(mod_stalls /tmp/probe_lat.1.log "${kill_ms[@]}")
+    echo "  I/O stall at each kill -9 (kernel host, 4k reads on drive 00): $(head -n -1 <<<"$stalls" | stall_summary)"
+    echo "  | $(head -n -1 <<<"$stalls" | tr '\n' ' ')"
+    echo "  I/O stall at the planned failover: $(tail -1 <<<"$stalls") ms"
+  else
+    assert "the stall probe logged its latencies" false; ok=0
+  fi
   grep -hE '^ +\[mod' /tmp/modfio-*.log | head -8
   # The configuration the modules share: drive 01 composed to this host through module b is
   # composed on module a too; decomposed through a, gone from b.
@@ -428,6 +462,46 @@ s_modules() {
     assert "module $m stops cleanly" [ $? = 0 ] || rc=1
   done
   [ $ok = 1 ] && [ $rc = 0 ]
+}
+# fabrik's own host across the same failovers: one multipath session over both modules
+# (fabrik bench --path), 4k random reads and writes with --verify on drives 00 and 01, in
+# MOD_KILLS runs of a few seconds with one kill -9 of module A in each: no error, no bad block.
+# Each run's longest command is that failover's stall.
+s_modules_fabrik() {
+  local fabrik nqn0 nqn1 r rc ok=1 bpid kills=${MOD_KILLS:-20} errors stall stalls=() j
+  case $FABRIKD in */fake-fabrikd) echo "  fake-fabrikd has no modules: nothing to test"; return 0 ;; esac
+  fabrik=$(command -v fabrik) || { echo "  no fabrik binary in the guest"; return 1; }
+  [ "$(ctrl_count)" = 0 ] || { timeout 60 nvme disconnect-all; wait_no_ctrls 30; }
+  [ -z "$FPID" ] || target_stop || return 1
+  assert "module a starts" mod_start a || return 1
+  assert "module b starts" mod_start b || return 1
+  nqn0=nqn.2024-01.io.fabrik:$MOD_BOX:drive-00; nqn1=nqn.2024-01.io.fabrik:$MOD_BOX:drive-01
+  for r in $(seq 1 "$kills"); do
+    j=/tmp/modbench-$r.json
+    timeout 120 "$fabrik" bench -t tcp -a 127.0.0.1 -s "$(mod_port a)" --path "127.0.0.1:$(mod_port b)" \
+      -n "$nqn0" -n "$nqn1" --rw randrw --bs 4k --iodepth 8 --size 8m --time 4 --verify --verify-seed 7 \
+      --ctrl-loss-tmo -1 --reconnect-delay 0.2 --json --quiet > $j 2> /tmp/modbench-$r.err & bpid=$!
+    # The kill comes once the bench's sessions are up (an admin and an I/O queue per drive
+    # through module b, the second path each connects) and I/O has run a moment.
+    for _ in $(seq 1 100); do [ "$(tcp_established "$(mod_port b)")" -ge 4 ] && break; sleep 0.1; done
+    sleep 1
+    kill -9 "$MPID_a"; wait "$MPID_a" 2>/dev/null
+    wait $bpid; rc=$?
+    errors=$(jnum errors $j); stall=$(jnum max $j)
+    assert "kill $r: fabrik bench --verify: $(jnum ios $j) I/Os, exit 0, ${errors:-?} bad blocks" \
+      bash -c "[ $rc = 0 ] && [ '$errors' = 0 ]" || { ok=0; tail -5 /tmp/modbench-$r.err | sed 's/^/  | /'; break; }
+    stalls+=("$(awk -v us="$stall" 'BEGIN { printf "%.1f", us / 1000 }')")
+    assert "kill $r: module a restarts" mod_start a || { ok=0; break; }
+  done
+  kill -0 "$MPID_a" 2>/dev/null || mod_start a
+  grep -h '"events"' -A4 /tmp/modbench-1.json | sed 's/^/  | /'
+  echo "  I/O stall at each kill -9 (fabrik host, longest command of each run): $(printf '%s\n' "${stalls[@]}" | stall_summary)"
+  echo "  | ${stalls[*]}"
+  for m in a b; do
+    eval "kill -TERM \$MPID_$m; wait \$MPID_$m"
+    assert "module $m stops cleanly" [ $? = 0 ] || ok=0
+  done
+  [ $ok = 1 ]
 }
 # Reservations between two hosts: two host NQNs, each with its own host ID, on one kernel (each
 # its own controller: host 1 through module a, host 2 through module b). nvme resv-* runs on
@@ -582,6 +656,7 @@ suite_extra_steps() {
   skipped c2h || step "reads answered by their data alone (--c2h-success): fio verify" s_c2h_success
   skipped ana || step "ANA: an inaccessible group holds the kernel's I/O until it is optimized" s_ana
   skipped modules || step "two I/O modules: fio verify across ${MOD_KILLS:-20} kill -9 of module A and a planned failover" s_modules
+  skipped modfabrik || step "two I/O modules: fabrik bench --verify across ${MOD_KILLS:-20} kill -9 of module A" s_modules_fabrik
   skipped resv || step "reservations between two hosts through both modules (nvme resv-*), kept across a restart" s_resv_hosts
   step "fabrikd log has no panic" s_log
 }
