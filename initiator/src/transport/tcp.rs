@@ -23,7 +23,7 @@ use fabrik_proto::tcp::{
 };
 use fabrik_proto::{Cqe, SglDescriptor, Sqe};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::sync::{oneshot, Notify};
 use tokio::task::AbortHandle;
 
 use self::data_in::DataIn;
@@ -114,9 +114,8 @@ struct Shared {
     /// See `TcpQueueConfig::command_timeout`.
     command_timeout: Option<Duration>,
     state: Mutex<State>,
-    /// PDUs to send, encoded by the writer. Unbounded, but every entry belongs to a command
-    /// holding a slot, so the queue depth bounds it.
-    outgoing: mpsc::UnboundedSender<Pdu>,
+    /// Told when a PDU is queued while the writer waits for one (`State::writer_waiting`).
+    writer_wake: Notify,
     tasks: Mutex<Vec<AbortHandle>>,
 }
 
@@ -129,6 +128,21 @@ struct State {
     waiting: usize,
     /// Set once when the queue fails or is closed; later submits get this error.
     closed: Option<HostError>,
+    /// PDUs to send, in order, taken by the writer a batch at a time. Every entry belongs to a
+    /// command holding a slot, so the queue depth bounds it. Queued under the lock a command
+    /// takes anyway: a channel to the writer cost 3 % of a host core at QD128 (perf record,
+    /// H200 machine).
+    outgoing: Vec<Pdu>,
+    /// The writer found nothing to send and sleeps until `Shared::writer_wake`.
+    writer_waiting: bool,
+}
+
+impl State {
+    /// Queues `pdu` for the writer; true if the writer must be woken.
+    fn queue_pdu(&mut self, pdu: Pdu) -> bool {
+        self.outgoing.push(pdu);
+        std::mem::take(&mut self.writer_waiting)
+    }
 }
 
 /// A command waiting for its completion.
@@ -221,7 +235,6 @@ impl TcpQueue {
         decoder.set_digests(config.digests);
 
         let (reader, writer) = tokio::io::split(stream);
-        let (outgoing, outgoing_rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             qid,
             digests: config.digests,
@@ -240,11 +253,13 @@ impl TcpQueue {
                 epoch: 0,
                 waiting: 0,
                 closed: None,
+                outgoing: Vec::new(),
+                writer_waiting: false,
             }),
-            outgoing,
+            writer_wake: Notify::new(),
             tasks: Mutex::new(Vec::new()),
         });
-        let write_task = tokio::spawn(send::write_loop(shared.clone(), writer, outgoing_rx));
+        let write_task = tokio::spawn(send::write_loop(shared.clone(), writer));
         let read_task = tokio::spawn(receive::read_loop(shared.clone(), reader, decoder, buf));
         let mut tasks = vec![write_task.abort_handle(), read_task.abort_handle()];
         if let Some(timeout) = config.command_timeout {
@@ -418,9 +433,11 @@ impl Shared {
 
     /// Queues a PDU for the writer, which encodes it where it gathers the next send.
     fn send(&self, pdu: Pdu) {
-        // A send error means the writer is gone, i.e. the queue already failed: the caller's
-        // completion channel tells it why.
-        let _ = self.outgoing.send(pdu);
+        // Once the queue failed nothing more is sent: the caller's completion channel tells it
+        // why.
+        if self.state.lock().unwrap().queue_pdu(pdu) {
+            self.writer_wake.notify_one();
+        }
     }
 
     /// Fails every command in flight and stops both tasks, which closes the socket. The first

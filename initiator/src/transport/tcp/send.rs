@@ -8,7 +8,6 @@ use std::sync::Arc;
 use bytes::{Buf, Bytes, BytesMut};
 use fabrik_proto::tcp::{Digests, Pdu};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
-use tokio::sync::mpsc;
 
 use super::Shared;
 use crate::error::HostError;
@@ -20,14 +19,19 @@ const FEW_IOVECS: usize = 8;
 /// Payloads up to this size are copied into the writer's staging buffer, many to one iovec.
 const COPY_MAX: usize = 4096;
 
-pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
-    shared: Arc<Shared>,
-    mut writer: W,
-    mut outgoing: mpsc::UnboundedReceiver<Pdu>,
-) {
+pub(super) async fn write_loop<W: AsyncWrite + Unpin>(shared: Arc<Shared>, mut writer: W) {
     let mut batch = Batch::default();
-    while let Some(pdu) = outgoing.recv().await {
-        batch.push(pdu, shared.digests);
+    let mut pdus: Vec<Pdu> = Vec::new();
+    loop {
+        let waiting = {
+            let mut state = shared.state.lock().unwrap();
+            state.writer_waiting = state.outgoing.is_empty();
+            state.writer_waiting
+        };
+        if waiting {
+            // A PDU queued from here on wakes it (a permit is kept if it comes first).
+            shared.writer_wake.notified().await;
+        }
         if shared.commands_in_flight() > 1 {
             // Other commands' callers are likely runnable too (a receive completes many at
             // once) and about to submit: let them run first so that their capsules go in this
@@ -35,11 +39,16 @@ pub(super) async fn write_loop<W: AsyncWrite + Unpin>(
             // one writev per command at QD32 (strace, `fabrik bench` 4K random reads).
             tokio::task::yield_now().await;
         }
-        // Everything already queued goes in the same system call(s).
-        while batch.segments.len() < MAX_IOVECS {
-            match outgoing.try_recv() {
-                Ok(more) => batch.push(more, shared.digests),
-                Err(_) => break,
+        // Everything queued goes in the same system call(s).
+        std::mem::swap(&mut pdus, &mut shared.state.lock().unwrap().outgoing);
+        for pdu in pdus.drain(..) {
+            batch.push(pdu, shared.digests);
+            if batch.segments.len() >= MAX_IOVECS {
+                batch.seal();
+                if let Err(e) = write_all_vectored(&mut writer, &mut batch.segments).await {
+                    shared.fail(HostError::io(format!("queue {}: send", shared.qid), e));
+                    return;
+                }
             }
         }
         batch.seal();

@@ -103,7 +103,7 @@ impl Shared {
             timed,
         } = command;
         let (done, completion) = oneshot::channel();
-        {
+        let wake_writer = {
             let mut state = self.state.lock().unwrap();
             if let Some(err) = &state.closed {
                 return Err(Refused::Closed(err.clone()));
@@ -139,9 +139,12 @@ impl Shared {
                     digest_error: false,
                 },
             );
+            let data = if in_capsule { data_out } else { Bytes::new() };
+            state.queue_pdu(Pdu::CapsuleCmd(CapsuleCmd { sqe, data }))
+        };
+        if wake_writer {
+            self.writer_wake.notify_one();
         }
-        let data = if in_capsule { data_out } else { Bytes::new() };
-        self.send(Pdu::CapsuleCmd(CapsuleCmd { sqe, data }));
         Ok(completion)
     }
 }
