@@ -913,3 +913,43 @@ async fn a_caller_waiting_for_room_sees_the_close() {
         );
     }
 }
+
+/// A caller that stops waiting leaves its command's CID taken until the command completes, and
+/// its completion goes nowhere: the next commands get CIDs of their own and their own answers.
+#[tokio::test]
+async fn a_caller_that_stops_waiting_gives_its_cid_up_once_its_command_completes() {
+    let (queue, mut target) = pair(Digests::default(), 4096).await;
+    // Submitted (queued at once) and dropped before any answer.
+    drop(queue.submit(read_sqe(1), None, 4096, 0));
+    let abandoned = target.recv_capsule().await.sqe.cid;
+    let second = queue.submit(read_sqe(1), None, 4096, 0);
+    let cid = target.recv_capsule().await.sqe.cid;
+    assert_ne!(
+        cid, abandoned,
+        "an abandoned command's CID is still in flight"
+    );
+    target
+        .send_data(abandoned, 0, &pattern(4096, 1), true, true)
+        .await;
+    target
+        .send_data(cid, 0, &pattern(4096, 2), true, true)
+        .await;
+    let completion = second.await.expect("the second read completes");
+    assert_eq!(&completion.data[..], &pattern(4096, 2)[..]);
+    // Both slots are free again: a full queue's worth of commands fits, none of them taking
+    // an answer meant for another.
+    let (results, ()) = tokio::join!(join_all_local(reads_concurrently(&queue)), async {
+        let mut sqes = Vec::new();
+        for _ in 0..8 {
+            sqes.push(target.recv_capsule().await.sqe);
+        }
+        for sqe in sqes {
+            let data = pattern(4096, sqe.cdw10 as u8);
+            target.send_data(sqe.cid, 0, &data, true, true).await;
+        }
+    });
+    for (slba, result) in results {
+        assert_eq!(&result.unwrap().data[..], &pattern(4096, slba as u8)[..]);
+    }
+    assert!(queue.shared.state.lock().unwrap().in_flight.is_empty());
+}
