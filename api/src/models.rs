@@ -372,6 +372,10 @@ pub struct ReservationNotice {
     #[schema(pattern = "^[0-9a-fA-F]{32}$")]
     pub host_id: String,
     pub kind: ReservationNoticeKind,
+    /// Preempt and Abort: the host's commands in flight here finish before the change is
+    /// acknowledged.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub abort: bool,
 }
 
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, ToSchema, PartialEq, Eq)]

@@ -252,9 +252,10 @@ impl ReservationStore for Manager {
         &self,
         drive: &str,
         change: ReservationChange,
+        abort: bool,
     ) -> Result<Vec<Notice>, Status> {
         let mut refused = None;
-        let tell = |notices: &Vec<Notice>| sync::notice_views(drive, notices);
+        let tell = |notices: &Vec<Notice>| sync::notice_views(drive, notices, abort);
         let done = self.mutate_telling(
             |st| {
                 let mut r = st.reservations.get(drive).cloned().unwrap_or_default();

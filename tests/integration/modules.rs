@@ -701,3 +701,83 @@ async fn reservation_notices_reach_the_host_on_both_modules() {
     a.stop().await;
     b.stop().await;
 }
+
+/// Preempt and Abort completes only once the preempted host's commands in flight have
+/// finished, whichever module they went through: no write of a fenced host lands after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preempt_and_abort_waits_for_the_preempted_hosts_writes_on_both_modules() {
+    use fabrik_proto::nvme::reservation::*;
+    use fabrik_target::backend::guard::Inject;
+    use std::time::{Duration, Instant};
+    let pair = Pair::new();
+    let a = pair.start(ModuleId::A).await;
+    let b = pair.start(ModuleId::B).await;
+    let (x, y) = (HostIdentity::random(), HostIdentity::random());
+    let xa = connect(&a, "00", &x).await;
+    let ya = connect(&a, "00", &y).await;
+    let yb = connect(&b, "00", &y).await;
+    let key = |current, other| KeyPair { current, other };
+    let we = Some(ReservationType::WriteExclusive);
+    let register = ReservationCommand::Register {
+        nsid: 1,
+        action: RegisterAction::Register,
+        iekey: false,
+        cptpl: Cptpl::NoChange,
+    };
+    let acquire = |action| ReservationCommand::Acquire {
+        nsid: 1,
+        action,
+        iekey: false,
+        rtype: we,
+    };
+    resv(&xa, register.clone(), key(0, 0xaa)).await.unwrap();
+    for (name, module, yc) in [("b", &b, &yb), ("a", &a, &ya)] {
+        // Y registered and holding Write Exclusive (X released it, if it held it).
+        let release = ReservationCommand::Release {
+            nsid: 1,
+            action: ReleaseAction::Release,
+            iekey: false,
+            rtype: we,
+        };
+        resv(&xa, release, key(0xaa, 0)).await.unwrap();
+        resv(yc, register.clone(), key(0, 0xbb)).await.unwrap();
+        resv(yc, acquire(AcquireAction::Acquire), key(0xbb, 0))
+            .await
+            .unwrap();
+        // Y's next write is slow at the drive, through `module`; X preempts Y meanwhile.
+        let guard = module.target.manager().drive_guard("00").unwrap();
+        guard.inject(Inject::SlowWrite(Duration::from_millis(1500)));
+        let write = async {
+            let done = yc.write(1, 8, common::random_data(4096, 9), false).await;
+            (done, Instant::now())
+        };
+        let preempt = async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let done = resv(
+                &xa,
+                acquire(AcquireAction::PreemptAndAbort),
+                key(0xaa, 0xbb),
+            )
+            .await;
+            (done, Instant::now())
+        };
+        let ((written, written_at), (preempted, preempted_at)) = tokio::join!(write, preempt);
+        written.expect("admitted before the preempt, the write completes");
+        preempted.expect("X preempts Y");
+        assert!(
+            written_at <= preempted_at + Duration::from_millis(100),
+            "through module {name}: Preempt and Abort completed {:?} before the preempted host's write",
+            written_at - preempted_at
+        );
+        let fenced = yc.write(1, 8, common::random_data(4096, 10), false).await;
+        assert_eq!(
+            fenced.unwrap_err().status(),
+            Some(Status::RESERVATION_CONFLICT)
+        );
+    }
+    for c in [xa, ya, yb] {
+        c.shutdown().await.unwrap();
+    }
+    a.stop().await;
+    b.stop().await;
+}

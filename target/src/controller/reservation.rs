@@ -10,11 +10,12 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use bytes::Bytes;
 use fabrik_proto::nvme::log::aen;
 use fabrik_proto::nvme::reservation::{
-    self, mask, KeyPair, Notification, NotificationKind, ReservationCommand,
+    self, mask, AcquireAction, KeyPair, Notification, NotificationKind, ReservationCommand,
 };
 use fabrik_proto::nvme::NSID_BROADCAST;
 use fabrik_proto::Status;
@@ -22,7 +23,7 @@ use fabrik_proto::Status;
 use super::ns_cache::{NamespaceCache, QueueNamespace};
 use super::queue::Response;
 use super::{Controller, TargetState};
-use crate::model::reservation::{Notice, Reservations};
+use crate::model::reservation::{HostId, Notice, Reservations};
 use crate::model::Namespace;
 
 /// Most notification pages a controller keeps unread. Past that a notice is dropped, but the
@@ -87,18 +88,69 @@ pub type ReservationChange =
 pub trait ReservationStore: Send + Sync {
     /// Applies `change` to drive `drive`'s reservations: persisted (and made on the other I/O
     /// module) before it returns, the live namespaces updated. A status from `change` leaves
-    /// everything as it was.
+    /// everything as it was. `abort` (Preempt and Abort): the other module lets the preempted
+    /// hosts' commands in flight there finish before it acknowledges.
     fn change_reservations(
         &self,
         drive: &str,
         change: ReservationChange,
+        abort: bool,
     ) -> Result<Vec<Notice>, Status>;
 }
+
+/// How long Preempt and Abort waits for the preempted hosts' commands in flight (a command
+/// stuck longer at its drive is the drive's failure, not the host's; the acquire then completes
+/// and says so in the log).
+pub const ABORT_DRAIN: Duration = Duration::from_secs(30);
 
 impl TargetState {
     /// Reservation changes go to `store` from now on (without one, they stay in memory).
     pub fn set_reservation_store(&self, store: Weak<dyn ReservationStore>) {
         let _ = self.reservation_store.set(store);
+    }
+
+    /// I/O commands in flight from `hosts` on namespaces of drive `drive`: their controllers'
+    /// (a controller's count covers all its namespaces: a host preempted on one drive waits for
+    /// its commands on the others too, which only makes the wait longer).
+    fn hosts_in_flight(&self, drive: &str, hosts: &[HostId]) -> u64 {
+        let mut total = 0;
+        for sub in self.subsystems() {
+            if !sub.namespaces().iter().any(|ns| ns.drive_id == drive) {
+                continue;
+            }
+            for c in sub.controllers() {
+                if hosts.contains(&c.host_id) {
+                    total += c.io_in_flight();
+                }
+            }
+        }
+        total
+    }
+
+    /// Preempt and Abort: waits until the preempted `hosts` have no command in flight on drive
+    /// `drive` (each one admitted before the preempt finishes; later ones are refused by the
+    /// reservation), at most `ABORT_DRAIN`. Whether they drained.
+    pub async fn drain_hosts(&self, drive: &str, hosts: &[HostId]) -> bool {
+        let start = std::time::Instant::now();
+        while self.hosts_in_flight(drive, hosts) > 0 {
+            if start.elapsed() >= ABORT_DRAIN {
+                return false;
+            }
+            crate::timer::sleep(Duration::from_millis(1)).await;
+        }
+        true
+    }
+
+    /// `drain_hosts` for a caller off the runtime (the management layer's blocking threads).
+    pub fn drain_hosts_blocking(&self, drive: &str, hosts: &[HostId]) -> bool {
+        let start = std::time::Instant::now();
+        while self.hosts_in_flight(drive, hosts) > 0 {
+            if start.elapsed() >= ABORT_DRAIN {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        true
     }
 
     /// Tells the hosts in `notices` of a change of drive `drive`'s reservation: every
@@ -166,6 +218,13 @@ impl Controller {
         let Some(keys) = KeyPair::decode(&data) else {
             return Response::status(Status::SGL_LENGTH_INVALID);
         };
+        let abort = matches!(
+            cmd,
+            ReservationCommand::Acquire {
+                action: AcquireAction::PreemptAndAbort,
+                ..
+            }
+        );
         let change: ReservationChange = match cmd {
             ReservationCommand::Register {
                 action,
@@ -187,18 +246,21 @@ impl Controller {
             } => Box::new(move |r| r.release(&host, action, iekey, rtype, keys.current)),
             ReservationCommand::Report { .. } => unreachable!("answered above"),
         };
-        match self.change_reservations(&ns, change).await {
+        match self.change_reservations(&ns, change, abort).await {
             Ok(()) => Response::ok(),
             Err(status) => Response::status(status),
         }
     }
 
     /// Makes a change of `ns`'s drive's reservation (through the store where there is one)
-    /// and tells the hosts it affects.
+    /// and tells the hosts it affects. `abort` (Preempt and Abort): the change completes once
+    /// the preempted hosts' commands in flight have finished, here and on the other module, so
+    /// that none of their writes lands after it (the fencing a cluster relies on).
     async fn change_reservations(
         &self,
         ns: &Arc<Namespace>,
         change: ReservationChange,
+        abort: bool,
     ) -> Result<(), Status> {
         let store = self.target.reservation_store.get().and_then(Weak::upgrade);
         let notices = match store {
@@ -206,8 +268,9 @@ impl Controller {
                 // Off the reactor: the change writes the state file and may ask the other
                 // module.
                 let drive = ns.drive_id.clone();
-                let work =
-                    tokio::task::spawn_blocking(move || store.change_reservations(&drive, change));
+                let work = tokio::task::spawn_blocking(move || {
+                    store.change_reservations(&drive, change, abort)
+                });
                 match self.target.spawn_control(work).await {
                     Ok(Ok(r)) => r,
                     _ => Err(Status::INTERNAL_ERROR),
@@ -223,6 +286,15 @@ impl Controller {
             }
         }?;
         self.target.tell_reservation_notices(&ns.drive_id, &notices);
+        if abort {
+            let preempted: Vec<HostId> = (notices.iter())
+                .filter(|(_, kind)| *kind == NotificationKind::RegistrationPreempted)
+                .map(|(host, _)| *host)
+                .collect();
+            if !self.target.drain_hosts(&ns.drive_id, &preempted).await {
+                tracing::warn!(drive = %ns.drive_id, "Preempt and Abort: the preempted hosts' commands did not finish within {ABORT_DRAIN:?}; completing it anyway");
+            }
+        }
         Ok(())
     }
 
@@ -304,7 +376,7 @@ impl Controller {
             r.ptpl = ptpl;
             Ok(Vec::new())
         });
-        match self.change_reservations(&ns, change).await {
+        match self.change_reservations(&ns, change, false).await {
             Ok(()) => Response::ok(),
             Err(status) => Response::status(status),
         }

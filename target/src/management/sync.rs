@@ -66,6 +66,15 @@ impl Peer {
         &self,
         f: impl AsyncFnOnce(&Client) -> Result<T, ClientError> + Send,
     ) -> Result<T, ClientError> {
+        self.call_within(PEER_TIMEOUT, f)
+    }
+
+    /// `call`, waiting at most `limit` for the answer.
+    fn call_within<T: Send>(
+        &self,
+        limit: Duration,
+        f: impl AsyncFnOnce(&Client) -> Result<T, ClientError> + Send,
+    ) -> Result<T, ClientError> {
         let unreachable = |message: String| ClientError::Transport {
             url: self.url.clone(),
             message,
@@ -78,9 +87,9 @@ impl Peer {
                     .map_err(|e| unreachable(format!("no runtime for the call: {e}")))?;
                 rt.block_on(async {
                     let client = Client::new(&self.url, self.token.clone());
-                    match crate::timer::timeout(PEER_TIMEOUT, f(&client)).await {
+                    match crate::timer::timeout(limit, f(&client)).await {
                         Ok(r) => r,
-                        Err(_) => Err(unreachable(format!("no answer within {PEER_TIMEOUT:?}"))),
+                        Err(_) => Err(unreachable(format!("no answer within {limit:?}"))),
                     }
                 })
             })
@@ -105,11 +114,16 @@ fn same_exports(theirs: &serde_json::Value, ours: &Shared) -> bool {
 }
 
 /// Reservation notices as they go to the other module.
-pub(super) fn notice_views(drive: &str, notices: &[Notice]) -> Vec<api::ReservationNotice> {
+pub(super) fn notice_views(
+    drive: &str,
+    notices: &[Notice],
+    abort: bool,
+) -> Vec<api::ReservationNotice> {
     (notices.iter())
         .map(|(host, kind)| api::ReservationNotice {
             drive: drive.to_string(),
             host_id: super::views::hex(host),
+            abort: abort && *kind == NotificationKind::RegistrationPreempted,
             kind: match kind {
                 NotificationKind::RegistrationPreempted => {
                     api::ReservationNoticeKind::RegistrationPreempted
@@ -125,8 +139,9 @@ pub(super) fn notice_views(drive: &str, notices: &[Notice]) -> Vec<api::Reservat
         .collect()
 }
 
-/// A notice from the other module: the drive, and whom to tell what.
-fn notice_of(n: &api::ReservationNotice) -> MgmtResult<(String, Notice)> {
+/// A notice from the other module: the drive, whom to tell what, and whether to let that
+/// host's commands in flight finish first (Preempt and Abort).
+fn notice_of(n: &api::ReservationNotice) -> MgmtResult<(String, Notice, bool)> {
     let bad = || invalid(format!("host_id {:?} is not 32 hex digits", n.host_id));
     let text = &n.host_id;
     if text.len() != 32 || !text.bytes().all(|c| c.is_ascii_hexdigit()) {
@@ -143,7 +158,7 @@ fn notice_of(n: &api::ReservationNotice) -> MgmtResult<(String, Notice)> {
         api::ReservationNoticeKind::ReservationReleased => NotificationKind::ReservationReleased,
         api::ReservationNoticeKind::ReservationPreempted => NotificationKind::ReservationPreempted,
     };
-    Ok((n.drive.clone(), (host, kind)))
+    Ok((n.drive.clone(), (host, kind), n.abort))
 }
 
 fn shared_json(st: &State) -> serde_json::Value {
@@ -176,6 +191,13 @@ impl Manager {
             next.peer_behind = true;
             return Ok(());
         }
+        // A Preempt and Abort is acknowledged there once the preempted hosts' commands in
+        // flight have finished: the answer may take that long.
+        let limit = if notices.iter().any(|n| n.abort) {
+            PEER_TIMEOUT + crate::controller::reservation::ABORT_DRAIN
+        } else {
+            PEER_TIMEOUT
+        };
         let push = api::ModuleConfigPush {
             base: cur.config_generation,
             generation: next.config_generation,
@@ -183,7 +205,7 @@ impl Manager {
             config: shared_json(next),
             notices,
         };
-        match peer.call(async |c| c.apply_module_config(&push).await) {
+        match peer.call_within(limit, async |c| c.apply_module_config(&push).await) {
             Ok(_) => Ok(()),
             Err(ClientError::Api(p)) if p.status == 422 => Err(invalid(format!(
                 "the other I/O module refused the change: {}",
@@ -260,8 +282,15 @@ impl Manager {
         next.peer_behind = false;
         next.validate().map_err(|e| invalid(format!("{e:#}")))?;
         self.commit(&cur, next)?;
-        for (drive, notice) in notices {
-            self.target.tell_reservation_notices(&drive, &[notice]);
+        for (drive, notice, _) in &notices {
+            self.target.tell_reservation_notices(drive, &[*notice]);
+        }
+        // Preempt and Abort made on the other module: acknowledged once the preempted hosts'
+        // commands in flight here have finished (see `Controller::change_reservations`).
+        for (drive, (host, _), _) in notices.iter().filter(|(_, _, abort)| *abort) {
+            if !self.target.drain_hosts_blocking(drive, &[*host]) {
+                tracing::warn!(drive, "Preempt and Abort: the preempted host's commands did not finish in time; acknowledging anyway");
+            }
         }
         if push.force {
             if let Some(peer) = &self.peer {

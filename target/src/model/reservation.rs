@@ -203,8 +203,8 @@ impl Reservations {
                 Some(_) => conflict(),
             };
         }
-        // Preempt (and abort: the aborted commands are those of hosts that lose access, which
-        // the transport finishes or fails before any later command of theirs runs).
+        // Preempt (and abort: the preempted hosts' commands in flight are let finish before
+        // the command completes, on both modules; see `Controller::change_reservations`).
         let preempt_key = keys.other;
         let mut notices = Vec::new();
         let mut remove = |me: &mut Reservations, key: u64| -> bool {
