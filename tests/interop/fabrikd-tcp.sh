@@ -585,8 +585,11 @@ s_resv_hosts() {
   resv_allows "write exclusive held by host 2, host 1 (preempted)" "$c1" write no || ok=0
   x nvme resv-register "$c1" -n 1 -k 0x11 -r 0 || return 1
   x nvme set-feature "$c1" -f 0x82 -n 1 -v 2 | sed 's/^/  | /'
-  x nvme resv-acquire "$c2" -n 1 -c 0x22 -p 0x11 -a 1 -t 1 || return 1
+  # This time Preempt and Abort (RACQA 2): made on module a too, which lets host 1's commands
+  # there finish first.
+  x nvme resv-acquire "$c2" -n 1 -c 0x22 -p 0x11 -a 2 -t 1 || return 1
   assert "masked (feature 82h): no page" [ "$(resv_notice "$c1")" = "0 0 0" ] || ok=0
+  resv_allows "preempted and aborted, host 1" "$c1" write no || ok=0
   # Kept across a restart of both modules (the kernel reconnects each host).
   for m in a b; do eval "kill -TERM \$MPID_$m; wait \$MPID_$m"; done
   assert "module a restarts" mod_start a || return 1
