@@ -80,9 +80,7 @@ for cores in $HOST_CORE_SETS; do
         if [ "$who" = perf ]; then
           # shellcheck disable=SC2086
           out=$("$SPDK/perf.sh" "$n" "$port" box -c "$mask" $pargs -t "$SECS" 2>&1) || true
-          total=$(grep -E '^Total' <<<"$out" | tail -1)
-          [ -n "$total" ] || { echo "no result from perf for $name:"; tail -5 <<<"$out"; total="Total : 0 0 0"; }
-          read -r iops mibs avg <<<"$(awk -F: '{print $2}' <<<"$total" | awk '{print $1, $2, $3}')"
+          read -r iops mibs avg <<<"$(perf_figures "$out" "$name")"
           cpu=$(awk -v c="$ncores" -v i="$iops" 'BEGIN{ if (i > 0) printf "%.2f", c * 1e6 / i; else print 0 }')
         else
           # shellcheck disable=SC2086

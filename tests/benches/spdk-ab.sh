@@ -110,10 +110,8 @@ for cores in $CORE_SETS; do
         # Let it see the host's queues go before it stops.
         sleep 0.5
         pause "$label"
-        total=$(grep -E '^Total' <<<"$out" | tail -1)
-        [ -n "$total" ] || { echo "no result from perf for $label $name:"; tail -5 <<<"$out"; total="Total : 0 0 0"; }
         # IOPS, MiB/s, average us; CPU in cores (% of one).
-        read -r iops mibs avg <<<"$(awk -F: '{print $2}' <<<"$total" | awk '{print $1, $2, $3}')"
+        read -r iops mibs avg <<<"$(perf_figures "$out" "$label $name")"
         cpu=$(awk -v t="$ticks" -v hz="$hz" -v s="$SECS" 'BEGIN{printf "%.0f", t/hz/s*100}')
         case $name in
           *qd1) v=$avg ;;

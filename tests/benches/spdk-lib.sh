@@ -63,3 +63,12 @@ stop_target() { # [PID] (default $pid)
   wait "$p" 2>/dev/null || true
   [ "$p" != "$pid" ] || pid=
 }
+
+# "IOPS MiB/s average-us" from spdk_nvme_perf's output (its "Total" line); zeros, with its last
+# lines on stderr, if it has none.
+perf_figures() { # OUTPUT WHAT
+  local total
+  total=$(grep -E '^Total' <<<"$1" | tail -1)
+  [ -n "$total" ] || { echo "no result from perf for $2:" >&2; tail -5 <<<"$1" >&2; total="Total : 0 0 0"; }
+  awk -F: '{print $2}' <<<"$total" | awk '{print $1, $2, $3}'
+}

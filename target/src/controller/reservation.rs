@@ -129,20 +129,9 @@ impl TargetState {
 
     /// Preempt and Abort: waits until the preempted `hosts` have no command in flight on drive
     /// `drive` (each one admitted before the preempt finishes; later ones are refused by the
-    /// reservation), at most `ABORT_DRAIN`. Whether they drained.
-    pub async fn drain_hosts(&self, drive: &str, hosts: &[HostId]) -> bool {
-        let start = std::time::Instant::now();
-        while self.hosts_in_flight(drive, hosts) > 0 {
-            if start.elapsed() >= ABORT_DRAIN {
-                return false;
-            }
-            crate::timer::sleep(Duration::from_millis(1)).await;
-        }
-        true
-    }
-
-    /// `drain_hosts` for a caller off the runtime (the management layer's blocking threads).
-    pub fn drain_hosts_blocking(&self, drive: &str, hosts: &[HostId]) -> bool {
+    /// reservation), at most `ABORT_DRAIN`. Whether they drained. Blocking (it polls): run off
+    /// the reactors, as the management layer's calls are.
+    pub fn drain_hosts(&self, drive: &str, hosts: &[HostId]) -> bool {
         let start = std::time::Instant::now();
         while self.hosts_in_flight(drive, hosts) > 0 {
             if start.elapsed() >= ABORT_DRAIN {
@@ -291,7 +280,9 @@ impl Controller {
                 .filter(|(_, kind)| *kind == NotificationKind::RegistrationPreempted)
                 .map(|(host, _)| *host)
                 .collect();
-            if !self.target.drain_hosts(&ns.drive_id, &preempted).await {
+            let (target, drive) = (self.target.clone(), ns.drive_id.clone());
+            let work = tokio::task::spawn_blocking(move || target.drain_hosts(&drive, &preempted));
+            if !matches!(self.target.spawn_control(work).await, Ok(Ok(true))) {
                 tracing::warn!(drive = %ns.drive_id, "Preempt and Abort: the preempted hosts' commands did not finish within {ABORT_DRAIN:?}; completing it anyway");
             }
         }

@@ -288,7 +288,7 @@ impl Manager {
         // Preempt and Abort made on the other module: acknowledged once the preempted hosts'
         // commands in flight here have finished (see `Controller::change_reservations`).
         for (drive, (host, _), _) in notices.iter().filter(|(_, _, abort)| *abort) {
-            if !self.target.drain_hosts_blocking(drive, &[*host]) {
+            if !self.target.drain_hosts(drive, &[*host]) {
                 tracing::warn!(drive, "Preempt and Abort: the preempted host's commands did not finish in time; acknowledging anyway");
             }
         }
