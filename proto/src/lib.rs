@@ -4,6 +4,7 @@
 //! [`DecodeError`], never a panic), encoders for both directions so the target and the host share
 //! one definition of every byte. No sockets, no async.
 
+pub mod auth;
 pub mod error;
 pub mod fabrics;
 mod le;

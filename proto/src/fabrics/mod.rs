@@ -50,11 +50,23 @@ pub enum FabricsCommand {
     Disconnect {
         recfmt: u16,
     },
+    /// Authentication Send: SPSP0 41, SPSP1 42, SECP 43, TL 44..48 (bytes the host sends).
+    AuthSend {
+        secp: u8,
+        spsp: [u8; 2],
+        len: u32,
+    },
+    /// Authentication Receive: the same, AL 44..48 (bytes the host's buffer holds).
+    AuthReceive {
+        secp: u8,
+        spsp: [u8; 2],
+        len: u32,
+    },
 }
 
 impl FabricsCommand {
-    /// Typed view of an SQE with opcode 0x7F. Unknown FCTYPE (including authentication, which
-    /// this target does not offer): Invalid Command Opcode. Bad ATTRIB: Invalid Field.
+    /// Typed view of an SQE with opcode 0x7F. Unknown FCTYPE: Invalid Command Opcode. Bad
+    /// ATTRIB: Invalid Field.
     ///
     /// Checked: opcode (else Invalid Command Opcode), FUSE and reserved flag bits (the Linux host
     /// puts PSDT = 01b, 0x40, in byte 1: accepted), reserved bytes 5..24 and the reserved parts
@@ -68,9 +80,13 @@ impl FabricsCommand {
         let fctype = sqe.fctype();
         if !matches!(
             fctype,
-            fctype::PROPERTY_SET | fctype::CONNECT | fctype::PROPERTY_GET | fctype::DISCONNECT
+            fctype::PROPERTY_SET
+                | fctype::CONNECT
+                | fctype::PROPERTY_GET
+                | fctype::DISCONNECT
+                | fctype::AUTH_SEND
+                | fctype::AUTH_RECEIVE
         ) {
-            // Includes Authentication Send/Receive: no in-band authentication here.
             return Err(Status::INVALID_OPCODE);
         }
         // Bytes 5..24 are reserved in every fabrics command.
@@ -115,6 +131,19 @@ impl FabricsCommand {
                     kato: sqe.cdw12,
                 })
             }
+            fctype::AUTH_SEND | fctype::AUTH_RECEIVE => {
+                // Byte 40 and bytes 48..64 reserved. SECP/SPSP values are the controller's to
+                // judge (Invalid Field when it does not speak that protocol).
+                only(sqe.cdw10, 0xffff_ff00)?;
+                only(sqe.cdw12 | sqe.cdw13 | sqe.cdw14 | sqe.cdw15, 0)?;
+                let [_, spsp0, spsp1, secp] = sqe.cdw10.to_le_bytes();
+                let (spsp, len) = ([spsp0, spsp1], sqe.cdw11);
+                Ok(if fctype == fctype::AUTH_SEND {
+                    FabricsCommand::AuthSend { secp, spsp, len }
+                } else {
+                    FabricsCommand::AuthReceive { secp, spsp, len }
+                })
+            }
             _ => {
                 // Disconnect: bytes 42..64 reserved.
                 only(sqe.cdw10, 0xffff)?;
@@ -133,6 +162,8 @@ impl FabricsCommand {
             FabricsCommand::Connect { .. } => fctype::CONNECT,
             FabricsCommand::PropertyGet { .. } => fctype::PROPERTY_GET,
             FabricsCommand::Disconnect { .. } => fctype::DISCONNECT,
+            FabricsCommand::AuthSend { .. } => fctype::AUTH_SEND,
+            FabricsCommand::AuthReceive { .. } => fctype::AUTH_RECEIVE,
         }
     }
 
@@ -173,6 +204,11 @@ impl FabricsCommand {
                 sqe.cdw11 = offset;
             }
             FabricsCommand::Disconnect { recfmt } => sqe.cdw10 = recfmt as u32,
+            FabricsCommand::AuthSend { secp, spsp, len }
+            | FabricsCommand::AuthReceive { secp, spsp, len } => {
+                sqe.cdw10 = u32::from_le_bytes([0, spsp[0], spsp[1], secp]);
+                sqe.cdw11 = len;
+            }
         }
         sqe
     }
@@ -217,6 +253,10 @@ mod tests {
             (any::<bool>(), any::<u32>())
                 .prop_map(|(size8, offset)| FabricsCommand::PropertyGet { size8, offset }),
             any::<u16>().prop_map(|recfmt| FabricsCommand::Disconnect { recfmt }),
+            (any::<u8>(), any::<[u8; 2]>(), any::<u32>())
+                .prop_map(|(secp, spsp, len)| FabricsCommand::AuthSend { secp, spsp, len }),
+            (any::<u8>(), any::<[u8; 2]>(), any::<u32>())
+                .prop_map(|(secp, spsp, len)| FabricsCommand::AuthReceive { secp, spsp, len }),
         ]
     }
 
@@ -384,6 +424,35 @@ mod tests {
         assert_eq!(FabricsCommand::parse(&s), Err(Status::INVALID_FIELD));
     }
 
+    /// The Linux host's Authentication Send of a 72-byte Negotiate and its 4096-byte Receive.
+    #[test]
+    fn linux_authentication_commands() {
+        let mut s = sqe(fctype::AUTH_SEND);
+        s.cdw10 = 0xe9_01_01_00;
+        s.cdw11 = 72;
+        assert_eq!(
+            FabricsCommand::parse(&s),
+            Ok(FabricsCommand::AuthSend {
+                secp: 0xe9,
+                spsp: [1, 1],
+                len: 72
+            })
+        );
+        let mut r = sqe(fctype::AUTH_RECEIVE);
+        r.cdw10 = 0xe9_01_01_00;
+        r.cdw11 = 4096;
+        assert_eq!(
+            FabricsCommand::parse(&r),
+            Ok(FabricsCommand::AuthReceive {
+                secp: 0xe9,
+                spsp: [1, 1],
+                len: 4096
+            })
+        );
+        r.cdw10 |= 1; // reserved byte 40
+        assert_eq!(FabricsCommand::parse(&r), Err(Status::INVALID_FIELD));
+    }
+
     #[test]
     fn disconnect_and_rejections() {
         assert_eq!(
@@ -393,17 +462,7 @@ mod tests {
         let mut s = sqe(fctype::DISCONNECT);
         s.cdw10 = 1 << 16;
         assert_eq!(FabricsCommand::parse(&s), Err(Status::INVALID_FIELD));
-        for fct in [
-            fctype::AUTH_SEND,
-            fctype::AUTH_RECEIVE,
-            0x02,
-            0x03,
-            0x07,
-            0x09,
-            0x7f,
-            0xc0,
-            0xff,
-        ] {
+        for fct in [0x02, 0x03, 0x07, 0x09, 0x7f, 0xc0, 0xff] {
             assert_eq!(
                 FabricsCommand::parse(&sqe(fct)),
                 Err(Status::INVALID_OPCODE),
