@@ -202,6 +202,18 @@ impl Client {
         self.get("/hosts").await
     }
 
+    pub async fn add_host(&self, req: &HostRequest) -> Result<Host, ClientError> {
+        self.post("/hosts", req).await
+    }
+
+    pub async fn set_host_keys(
+        &self,
+        nqn: &str,
+        req: &HostKeysRequest,
+    ) -> Result<Host, ClientError> {
+        self.put(&format!("/hosts/{}/keys", seg(nqn)), req).await
+    }
+
     pub async fn ports(&self) -> Result<Vec<Port>, ClientError> {
         self.get("/ports").await
     }

@@ -53,6 +53,8 @@ pub trait Management: Send + Sync + 'static {
     fn hosts(&self) -> Vec<Host>;
     fn host(&self, nqn: &str) -> MgmtResult<Host>;
     fn add_host(&self, req: HostRequest) -> MgmtResult<Host>;
+    /// Replaces the host's DH-HMAC-CHAP keys (registering a host known from allow lists).
+    fn set_host_keys(&self, nqn: &str, req: HostKeysRequest) -> MgmtResult<Host>;
     /// Removes the host from every allow list (tearing its controllers down); refused (409)
     /// while a composition names it.
     fn delete_host(&self, nqn: &str) -> MgmtResult<()>;

@@ -101,6 +101,21 @@ pub struct Host {
     pub subsystems: Vec<String>,
     /// Live controllers of this host.
     pub controllers: u32,
+    /// The host has a DH-HMAC-CHAP secret: it must authenticate on every subsystem it reaches.
+    /// (Secrets are write-only: no answer ever holds one.)
+    #[serde(default)]
+    pub dhchap: bool,
+    /// The box has a controller secret for it too (bidirectional authentication).
+    #[serde(default)]
+    pub dhchap_ctrl: bool,
+    /// The one hash function it must use ("sha256", "sha384", "sha512"); null: the strongest
+    /// it offers.
+    #[serde(default)]
+    pub dhchap_hash: Option<String>,
+    /// The one DH group it must use ("null", "ffdhe2048" .. "ffdhe8192"); null: ffdhe2048 if
+    /// offered, then the larger groups, then none.
+    #[serde(default)]
+    pub dhchap_dhgroup: Option<String>,
 }
 
 /// A transport listener.
@@ -229,7 +244,7 @@ pub struct NamespaceRequest {
 }
 
 /// Registers a host, or allows a host on a subsystem.
-#[derive(Clone, Debug, Serialize, Deserialize, ToSchema, PartialEq)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, ToSchema, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct HostRequest {
     pub nqn: String,
@@ -237,6 +252,34 @@ pub struct HostRequest {
     #[serde(default)]
     #[schema(max_length = 64)]
     pub name: Option<String>,
+    /// DH-HMAC-CHAP secret (`DHHC-1:..`, as `nvme gen-dhchap-key` makes): the host must then
+    /// authenticate. Only on `POST /hosts`. Write-only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dhchap_secret: Option<String>,
+    /// The controller's secret, for bidirectional authentication (needs `dhchap_secret`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dhchap_ctrl_secret: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dhchap_hash: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dhchap_dhgroup: Option<String>,
+}
+
+/// A host's DH-HMAC-CHAP keys, replaced whole (`PUT /hosts/{nqn}/keys`): absent or null
+/// fields are lifted. Live connections stay; the next authentication (a new queue, or the
+/// host's re-authentication) uses the new keys.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct HostKeysRequest {
+    /// Null: the host no longer needs to authenticate.
+    #[serde(default)]
+    pub dhchap_secret: Option<String>,
+    #[serde(default)]
+    pub dhchap_ctrl_secret: Option<String>,
+    #[serde(default)]
+    pub dhchap_hash: Option<String>,
+    #[serde(default)]
+    pub dhchap_dhgroup: Option<String>,
 }
 
 /// Sets whether any host may connect to a subsystem.

@@ -35,6 +35,7 @@ pub mod model;
 pub mod module;
 pub mod numa;
 pub mod reactor;
+pub mod secrets;
 pub mod state;
 pub mod stats;
 pub mod timer;

@@ -135,6 +135,7 @@ async fn state_survives_kill_9_and_a_corrupt_file_stops_fabrikd() {
             &HostRequest {
                 nqn: host.into(),
                 name: Some("gpu-7".into()),
+                ..Default::default()
             },
         )
         .await

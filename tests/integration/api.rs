@@ -283,6 +283,7 @@ async fn tcp_calls_need_the_token_and_the_local_socket_is_private() {
             &HostRequest {
                 nqn: host.nqn.clone(),
                 name: None,
+                ..Default::default()
             },
         )
         .await
@@ -581,6 +582,7 @@ async fn long_names_and_models_are_refused() {
     let host = |name: String| HostRequest {
         nqn: HostIdentity::random().nqn,
         name: Some(name),
+        ..Default::default()
     };
     assert_problem(
         m.post::<Host>("/hosts", &host("n".repeat(65))).await,

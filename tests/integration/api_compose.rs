@@ -442,6 +442,7 @@ async fn subsystems_namespaces_and_hosts_change_live() {
             &HostRequest {
                 nqn: other.nqn.clone(),
                 name: None,
+                ..Default::default()
             },
         )
         .await
@@ -453,6 +454,7 @@ async fn subsystems_namespaces_and_hosts_change_live() {
             &HostRequest {
                 nqn: other.nqn.clone(),
                 name: None,
+                ..Default::default()
             },
         )
         .await,
@@ -465,6 +467,7 @@ async fn subsystems_namespaces_and_hosts_change_live() {
             &HostRequest {
                 nqn: "x".into(),
                 name: None,
+                ..Default::default()
             },
         )
         .await,
@@ -524,6 +527,7 @@ async fn subsystems_namespaces_and_hosts_change_live() {
             &HostRequest {
                 nqn: host.nqn.clone(),
                 name: Some("gpu-1".into()),
+                ..Default::default()
             },
         )
         .await
@@ -535,6 +539,7 @@ async fn subsystems_namespaces_and_hosts_change_live() {
             &HostRequest {
                 nqn: host.nqn.clone(),
                 name: None,
+                ..Default::default()
             },
         )
         .await,
@@ -547,6 +552,7 @@ async fn subsystems_namespaces_and_hosts_change_live() {
             &HostRequest {
                 nqn: "nqn.2014-08.org.nvmexpress:uuid:zz".into(),
                 name: None,
+                ..Default::default()
             },
         )
         .await,
@@ -588,6 +594,7 @@ async fn state_is_restored_after_a_restart() {
             &HostRequest {
                 nqn: host.nqn.clone(),
                 name: Some("n1".into()),
+                ..Default::default()
             },
         )
         .await

@@ -222,6 +222,7 @@ fn host(n: u8) -> HostRequest {
     HostRequest {
         nqn: format!("nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-0000000000{n:02x}"),
         name: None,
+        ..Default::default()
     }
 }
 

@@ -6,7 +6,7 @@ use axum::Json;
 
 use super::{blocking, read, Encoded, Mgmt};
 use crate::error::{ApiError, JsonBody, PathParam};
-use crate::models::{Host, HostRequest, Problem};
+use crate::models::{Host, HostKeysRequest, HostRequest, Problem};
 
 #[utoipa::path(get, path = "/api/v1/hosts", tag = "hosts",
     responses((status = 200, description = "Registered hosts and hosts named by allow lists or compositions", body = Vec<Host>)))]
@@ -32,7 +32,7 @@ pub async fn get(
         (status = 415, description = "Body is not application/json", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No or wrong token", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Already registered", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Malformed NQN", body = Problem, content_type = "application/problem+json")))]
+        (status = 422, description = "Malformed NQN, secret, hash or DH group", body = Problem, content_type = "application/problem+json")))]
 pub async fn create(
     State(m): State<Mgmt>,
     JsonBody(req): JsonBody<HostRequest>,
@@ -40,6 +40,26 @@ pub async fn create(
     Ok((
         StatusCode::CREATED,
         Json(blocking(&m, move |m| m.add_host(req)).await?),
+    ))
+}
+
+/// Replaces the host's DH-HMAC-CHAP keys; live connections stay.
+#[utoipa::path(put, path = "/api/v1/hosts/{nqn}/keys", tag = "hosts", request_body = HostKeysRequest,
+    params(("nqn" = String, Path, description = "Host NQN")),
+    security(("bearer" = [])),
+    responses((status = 200, body = Host),
+        (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Body is not application/json", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No or wrong token", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "Unknown host", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Malformed secret, hash or DH group", body = Problem, content_type = "application/problem+json")))]
+pub async fn set_keys(
+    State(m): State<Mgmt>,
+    PathParam(nqn): PathParam<String>,
+    JsonBody(req): JsonBody<HostKeysRequest>,
+) -> Result<Json<Host>, ApiError> {
+    Ok(Json(
+        blocking(&m, move |m| m.set_host_keys(&nqn, req)).await?,
     ))
 }
 

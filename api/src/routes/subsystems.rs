@@ -98,6 +98,16 @@ pub async fn allow_host(
     PathParam(nqn): PathParam<String>,
     JsonBody(req): JsonBody<HostRequest>,
 ) -> Result<Json<Subsystem>, ApiError> {
+    if req.dhchap_secret.is_some()
+        || req.dhchap_ctrl_secret.is_some()
+        || req.dhchap_hash.is_some()
+        || req.dhchap_dhgroup.is_some()
+    {
+        return Err(crate::MgmtError::Invalid(
+            "a host's DH-HMAC-CHAP keys are set through /api/v1/hosts, not an allow list".into(),
+        )
+        .into());
+    }
     Ok(Json(
         blocking(&m, move |m| m.allow_host(&nqn, &req.nqn)).await?,
     ))

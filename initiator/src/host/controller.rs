@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
+use fabrik_proto::auth::CONNECT_AUTH_REQUIRED;
 use fabrik_proto::fabrics::nqn::Nqn;
 use fabrik_proto::fabrics::property::{self, Cap, Cc, Csts};
 use fabrik_proto::fabrics::{ConnectData, FabricsCommand, CATTR_DISABLE_SQ_FLOW};
@@ -83,12 +84,14 @@ impl Controller {
         )
         .await?;
         let cattr = connect_attributes(&opts);
+        let auth = Authentication::new(&opts);
         let cntlid = fabrics_connect(
             &admin,
             ADMIN_QUEUE_SIZE,
             opts.kato_ms,
             cattr,
             connect_data(CNTLID_DYNAMIC),
+            &auth,
         )
         .await?;
 
@@ -194,7 +197,8 @@ impl Controller {
                 None => connect.await?,
             };
             let cattr = connect_attributes(&self.opts);
-            fabrics_connect(&queue, queue_size, 0, cattr, connect_data.clone()).await?;
+            let auth = Authentication::new(&self.opts);
+            fabrics_connect(&queue, queue_size, 0, cattr, connect_data.clone(), &auth).await?;
             self.io.push(queue);
         }
         Ok(())
@@ -598,13 +602,15 @@ fn connect_attributes(opts: &ConnectOptions) -> u8 {
     }
 }
 
-/// Connect on `queue` (its qid), with the 1024-byte data in-capsule; returns the CNTLID.
+/// Connect on `queue` (its qid), with the 1024-byte data in-capsule, and the in-band
+/// authentication the controller asks for; returns the CNTLID.
 async fn fabrics_connect(
     queue: &Queue,
     queue_size: u16,
     kato: u32,
     cattr: u8,
     data: ConnectData,
+    auth: &Authentication<'_>,
 ) -> Result<u16, HostError> {
     let qid = queue.qid();
     let command = FabricsCommand::Connect {
@@ -640,15 +646,95 @@ async fn fabrics_connect(
         Err(err) => return Err(err),
     };
     let dw0 = completion.cqe.dw0();
-    // ATR / ASCR: the target wants in-band authentication, which this host does not do.
-    if dw0 >> 16 != 0 {
+    if dw0 & ASCR != 0 {
         return Err(HostError::protocol(
             qid,
-            format!("Connect result {dw0:#010x} asks for authentication (not supported)"),
+            format!(
+                "Connect result {dw0:#010x} asks for secure channel concatenation (not supported)"
+            ),
         ));
+    }
+    if dw0 & CONNECT_AUTH_REQUIRED != 0 {
+        auth.run(queue, &subnqn).await?;
     }
     Ok(dw0 as u16)
 }
+
+/// AUTHREQ's ASCR bit (DW0 bit 18): secure channel concatenation (TLS after DH-HMAC-CHAP).
+const ASCR: u32 = 1 << 18;
+
+/// What a queue needs to authenticate: the host's secrets and NQN.
+struct Authentication<'a> {
+    opts: &'a ConnectOptions,
+}
+
+impl<'a> Authentication<'a> {
+    fn new(opts: &'a ConnectOptions) -> Authentication<'a> {
+        Authentication { opts }
+    }
+
+    /// One DH-HMAC-CHAP transaction on `queue`, as the Linux host runs it: Negotiate, Challenge,
+    /// Reply, Success1, and Success2 when it authenticates the controller too.
+    async fn run(&self, queue: &Queue, subnqn: &str) -> Result<(), HostError> {
+        use fabrik_proto::auth::exchange::{HostKeys, HostStep};
+        use fabrik_proto::auth::{HostAuth, Message, OsRandom};
+        let qid = queue.qid();
+        let Some(secret) = &self.opts.dhchap_secret else {
+            return Err(HostError::Invalid(format!(
+                "qid {qid}: the controller of {subnqn} requires DH-HMAC-CHAP authentication and no secret was given (--dhchap-secret)"
+            )));
+        };
+        let keys = HostKeys {
+            host: secret.clone(),
+            ctrl: self.opts.dhchap_ctrl_secret.clone(),
+            hostnqn: self.opts.hostnqn.clone(),
+            subnqn: subnqn.to_string(),
+        };
+        let mut host = HostAuth::new(keys, qid, &mut OsRandom);
+        let send = async |m: Message| -> Result<(), HostError> {
+            let bytes = m.encode();
+            let sqe = FabricsCommand::AuthSend {
+                secp: fabrik_proto::auth::SECP,
+                spsp: [fabrik_proto::auth::SPSP; 2],
+                len: bytes.len() as u32,
+            }
+            .to_sqe(0);
+            queue
+                .submit(sqe, Some(Bytes::from(bytes)), 0)
+                .await
+                .map(|_| ())
+        };
+        let receive = async || -> Result<Bytes, HostError> {
+            let sqe = FabricsCommand::AuthReceive {
+                secp: fabrik_proto::auth::SECP,
+                spsp: [fabrik_proto::auth::SPSP; 2],
+                len: AUTH_RECEIVE_LEN as u32,
+            }
+            .to_sqe(0);
+            Ok(queue.submit(sqe, None, AUTH_RECEIVE_LEN).await?.data)
+        };
+        send(host.negotiate()).await?;
+        loop {
+            let answer = receive().await?;
+            match host.on_receive(&answer, &mut OsRandom) {
+                HostStep::Send(m) => send(m).await?,
+                HostStep::SendAndDone(m) => return send(m).await,
+                HostStep::Done => return Ok(()),
+                HostStep::Failed(failure, why) => {
+                    if let Some(m) = failure {
+                        let _ = send(m).await;
+                    }
+                    return Err(HostError::Invalid(format!(
+                        "qid {qid}: DH-HMAC-CHAP authentication with {subnqn} failed: {why}"
+                    )));
+                }
+            }
+        }
+    }
+}
+
+/// Bytes an Authentication Receive asks for (the Linux host's buffer).
+const AUTH_RECEIVE_LEN: usize = 4096;
 
 /// The field a Connect Invalid Parameters result (IATTR bit 16, IPO 15:0) points at.
 fn invalid_connect_parameter(result: u32) -> Option<&'static str> {

@@ -47,6 +47,12 @@ pub struct ConnectOptions {
     /// Runtimes for the I/O queues: queue N (from 1) is set up on, and runs on, the
     /// ((N - 1) % len)-th, with everything it does. Empty: the caller's runtime.
     pub io_runtimes: Vec<tokio::runtime::Handle>,
+    /// DH-HMAC-CHAP: this host's secret (`DHHC-1:..`), used when the controller asks the host to
+    /// authenticate (nvme-cli `--dhchap-secret`).
+    pub dhchap_secret: Option<fabrik_proto::auth::Secret>,
+    /// The controller's secret: the host then authenticates the controller too
+    /// (`--dhchap-ctrl-secret`).
+    pub dhchap_ctrl_secret: Option<fabrik_proto::auth::Secret>,
 }
 
 /// Defaults of the Linux host (`fabrics.h`): 128 entries per queue, 5 s keep-alive.
@@ -77,6 +83,8 @@ impl ConnectOptions {
             host_iface: None,
             poll_window: Duration::ZERO,
             io_runtimes: Vec::new(),
+            dhchap_secret: None,
+            dhchap_ctrl_secret: None,
         }
     }
 

@@ -8,6 +8,9 @@ use fabrik_proto::fabrics::property::{offset, version, Cc, SHST_COMPLETE, SHST_O
 use fabrik_proto::fabrics::{ConnectData, FabricsCommand, CATTR_DISABLE_SQ_FLOW, CONNECT_DATA_LEN};
 use fabrik_proto::Status;
 
+use fabrik_proto::auth::CONNECT_AUTH_REQUIRED;
+
+use super::auth::QueueAuth;
 use super::queue::{Binding, Queue, Response};
 use super::{keepalive, limits, Controller, ControllerKind};
 
@@ -47,6 +50,8 @@ impl Queue {
                 Some(ctrl) => ctrl.property_set(size8, offset, value),
                 None => Response::status(Status::COMMAND_SEQUENCE_ERROR),
             },
+            FabricsCommand::AuthSend { .. } => self.auth_send(&data),
+            FabricsCommand::AuthReceive { len, .. } => self.auth_receive(len),
             FabricsCommand::Disconnect { recfmt } => {
                 if recfmt != 0 {
                     return Response::status(Status::CONNECT_INCOMPATIBLE_FORMAT);
@@ -128,6 +133,9 @@ impl Queue {
             ctrl
         };
         let cntlid = ctrl.cntlid;
+        // A host with a secret authenticates on every queue to an NVM subsystem.
+        let must_authenticate = matches!(ctrl.kind, ControllerKind::Io(_))
+            && self.target.host_auth(hostnqn.as_deref()).is_some();
         if !self.bind(Binding {
             ctrl: ctrl.clone(),
             qid,
@@ -135,6 +143,11 @@ impl Queue {
             sq_flow_disabled,
             teardown: ctrl.teardown.child_token(),
             namespaces: Arc::default(),
+            auth: if must_authenticate {
+                QueueAuth::required()
+            } else {
+                QueueAuth::default()
+            },
         }) {
             // A second Connect raced the first on this queue.
             if qid != 0 {
@@ -142,8 +155,13 @@ impl Queue {
             }
             return Response::status(Status::COMMAND_SEQUENCE_ERROR);
         }
-        tracing::debug!(cntlid, qid, entries, hostnqn = %ctrl.host_label(), subnqn = %cd.subnqn, "queue connected");
-        Response::result(cntlid as u64)
+        tracing::debug!(cntlid, qid, entries, hostnqn = %ctrl.host_label(), subnqn = %cd.subnqn, must_authenticate, "queue connected");
+        let authreq = if must_authenticate {
+            CONNECT_AUTH_REQUIRED
+        } else {
+            0
+        };
+        Response::result((cntlid as u32 | authreq) as u64)
     }
 
     fn create_controller(&self, cd: &ConnectData, kato: u32) -> Result<Arc<Controller>, Response> {

@@ -10,6 +10,7 @@
 
 mod admin;
 pub mod ana;
+pub mod auth;
 pub mod books;
 mod discovery;
 mod events;

@@ -36,6 +36,8 @@ pub struct Binding {
     pub teardown: CancellationToken,
     /// The namespaces this queue's commands named lately.
     pub(super) namespaces: Arc<NamespaceCache>,
+    /// In-band authentication: whether the queue may run commands yet, and its transaction.
+    pub(super) auth: super::auth::QueueAuth,
 }
 
 /// A parsed command, checked as far as possible before its data arrives.
@@ -270,6 +272,12 @@ impl Queue {
                     return Err(Status::COMMAND_SEQUENCE_ERROR)
                 }
                 (_, None) => return Err(Status::COMMAND_SEQUENCE_ERROR),
+                (&FabricsCommand::AuthSend { secp, spsp, len }, Some(_))
+                | (&FabricsCommand::AuthReceive { secp, spsp, len }, Some(_)) => {
+                    super::auth::admit(secp, spsp, len, transfer_len)?
+                }
+                (FabricsCommand::Disconnect { .. }, Some(_)) => {}
+                (_, Some(b)) if !b.auth.allows_commands() => return Err(Status::AUTH_REQUIRED),
                 (
                     FabricsCommand::PropertyGet { .. } | FabricsCommand::PropertySet { .. },
                     Some(b),
@@ -281,6 +289,9 @@ impl Queue {
             let Some(b) = binding else {
                 return Err(Status::COMMAND_SEQUENCE_ERROR);
             };
+            if !b.auth.allows_commands() {
+                return Err(Status::AUTH_REQUIRED);
+            }
             if b.qid == 0 {
                 let cmd = AdminCommand::parse(sqe)?;
                 b.ctrl.admit_admin(&cmd, transfer_len)?;

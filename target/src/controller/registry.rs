@@ -235,6 +235,8 @@ pub struct TargetState {
     /// Where reservation changes are made durable (see `reservation::ReservationStore`).
     pub(super) reservation_store:
         std::sync::OnceLock<Weak<dyn super::reservation::ReservationStore>>,
+    /// Hosts that must authenticate, and their keys (see `auth`).
+    pub(super) host_auth: RwLock<Arc<super::auth::HostAuthTable>>,
 }
 
 impl TargetState {
@@ -257,6 +259,7 @@ impl TargetState {
             module: None,
             cntlids: module::cntlids(None),
             reservation_store: std::sync::OnceLock::new(),
+            host_auth: RwLock::default(),
         }
     }
 

@@ -161,8 +161,15 @@ fn notice_of(n: &api::ReservationNotice) -> MgmtResult<(String, Notice, bool)> {
     Ok((n.drive.clone(), (host, kind), n.abort))
 }
 
+/// The shared configuration as it goes to the other module (secrets included: a push is a
+/// request, never an answer).
 fn shared_json(st: &State) -> serde_json::Value {
     serde_json::to_value(st.shared()).expect("the state serializes")
+}
+
+/// The shared configuration as an answer shows it: secrets by fingerprint only.
+fn shared_json_redacted(st: &State) -> serde_json::Value {
+    serde_json::to_value(st.shared_redacted()).expect("the state serializes")
 }
 
 impl Manager {
@@ -229,7 +236,7 @@ impl Manager {
             module: self.target.module.map(|m| m.name().to_string()),
             generation: st.config_generation,
             peer_behind: st.peer_behind,
-            config: shared_json(&st),
+            config: shared_json_redacted(&st),
         }
     }
 
@@ -374,7 +381,7 @@ impl Manager {
             // configuration (two modules started from different config files do not).
             !theirs.peer_behind
                 && theirs.generation == cur.config_generation
-                && !same_exports(&theirs.config, &cur.shared())
+                && !same_exports(&theirs.config, &cur.shared_redacted())
         };
         if diverged && !peer.diverged.swap(true, Ordering::Relaxed) {
             tracing::error!(peer = %peer.url, "the two I/O modules' configurations diverged: changes are refused until an operator keeps one side's (POST /api/v1/module/config/push on that module)");

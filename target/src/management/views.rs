@@ -268,11 +268,7 @@ impl Manager {
         }
         HostIndex {
             alias_key: &st.alias_key,
-            names: st
-                .hosts
-                .iter()
-                .map(|h| (h.nqn.as_str(), h.name.as_deref()))
-                .collect(),
+            registered: st.hosts.iter().map(|h| (h.nqn.as_str(), h)).collect(),
             subsystems,
             controllers,
         }
@@ -323,17 +319,23 @@ pub(crate) fn shell_quote(s: &str) -> std::borrow::Cow<'_, str> {
 /// See `Manager::host_index`.
 pub(super) struct HostIndex<'a> {
     alias_key: &'a str,
-    names: HashMap<&'a str, Option<&'a str>>,
+    registered: HashMap<&'a str, &'a crate::state::HostState>,
     subsystems: HashMap<String, Vec<String>>,
     controllers: HashMap<String, u32>,
 }
 
 impl HostIndex<'_> {
     pub(super) fn view(&self, nqn: &str) -> api::Host {
+        let host = self.registered.get(nqn);
+        let keys = host.and_then(|h| h.dhchap.as_ref());
         api::Host {
             nqn: nqn.to_string(),
             alias: state::host_alias(self.alias_key, nqn),
-            name: self.names.get(nqn).copied().flatten().map(str::to_string),
+            name: host.and_then(|h| h.name.clone()),
+            dhchap: keys.is_some(),
+            dhchap_ctrl: keys.is_some_and(|k| k.ctrl_secret.is_some()),
+            dhchap_hash: keys.and_then(|k| k.hash.clone()),
+            dhchap_dhgroup: keys.and_then(|k| k.dhgroup.clone()),
             subsystems: self.subsystems.get(nqn).cloned().unwrap_or_default(),
             controllers: self.controllers.get(nqn).copied().unwrap_or(0),
         }

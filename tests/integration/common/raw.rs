@@ -193,6 +193,47 @@ impl RawConn {
         self.next_completion().await
     }
 
+    /// Sends a command with `data` in the capsule and returns the next completion.
+    #[allow(dead_code)]
+    pub async fn command_with_data(&mut self, mut sqe: Sqe, data: Bytes) -> Cqe {
+        sqe.set_sgl(&SglDescriptor::DataBlockOffset {
+            offset: 0,
+            length: data.len() as u32,
+        });
+        self.send(Pdu::CapsuleCmd(CapsuleCmd { sqe, data })).await;
+        self.next_completion().await
+    }
+
+    /// Sends a command that returns up to `len` bytes (C2HData) and collects them with its
+    /// completion (a SUCCESS-flagged last C2HData stands for it).
+    #[allow(dead_code)]
+    pub async fn command_reading(&mut self, mut sqe: Sqe, len: u32) -> (Cqe, BytesMut) {
+        sqe.set_sgl(&SglDescriptor::TransportDataBlock { length: len });
+        let cid = sqe.cid;
+        self.send(Pdu::CapsuleCmd(CapsuleCmd {
+            sqe,
+            data: Bytes::new(),
+        }))
+        .await;
+        let mut data = BytesMut::new();
+        loop {
+            match self.next().await {
+                Some(Pdu::C2HData(d)) => {
+                    data.extend_from_slice(&d.data);
+                    if d.success {
+                        let cqe = Cqe {
+                            cid,
+                            ..Cqe::default()
+                        };
+                        return (cqe, data);
+                    }
+                }
+                Some(Pdu::CapsuleResp(resp)) => return (resp.cqe, data),
+                other => panic!("expected data or a completion, got {other:?}"),
+            }
+        }
+    }
+
     /// Sends a command without data (SGL: none).
     pub async fn send_command(&mut self, mut sqe: Sqe) {
         sqe.set_sgl(&SglDescriptor::NONE_TCP);
