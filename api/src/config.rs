@@ -63,6 +63,26 @@ pub struct ConfigFile {
     pub drive: Vec<DriveEntry>,
     #[serde(default, rename = "subsystem")]
     pub subsystem: Vec<SubsystemEntry>,
+    /// Hosts with their DH-HMAC-CHAP keys (`[[host]]`): registered at every start, their keys
+    /// replacing those the state holds. Keep such a file private (0600).
+    #[serde(default, rename = "host")]
+    pub host: Vec<HostEntry>,
+}
+
+/// A host of the config file.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct HostEntry {
+    pub nqn: String,
+    pub name: Option<String>,
+    /// `DHHC-1:..`: the host must authenticate with it.
+    pub dhchap_secret: Option<String>,
+    /// The controller's secret (bidirectional authentication).
+    pub dhchap_ctrl_secret: Option<String>,
+    /// "sha256", "sha384" or "sha512": the one hash function it must use.
+    pub dhchap_hash: Option<String>,
+    /// "null", "ffdhe2048" .. "ffdhe8192": the one DH group it must use.
+    pub dhchap_dhgroup: Option<String>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize, PartialEq)]

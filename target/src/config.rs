@@ -88,6 +88,8 @@ pub struct Config {
     /// The token for the other module's API (None: this module's own, as both are usually
     /// given the same `api_token`).
     pub peer_token: Option<String>,
+    /// Hosts of the config file (`[[host]]`), with their keys: registered at every start.
+    pub hosts: Vec<crate::state::HostState>,
 }
 
 /// Settings given explicitly rather than defaulted.
@@ -125,6 +127,7 @@ impl Config {
             drive_dir: None,
             peer: None,
             peer_token: None,
+            hosts: Vec::new(),
         }
     }
 
@@ -176,6 +179,12 @@ impl Config {
             } else {
                 Some(hosts.clone())
             };
+        }
+        for h in &file.host {
+            let host = crate::state::HostState::from_entry(h)
+                .with_context(|| format!("[[host]] {}", h.nqn))?;
+            self.hosts.retain(|x| x.nqn != host.nqn);
+            self.hosts.push(host);
         }
         if file.drives.is_some() || !file.drive.is_empty() || !file.subsystem.is_empty() {
             self.explicit.drives = true;
@@ -505,6 +514,48 @@ mod tests {
         assert_eq!(c.drive_list().len(), 3);
         assert_eq!(c.backend, BackendKind::Ram);
         assert!(c.drive_list()[0].path.is_none());
+    }
+
+    /// `[[host]]` entries: keys checked at load (the error names the entry, never the
+    /// secret), seeded into a new state and replacing a restored state's keys.
+    #[test]
+    fn config_hosts_carry_keys() {
+        let nqn = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-0000000000aa";
+        let key = fabrik_proto::auth::Secret::new(1, &[9; 32])
+            .unwrap()
+            .to_text()
+            .to_string();
+        let file = |k: &str| {
+            ConfigFile::parse(&format!(
+                "[[host]]\nnqn = \"{nqn}\"\ndhchap_secret = \"{k}\"\ndhchap_dhgroup = \"ffdhe3072\""
+            ))
+            .unwrap()
+        };
+        let mut c = Config::default_jbof("/tmp/x".into());
+        c.apply_file(&file(&key)).unwrap();
+        let seeded = crate::state::State::seed(&c);
+        let live = seeded.hosts[0].dhchap.as_ref().unwrap().live().unwrap();
+        assert_eq!(
+            live.policy.dhgroups,
+            vec![fabrik_proto::auth::DhGroup::Ffdhe3072]
+        );
+
+        let mut restored = seeded.clone();
+        restored.hosts[0].dhchap = None;
+        restored
+            .reconcile(&c, Path::new("/tmp/x/state.json"))
+            .unwrap();
+        assert_eq!(restored.hosts, seeded.hosts);
+
+        let bad = key.replace("DHHC-1:01", "DHHC-1:09");
+        let e = format!(
+            "{:#}",
+            Config::default_jbof("/tmp/x".into())
+                .apply_file(&file(&bad))
+                .unwrap_err()
+        );
+        assert!(e.contains("[[host]]") && e.contains("transform"), "{e}");
+        assert!(!e.contains(&key[10..30]), "the secret is not repeated: {e}");
     }
 
     #[test]

@@ -270,6 +270,39 @@ pub struct HostKeys {
     pub dhgroup: Option<String>,
 }
 
+impl HostState {
+    /// A host of the config file; its NQN and keys checked.
+    pub fn from_entry(e: &fabrik_api::config::HostEntry) -> anyhow::Result<HostState> {
+        fabrik_proto::fabrics::nqn::Nqn::new(&e.nqn).context("the host NQN")?;
+        let dhchap = match &e.dhchap_secret {
+            None => {
+                if e.dhchap_ctrl_secret.is_some()
+                    || e.dhchap_hash.is_some()
+                    || e.dhchap_dhgroup.is_some()
+                {
+                    bail!("dhchap_ctrl_secret, dhchap_hash and dhchap_dhgroup need dhchap_secret");
+                }
+                None
+            }
+            Some(secret) => {
+                let keys = HostKeys {
+                    secret: SecretText::new(secret.clone()),
+                    ctrl_secret: e.dhchap_ctrl_secret.clone().map(SecretText::new),
+                    hash: e.dhchap_hash.clone(),
+                    dhgroup: e.dhchap_dhgroup.clone(),
+                };
+                keys.live()?;
+                Some(keys)
+            }
+        };
+        Ok(HostState {
+            nqn: e.nqn.clone(),
+            name: e.name.clone(),
+            dhchap,
+        })
+    }
+}
+
 impl HostKeys {
     /// Checks the secrets and names; the live form the controllers use.
     pub fn live(&self) -> anyhow::Result<crate::controller::auth::HostAuth> {
@@ -397,7 +430,7 @@ impl State {
             box_name: config.box_name.clone(),
             drives: drives.iter().map(DriveState::from_spec).collect(),
             subsystems,
-            hosts: Vec::new(),
+            hosts: config.hosts.clone(),
             ports: seed_ports(config),
             compositions: Vec::new(),
             next_composition: 1,
@@ -432,6 +465,12 @@ impl State {
             self.ports = seed_ports(config);
             for c in &mut self.compositions {
                 c.ports = None;
+            }
+        }
+        for h in &config.hosts {
+            match self.hosts.iter_mut().find(|x| x.nqn == h.nqn) {
+                Some(x) => *x = h.clone(),
+                None => self.hosts.push(h.clone()),
             }
         }
         if config.explicit.hosts {

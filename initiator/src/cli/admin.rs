@@ -25,7 +25,7 @@ pub struct ApiArgs {
 }
 
 impl ApiArgs {
-    fn client(&self) -> Result<Client> {
+    pub(super) fn client(&self) -> Result<Client> {
         api_client(self.api.as_deref(), self.token.clone())
     }
 }
@@ -90,13 +90,13 @@ pub(super) fn token_from_file() -> Result<String> {
     )
 }
 
-fn print_json(v: &impl serde::Serialize) -> Result<()> {
+pub(super) fn print_json(v: &impl serde::Serialize) -> Result<()> {
     println!("{}", serde_json::to_string_pretty(v)?);
     Ok(())
 }
 
 /// Prints rows as aligned columns.
-fn table(header: &[&str], rows: Vec<Vec<String>>) {
+pub(super) fn table(header: &[&str], rows: Vec<Vec<String>>) {
     let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
     for r in &rows {
         for (w, c) in widths.iter_mut().zip(r) {

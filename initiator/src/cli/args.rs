@@ -45,6 +45,31 @@ pub struct ConnectArgs {
     pub data_digest: bool,
     #[command(flatten)]
     pub bind: HostBindArgs,
+    #[command(flatten)]
+    pub auth: AuthArgs,
+}
+
+/// DH-HMAC-CHAP secrets (nvme-cli's names), used when a controller asks the host to
+/// authenticate. From the environment too, so they need not show in the process list.
+#[derive(Args, Clone, Default)]
+pub struct AuthArgs {
+    /// This host's DH-HMAC-CHAP secret (`DHHC-1:..`, as `nvme gen-dhchap-key` makes it).
+    #[arg(short = 'S', long, env = "FABRIK_DHCHAP_SECRET", value_parser = parse_secret, hide_env_values = true)]
+    pub dhchap_secret: Option<fabrik_initiator::proto::auth::Secret>,
+    /// The controller's secret: the host authenticates the controller too.
+    #[arg(short = 'C', long, env = "FABRIK_DHCHAP_CTRL_SECRET", value_parser = parse_secret, hide_env_values = true)]
+    pub dhchap_ctrl_secret: Option<fabrik_initiator::proto::auth::Secret>,
+}
+
+fn parse_secret(text: &str) -> Result<fabrik_initiator::proto::auth::Secret, String> {
+    fabrik_initiator::proto::auth::Secret::parse(text).map_err(|e| e.to_string())
+}
+
+impl AuthArgs {
+    pub fn apply(&self, opts: &mut ConnectOptions) {
+        opts.dhchap_secret = self.dhchap_secret.clone();
+        opts.dhchap_ctrl_secret = self.dhchap_ctrl_secret.clone();
+    }
 }
 
 /// Where the host's connections leave from (nvme-cli's names).
@@ -109,6 +134,7 @@ pub async fn connect_controller(args: &ConnectArgs) -> Result<Controller> {
         data: args.data_digest,
     };
     args.bind.apply(&mut opts);
+    args.auth.apply(&mut opts);
     Controller::connect(opts)
         .await
         .with_context(|| format!("connecting to {} at {addr}", args.nqn))

@@ -80,6 +80,8 @@ pub struct SessionArgs {
     /// Host NQN (default: a random UUID-based NQN).
     #[arg(short = 'q', long)]
     pub hostnqn: Option<String>,
+    #[command(flatten)]
+    pub auth: super::args::AuthArgs,
     /// Namespaces of each subsystem, comma-separated (default: every active one).
     #[arg(long, value_delimiter = ',')]
     pub nsid: Vec<u32>,
@@ -485,6 +487,7 @@ pub async fn open_drives(
         let mut nsids = if session_args.nsid.is_empty() {
             let mut opts = subsystem.paths[0].clone();
             opts.io_queues = 0;
+            session_args.auth.apply(&mut opts);
             let (nqn, path, from) = (&subsystem.nqn, opts.addr, &subsystem.from);
             let ctrl = Controller::connect(opts)
                 .await
@@ -540,6 +543,7 @@ pub async fn open_drives(
                 header: session_args.hdr_digest,
                 data: session_args.data_digest,
             };
+            session_args.auth.apply(&mut opts);
             let ctrl = Controller::connect(opts.clone())
                 .await
                 .with_context(|| format!("connecting to {nqn} at {path}{from}"))?;

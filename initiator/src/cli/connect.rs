@@ -67,6 +67,8 @@ pub struct KernelKnobs {
     /// Disable SQ flow control.
     #[arg(short = 'd', long)]
     disable_sqflow: bool,
+    #[command(flatten)]
+    pub auth: super::args::AuthArgs,
     /// Print the result as JSON.
     #[arg(long)]
     pub json: bool,
@@ -103,6 +105,8 @@ impl KernelKnobs {
             host_iface: self.host_iface.clone(),
             duplicate_connect: self.duplicate_connect,
             disable_sqflow: self.disable_sqflow,
+            dhchap_secret: self.auth.dhchap_secret.clone(),
+            dhchap_ctrl_secret: self.auth.dhchap_ctrl_secret.clone(),
         }
     }
 }

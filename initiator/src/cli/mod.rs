@@ -22,6 +22,7 @@ mod connect_all;
 mod disconnect;
 mod discover;
 mod gpu;
+mod hosts;
 mod id_ctrl;
 mod id_ns;
 mod io_check;
@@ -78,6 +79,8 @@ enum Command {
     Place(place::PlaceArgs),
     /// List fabrikd's drives with health and who may reach them (management API).
     Drives(admin::ListArgs),
+    /// List hosts, or register one and set its DH-HMAC-CHAP keys (management API).
+    Hosts(hosts::HostsArgs),
     /// Make drives reachable by a host; prints the connect commands (management API).
     Compose(admin::ComposeArgs),
     /// Take composed drives away from a host again (management API).
@@ -118,6 +121,7 @@ pub async fn run() -> Result<()> {
         Command::Gpu(args) => gpu::run(args).await,
         Command::Place(args) => place::run(args).await,
         Command::Drives(args) => admin::drives(args).await,
+        Command::Hosts(args) => hosts::run(args).await,
         Command::Compose(args) => admin::compose(args).await,
         Command::Decompose(args) => admin::decompose(args).await,
         Command::Compositions(args) => admin::compositions(args).await,

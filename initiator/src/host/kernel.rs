@@ -37,6 +37,9 @@ pub struct KernelConnect {
     pub host_iface: Option<String>,
     pub duplicate_connect: bool,
     pub disable_sqflow: bool,
+    /// DH-HMAC-CHAP secrets (`dhchap_secret=`, `dhchap_ctrl_secret=`; Debug never shows them).
+    pub dhchap_secret: Option<fabrik_proto::auth::Secret>,
+    pub dhchap_ctrl_secret: Option<fabrik_proto::auth::Secret>,
 }
 
 impl KernelConnect {
@@ -70,6 +73,15 @@ impl KernelConnect {
         }
         if let Some(v) = &self.hostid {
             text("hostid", v)?;
+        }
+        // A secret's base64 may end in '=': the kernel takes everything after the key's '='.
+        for (key, secret) in [
+            ("dhchap_secret", &self.dhchap_secret),
+            ("dhchap_ctrl_secret", &self.dhchap_ctrl_secret),
+        ] {
+            if let Some(s) = secret {
+                parts.push(format!("{key}={}", &*s.to_text()));
+            }
         }
         for (key, value) in [
             ("nr_io_queues", self.nr_io_queues.map(|v| v as i64)),
@@ -393,6 +405,17 @@ mod tests {
              host_iface=eth0,hostnqn=nqn.2014-08.org.nvmexpress:uuid:1,nr_io_queues=4,\
              keep_alive_tmo=5,ctrl_loss_tmo=-1,hdr_digest"
         );
+        // A SHA-384-sized key's text ends its base64 with '=': passed as it is.
+        let secret = fabrik_proto::auth::Secret::new(2, &[7; 48]).unwrap();
+        let text = secret.to_text().to_string();
+        assert!(text.ends_with("=:"), "{text}");
+        let with_key = KernelConnect {
+            dhchap_secret: Some(secret),
+            ..request.clone()
+        };
+        let opts = with_key.option_string().unwrap();
+        assert!(opts.contains(&format!(",dhchap_secret={text},")), "{opts}");
+        assert!(!format!("{with_key:?}").contains(&text[10..30]));
         let bad = KernelConnect {
             traddr: "1.2.3.4,nr_io_queues=99".into(),
             ..request

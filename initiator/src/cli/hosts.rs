@@ -1,0 +1,134 @@
+//! `fabrik hosts`: the hosts fabrikd knows, and their DH-HMAC-CHAP keys (management API).
+//! Secrets are write-only: the API never returns them, so the table says only whether a host
+//! has them.
+
+use anyhow::Result;
+use clap::{Args, Subcommand};
+use fabrik_api::models::{HostKeysRequest, HostRequest};
+
+use super::admin::{print_json, table, ApiArgs};
+
+#[derive(Args)]
+pub struct HostsArgs {
+    #[command(subcommand)]
+    action: Option<HostsAction>,
+    #[command(flatten)]
+    api: ApiArgs,
+}
+
+#[derive(Subcommand)]
+enum HostsAction {
+    /// Register a host (with keys: it must then authenticate on every subsystem).
+    Add {
+        /// The host's NQN.
+        nqn: String,
+        /// A name for people.
+        #[arg(long)]
+        name: Option<String>,
+        #[command(flatten)]
+        keys: KeyArgs,
+    },
+    /// Replace a host's keys; without --dhchap-secret it need not authenticate any more.
+    /// Live connections stay.
+    Keys {
+        nqn: String,
+        #[command(flatten)]
+        keys: KeyArgs,
+    },
+    /// Forget a host (it loses its access and controllers).
+    Delete { nqn: String },
+}
+
+/// A host's DH-HMAC-CHAP settings. Secrets also come from the environment, so they need not
+/// show in the process list.
+#[derive(Args)]
+struct KeyArgs {
+    /// The host's secret (`DHHC-1:..`, from `nvme gen-dhchap-key -n HOSTNQN`).
+    #[arg(long, env = "FABRIK_DHCHAP_SECRET", hide_env_values = true)]
+    dhchap_secret: Option<String>,
+    /// The controller's secret, for hosts that authenticate the box too.
+    #[arg(long, env = "FABRIK_DHCHAP_CTRL_SECRET", hide_env_values = true)]
+    dhchap_ctrl_secret: Option<String>,
+    /// The one hash function the host must use: sha256, sha384 or sha512.
+    #[arg(long)]
+    dhchap_hash: Option<String>,
+    /// The one DH group the host must use: null, ffdhe2048 .. ffdhe8192.
+    #[arg(long)]
+    dhchap_dhgroup: Option<String>,
+}
+
+pub async fn run(args: HostsArgs) -> Result<()> {
+    let client = args.api.client()?;
+    let host = match args.action {
+        None => {
+            let hosts = client.hosts().await?;
+            if args.api.json {
+                return print_json(&hosts);
+            }
+            let yes = |b: bool| if b { "yes" } else { "no" }.to_string();
+            let rows = hosts
+                .into_iter()
+                .map(|h| {
+                    vec![
+                        h.nqn,
+                        h.name.unwrap_or_default(),
+                        match (h.dhchap, h.dhchap_ctrl) {
+                            (false, _) => "no".into(),
+                            (true, false) => "host".into(),
+                            (true, true) => "both ways".into(),
+                        },
+                        h.controllers.to_string(),
+                        yes(!h.subsystems.is_empty()),
+                    ]
+                })
+                .collect();
+            table(
+                &["NQN", "NAME", "DH-HMAC-CHAP", "CONTROLLERS", "ACCESS"],
+                rows,
+            );
+            return Ok(());
+        }
+        Some(HostsAction::Add { nqn, name, keys }) => {
+            client
+                .add_host(&HostRequest {
+                    nqn,
+                    name,
+                    dhchap_secret: keys.dhchap_secret,
+                    dhchap_ctrl_secret: keys.dhchap_ctrl_secret,
+                    dhchap_hash: keys.dhchap_hash,
+                    dhchap_dhgroup: keys.dhchap_dhgroup,
+                })
+                .await?
+        }
+        Some(HostsAction::Keys { nqn, keys }) => {
+            client
+                .set_host_keys(
+                    &nqn,
+                    &HostKeysRequest {
+                        dhchap_secret: keys.dhchap_secret,
+                        dhchap_ctrl_secret: keys.dhchap_ctrl_secret,
+                        dhchap_hash: keys.dhchap_hash,
+                        dhchap_dhgroup: keys.dhchap_dhgroup,
+                    },
+                )
+                .await?
+        }
+        Some(HostsAction::Delete { nqn }) => {
+            client
+                .delete(&format!("/hosts/{}", fabrik_api::client::seg(&nqn)))
+                .await?;
+            println!("host {nqn} deleted");
+            return Ok(());
+        }
+    };
+    if args.api.json {
+        return print_json(&host);
+    }
+    let auth = match (host.dhchap, host.dhchap_ctrl) {
+        (false, _) => "need not authenticate",
+        (true, false) => "must authenticate (DH-HMAC-CHAP)",
+        (true, true) => "must authenticate, and may authenticate the box (DH-HMAC-CHAP)",
+    };
+    println!("host {}: {auth}", host.nqn);
+    Ok(())
+}
