@@ -28,6 +28,7 @@ fn main() {
     tcp_decoder(&root.join("tcp_decoder"));
     sqe_commands(&root.join("sqe_commands"));
     connect_data(&root.join("connect_data"));
+    auth_messages(&root.join("auth_messages"));
     identify(&root.join("identify"));
     log_pages(&root.join("log_pages"));
     cqe_sgl(&root.join("cqe_sgl"));
@@ -741,4 +742,50 @@ fn rdma_cm(dir: &Path) {
     let reject = CmReject::new(RejectStatus::INVALID_HSQSIZE);
     assert_eq!(CmReject::parse(&reject.to_bytes()), Ok(reject));
     write(dir, "reject-hsqsize", &reject.to_bytes());
+}
+
+// ---- auth_messages: a config byte, then length-prefixed messages ----
+
+fn auth_messages(dir: &Path) {
+    use fabrik_proto::auth::message::Offer;
+    use fabrik_proto::auth::Message;
+    let negotiate = Message::Negotiate {
+        t_id: 0,
+        sc_c: 0,
+        dhchap: Some(Offer {
+            hashes: vec![1, 2, 3],
+            dhgroups: vec![0, 1, 2, 3, 4, 5],
+        }),
+    };
+    let reply = Message::Reply {
+        t_id: 0,
+        response: vec![0x5a; 64],
+        challenge: Some(vec![0xc2; 64]),
+        seqnum: 1,
+        public: vec![],
+    };
+    let stream = |config: u8, messages: &[&Message]| {
+        let mut out = vec![config];
+        for m in messages {
+            let b = m.encode();
+            out.extend_from_slice(&(b.len() as u16).to_le_bytes());
+            out.extend_from_slice(&b);
+        }
+        out
+    };
+    write(
+        dir,
+        "negotiate-reply-null",
+        &stream(0, &[&negotiate, &reply]),
+    );
+    write(
+        dir,
+        "negotiate-twice-ffdhe",
+        &stream(1, &[&negotiate, &negotiate]),
+    );
+    write(
+        dir,
+        "success2-alone",
+        &stream(0, &[&Message::Success2 { t_id: 0 }]),
+    );
 }

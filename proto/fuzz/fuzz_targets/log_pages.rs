@@ -37,7 +37,11 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     if let Ok(ana) = AnaLog::decode(data) {
-        assert_eq!(AnaLog::decode(&ana.encode(false)), Ok(ana.clone()), "ANA {ana:?}");
+        assert_eq!(
+            AnaLog::decode(&ana.encode(false)),
+            Ok(ana.clone()),
+            "ANA {ana:?}"
+        );
     }
     if let Some(n) = Notification::decode(data) {
         assert_eq!(Notification::decode(&n.encode()), Some(n));
@@ -50,7 +54,10 @@ fuzz_target!(|data: &[u8]| {
                 assert_eq!(again, Some(status), "status data round trips");
             } else {
                 // The normal form carries 64 of the 128 host ID bits.
-                assert_eq!(again.map(|s| s.registrants.len()), Some(status.registrants.len()));
+                assert_eq!(
+                    again.map(|s| s.registrants.len()),
+                    Some(status.registrants.len())
+                );
             }
         }
     }

@@ -268,10 +268,11 @@ impl Message {
         };
         match self {
             Message::Negotiate { t_id, sc_c, dhchap } => {
-                let napd = dhchap.is_some() as usize;
-                let mut b = header(id::NEGOTIATE, *t_id, 8 + napd * DESCRIPTOR_LEN);
+                // Without DH-HMAC-CHAP, one descriptor of no protocol (AUTHID 0) stands for
+                // what the host offered instead: a Negotiate has at least one.
+                let mut b = header(id::NEGOTIATE, *t_id, 8 + DESCRIPTOR_LEN);
                 b[6] = *sc_c;
-                b[7] = napd as u8;
+                b[7] = 1;
                 if let Some(offer) = dhchap {
                     let d = &mut b[8..8 + DESCRIPTOR_LEN];
                     let (hashes, groups) = (
@@ -424,6 +425,11 @@ mod tests {
             response: None,
         });
         round_trip(Message::Success2 { t_id: 7 });
+        round_trip(Message::Negotiate {
+            t_id: 1,
+            sc_c: 0,
+            dhchap: None,
+        });
         for from_host in [false, true] {
             round_trip(Message::Failure {
                 t_id: 7,
