@@ -200,6 +200,80 @@ async fn commands_before_authentication_fail_and_bad_messages_end_the_associatio
     a.stop().await;
 }
 
+/// A host that keeps its admin queue busy with authentication and never finishes loses its
+/// controller after KATO (the keep-alive timer alone would keep it: it is heard from).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queue_that_never_authenticates_is_closed_after_kato() {
+    use common::raw::RawConn;
+    use fabrik_proto::auth::message::Offer;
+    use fabrik_proto::auth::Message;
+    use fabrik_proto::tcp::Digests;
+    let dir = tempfile::tempdir().unwrap();
+    let a = api::start_with(common::config(dir.path(), BackendKind::Ram, 1, 16 * MIB)).await;
+    let hostnqn = "nqn.2014-08.org.nvmexpress:uuid:6a1d2b8e-0000-4000-8000-000000000002";
+    a.admin
+        .add_host(&HostRequest {
+            nqn: hostnqn.into(),
+            dhchap_secret: Some(secret(0, 0x46).to_text().to_string()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let mut raw = RawConn::connect(a.nvme(), Digests::default()).await;
+    let t0 = std::time::Instant::now();
+    let cqe = raw
+        .connect_queue_kato(&api::nqn("00"), Some(hostnqn), 0, 0xffff, 0, 1000)
+        .await;
+    assert_eq!(cqe.status, Status::SUCCESS);
+    let negotiate = Message::Negotiate {
+        t_id: 0,
+        sc_c: 0,
+        dhchap: Some(Offer {
+            hashes: vec![1],
+            dhgroups: vec![0],
+        }),
+    }
+    .encode();
+    let send = FabricsCommand::AuthSend {
+        secp: 0xe9,
+        spsp: [1, 1],
+        len: negotiate.len() as u32,
+    };
+    let mut rounds = 0;
+    // Start over every 200 ms: a Negotiate and its Challenge, never a Reply.
+    let closed_at = loop {
+        rounds += 1;
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(5),
+            "still open after 5 s"
+        );
+        raw.send(fabrik_proto::tcp::Pdu::CapsuleCmd(
+            fabrik_proto::tcp::CapsuleCmd {
+                sqe: {
+                    let mut sqe = send.to_sqe(3);
+                    sqe.set_sgl(&fabrik_proto::SglDescriptor::DataBlockOffset {
+                        offset: 0,
+                        length: negotiate.len() as u32,
+                    });
+                    sqe
+                },
+                data: Bytes::from(negotiate.clone()),
+            },
+        ))
+        .await;
+        if raw.next().await.is_none() {
+            break t0.elapsed();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    assert!(rounds >= 4, "{rounds} rounds");
+    assert!(
+        closed_at >= std::time::Duration::from_millis(1000),
+        "closed after {closed_at:?}"
+    );
+    a.stop().await;
+}
+
 fn recv_sqe(cid: u16) -> fabrik_proto::Sqe {
     FabricsCommand::AuthReceive {
         secp: 0xe9,

@@ -11,14 +11,17 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
 use fabrik_proto::auth::exchange::{ControllerKeys, Policy, Progress};
 use fabrik_proto::auth::{ControllerAuth, OsRandom, Secret, MAX_MESSAGE, SECP, SPSP};
 use fabrik_proto::Status;
 
+use tokio_util::sync::CancellationToken;
+
 use super::queue::{Queue, Response};
-use super::{ControllerKind, TargetState};
+use super::{Controller, ControllerKind, TargetState};
 
 /// A host's keys as the controllers use them.
 #[derive(Debug)]
@@ -46,16 +49,52 @@ impl TargetState {
 #[derive(Default)]
 pub(super) struct QueueAuth {
     /// The host must authenticate and has not yet: commands other than authentication fail.
-    blocked: AtomicBool,
+    blocked: Arc<AtomicBool>,
     exchange: Mutex<Option<ControllerAuth>>,
 }
+
+/// How long a queue may take to authenticate after its Connect when the controller has no
+/// KATO (nvmet's transaction timeout).
+const DEADLINE_WITHOUT_KATO: Duration = Duration::from_secs(120);
 
 impl QueueAuth {
     pub(super) fn required() -> QueueAuth {
         QueueAuth {
-            blocked: AtomicBool::new(true),
+            blocked: Arc::new(AtomicBool::new(true)),
             exchange: Mutex::default(),
         }
+    }
+
+    /// A queue that has not authenticated within KATO of its Connect is closed (its admin
+    /// queue takes the controller with it): a host that connects and never authenticates
+    /// holds nothing for long.
+    pub(super) fn arm_deadline(&self, ctrl: &Arc<Controller>, qid: u16, queue: CancellationToken) {
+        if self.allows_commands() {
+            return;
+        }
+        let blocked = self.blocked.clone();
+        let limit = match ctrl.kato_ms() {
+            0 => DEADLINE_WITHOUT_KATO,
+            ms => Duration::from_millis(ms as u64),
+        };
+        let weak = Arc::downgrade(ctrl);
+        ctrl.target.spawn_control(async move {
+            tokio::select! {
+                _ = queue.cancelled() => return,
+                _ = crate::timer::sleep(limit) => {}
+            }
+            if !blocked.load(Ordering::Relaxed) {
+                return;
+            }
+            let Some(ctrl) = weak.upgrade() else { return };
+            let why = format!("qid {qid} did not authenticate within {} ms of its Connect", limit.as_millis());
+            if qid == 0 {
+                ctrl.shut_down(&why);
+            } else {
+                tracing::warn!(cntlid = ctrl.cntlid, hostnqn = %ctrl.host_label(), "{why}: queue closed");
+                queue.cancel();
+            }
+        });
     }
 
     /// Whether the queue may run commands other than authentication (one load per command).
@@ -88,6 +127,7 @@ impl Queue {
             return Response::status(Status::COMMAND_SEQUENCE_ERROR);
         };
         let ctrl = &b.ctrl;
+        ctrl.keep_alive();
         let keys = || {
             let ControllerKind::Io(sub) = &ctrl.kind else {
                 return None;
@@ -110,10 +150,16 @@ impl Queue {
         match exchange.on_send(data, keys, &policy, &mut OsRandom) {
             Progress::Continue => Response::ok(),
             Progress::Authenticated => {
-                if b.auth.blocked.swap(false, Ordering::Relaxed) {
-                    tracing::info!(cntlid = ctrl.cntlid, qid = b.qid, hostnqn = %ctrl.host_label(), "queue authenticated");
+                let what = if b.auth.blocked.swap(false, Ordering::Relaxed) {
+                    "authenticated"
                 } else {
-                    tracing::info!(cntlid = ctrl.cntlid, qid = b.qid, hostnqn = %ctrl.host_label(), "queue re-authenticated");
+                    "re-authenticated"
+                };
+                // Once per controller at the default level (its admin queue), as Linux.
+                if b.qid == 0 {
+                    tracing::info!(cntlid = ctrl.cntlid, hostnqn = %ctrl.host_label(), "host {what} (DH-HMAC-CHAP)");
+                } else {
+                    tracing::debug!(cntlid = ctrl.cntlid, qid = b.qid, hostnqn = %ctrl.host_label(), "queue {what}");
                 }
                 Response::ok()
             }

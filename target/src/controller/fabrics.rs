@@ -155,6 +155,9 @@ impl Queue {
             }
             return Response::status(Status::COMMAND_SEQUENCE_ERROR);
         }
+        if let Some(b) = self.binding() {
+            b.auth.arm_deadline(&ctrl, qid, b.teardown.clone());
+        }
         tracing::debug!(cntlid, qid, entries, hostnqn = %ctrl.host_label(), subnqn = %cd.subnqn, must_authenticate, "queue connected");
         let authreq = if must_authenticate {
             CONNECT_AUTH_REQUIRED

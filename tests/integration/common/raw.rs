@@ -161,6 +161,20 @@ impl RawConn {
         cntlid: u16,
         cattr: u8,
     ) -> Cqe {
+        self.connect_queue_kato(subnqn, hostnqn, qid, cntlid, cattr, 0)
+            .await
+    }
+
+    /// `connect_queue_with` and this KATO (ms).
+    pub async fn connect_queue_kato(
+        &mut self,
+        subnqn: &str,
+        hostnqn: Option<&str>,
+        qid: u16,
+        cntlid: u16,
+        cattr: u8,
+        kato: u32,
+    ) -> Cqe {
         let data = ConnectData {
             host_id: [0x5d; 16],
             cntlid,
@@ -172,7 +186,7 @@ impl RawConn {
             qid,
             sqsize: 31,
             cattr,
-            kato: 0,
+            kato,
         }
         .to_sqe(1);
         sqe.set_sgl(&SglDescriptor::DataBlockOffset {
