@@ -782,3 +782,60 @@ async fn preempt_and_abort_waits_for_the_preempted_hosts_writes_on_both_modules(
     a.stop().await;
     b.stop().await;
 }
+
+/// DH-HMAC-CHAP keys set through one module hold on the other (they travel in the
+/// configuration push, never in an answer), and a module that was down gets them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_keys_set_through_one_module_hold_on_both() {
+    use fabrik_proto::auth::Secret;
+    let pair = Pair::new();
+    let a = pair.start(ModuleId::A).await;
+    let b = pair.start(ModuleId::B).await;
+    let host = HostIdentity::random();
+    let s = Secret::new(1, &[0x61; 32]).unwrap();
+    a.admin
+        .add_host(&HostRequest {
+            nqn: host.nqn.clone(),
+            dhchap_secret: Some(s.to_text().to_string()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let opts = |api: &Api, secret: Option<Secret>| {
+        let mut o = common::options(api.nvme(), &common::api::nqn("00")).with_host(&host);
+        o.dhchap_secret = secret;
+        o
+    };
+    for api in [&a, &b] {
+        assert!(Controller::connect(opts(api, None)).await.is_err());
+        let c = Controller::connect(opts(api, Some(s.clone())))
+            .await
+            .unwrap();
+        c.shutdown().await.unwrap();
+        // The peer's view of the shared configuration shows no secret.
+        let config = api.admin.module_config().await.unwrap().config.to_string();
+        assert!(!config.contains(&s.to_text()[10..40]), "{config}");
+    }
+    // Rotated through B while A is down: A takes the new key when it is back.
+    a.stop().await;
+    let rotated = Secret::new(3, &[0x62; 64]).unwrap();
+    b.admin
+        .set_host_keys(
+            &host.nqn,
+            &fabrik_api::models::HostKeysRequest {
+                dhchap_secret: Some(rotated.to_text().to_string()),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let a = pair.start(ModuleId::A).await;
+    wait_sync(&b, ConfigSync::InStep).await;
+    assert!(Controller::connect(opts(&a, Some(s.clone())))
+        .await
+        .is_err());
+    let c = Controller::connect(opts(&a, Some(rotated))).await.unwrap();
+    c.shutdown().await.unwrap();
+    a.stop().await;
+    b.stop().await;
+}
