@@ -10,6 +10,7 @@
 //! (any host by default) returns. Hosts losing access are disconnected on the spot, and so are
 //! the composed host's controllers when its composition is removed.
 
+mod hosts;
 mod module;
 mod ports;
 pub mod sync;
@@ -32,10 +33,7 @@ use crate::controller::reservation::{ReservationChange, ReservationStore};
 use crate::controller::{Subsystem, TargetState};
 use crate::model::reservation::{Notice, Reservations};
 use crate::model::Namespace;
-use crate::secrets::SecretText;
-use crate::state::{
-    self, CompositionState, HostKeys, HostState, NamespaceState, State, SubsystemState,
-};
+use crate::state::{self, CompositionState, HostState, NamespaceState, State, SubsystemState};
 use fabrik_proto::Status;
 
 pub struct Manager {
@@ -76,32 +74,6 @@ fn check_nqn(what: &str, nqn: &str) -> MgmtResult<()> {
     Nqn::new(nqn)
         .map(|_| ())
         .map_err(|e| invalid(format!("{what} {nqn:?} is not a valid NQN: {e}")))
-}
-
-/// A host's keys from an API request: None without a secret; a bad secret, hash or group
-/// name, or a controller secret alone, is 422 (the message never repeats a secret).
-fn host_keys(
-    secret: &Option<String>,
-    ctrl_secret: &Option<String>,
-    hash: &Option<String>,
-    dhgroup: &Option<String>,
-) -> MgmtResult<Option<HostKeys>> {
-    let Some(secret) = secret else {
-        if ctrl_secret.is_some() || hash.is_some() || dhgroup.is_some() {
-            return Err(invalid(
-                "`dhchap_ctrl_secret`, `dhchap_hash` and `dhchap_dhgroup` need `dhchap_secret`",
-            ));
-        }
-        return Ok(None);
-    };
-    let keys = HostKeys {
-        secret: SecretText::new(secret.clone()),
-        ctrl_secret: ctrl_secret.clone().map(SecretText::new),
-        hash: hash.clone(),
-        dhgroup: dhgroup.clone(),
-    };
-    keys.live().map_err(|e| invalid(format!("{e:#}")))?;
-    Ok(Some(keys))
 }
 
 impl Manager {
@@ -267,22 +239,6 @@ impl Manager {
                 ns.set_reservations(new.reservations.get(&ns.drive_id).unwrap_or(&none));
             }
         }
-    }
-
-    /// Hands the hosts' keys to the controllers (checked when they were set).
-    fn apply_host_auth(&self, st: &State) {
-        let mut auth = std::collections::HashMap::new();
-        for h in &st.hosts {
-            if let Some(k) = &h.dhchap {
-                match k.live() {
-                    Ok(live) => {
-                        auth.insert(h.nqn.clone(), Arc::new(live));
-                    }
-                    Err(e) => tracing::error!(host = %h.nqn, "keys not usable: {e:#}"),
-                }
-            }
-        }
-        self.target.set_host_auth(auth);
     }
 
     fn live_subsystem(&self, nqn: &str) -> MgmtResult<Arc<Subsystem>> {
@@ -681,7 +637,7 @@ impl Management for Manager {
             st.hosts.push(HostState {
                 nqn: req.nqn.clone(),
                 name: req.name.clone(),
-                dhchap: host_keys(
+                dhchap: hosts::keys(
                     &req.dhchap_secret,
                     &req.dhchap_ctrl_secret,
                     &req.dhchap_hash,
@@ -694,27 +650,7 @@ impl Management for Manager {
     }
 
     fn set_host_keys(&self, nqn: &str, req: api::HostKeysRequest) -> MgmtResult<api::Host> {
-        let keys = host_keys(
-            &req.dhchap_secret,
-            &req.dhchap_ctrl_secret,
-            &req.dhchap_hash,
-            &req.dhchap_dhgroup,
-        )?;
-        self.mutate(|st| {
-            if !Self::known_hosts(st).contains(nqn) {
-                return Err(not_found(format!("unknown host {nqn:?}")));
-            }
-            match st.hosts.iter_mut().find(|h| h.nqn == nqn) {
-                Some(h) => h.dhchap = keys,
-                None => st.hosts.push(HostState {
-                    nqn: nqn.to_string(),
-                    name: None,
-                    dhchap: keys,
-                }),
-            }
-            Ok(())
-        })?;
-        self.host(nqn)
+        self.replace_host_keys(nqn, req)
     }
 
     fn delete_host(&self, nqn: &str) -> MgmtResult<()> {

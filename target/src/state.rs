@@ -25,7 +25,10 @@ use crate::backend::BackendKind;
 use crate::config::{parse_backend, Config, DriveSpec};
 use crate::model::reservation::Reservations;
 use crate::model::{self, Transport};
-use crate::secrets::{Sealer, SecretText};
+use crate::secrets::SecretText;
+
+mod hosts;
+pub use hosts::{HostKeys, HostState};
 
 /// Bounds on what the management API may add (`State::check_limits`).
 pub mod limits {
@@ -242,98 +245,6 @@ impl NamespaceState {
                 drive: d.clone(),
             })
             .collect()
-    }
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct HostState {
-    pub nqn: String,
-    pub name: Option<String>,
-    /// DH-HMAC-CHAP: with keys, the host must authenticate on every subsystem it reaches.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dhchap: Option<HostKeys>,
-}
-
-/// A host's DH-HMAC-CHAP secrets (`DHHC-1:` texts; sealed in the state file, see `secrets`)
-/// and, where set, the one hash function and DH group it must use.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-#[serde(deny_unknown_fields)]
-pub struct HostKeys {
-    pub secret: SecretText,
-    /// The controller's secret, for a host that authenticates the controller too.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ctrl_secret: Option<SecretText>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hash: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dhgroup: Option<String>,
-}
-
-impl HostState {
-    /// A host of the config file; its NQN and keys checked.
-    pub fn from_entry(e: &fabrik_api::config::HostEntry) -> anyhow::Result<HostState> {
-        fabrik_proto::fabrics::nqn::Nqn::new(&e.nqn).context("the host NQN")?;
-        let dhchap = match &e.dhchap_secret {
-            None => {
-                if e.dhchap_ctrl_secret.is_some()
-                    || e.dhchap_hash.is_some()
-                    || e.dhchap_dhgroup.is_some()
-                {
-                    bail!("dhchap_ctrl_secret, dhchap_hash and dhchap_dhgroup need dhchap_secret");
-                }
-                None
-            }
-            Some(secret) => {
-                let keys = HostKeys {
-                    secret: SecretText::new(secret.clone()),
-                    ctrl_secret: e.dhchap_ctrl_secret.clone().map(SecretText::new),
-                    hash: e.dhchap_hash.clone(),
-                    dhgroup: e.dhchap_dhgroup.clone(),
-                };
-                keys.live()?;
-                Some(keys)
-            }
-        };
-        Ok(HostState {
-            nqn: e.nqn.clone(),
-            name: e.name.clone(),
-            dhchap,
-        })
-    }
-}
-
-impl HostKeys {
-    /// Checks the secrets and names; the live form the controllers use.
-    pub fn live(&self) -> anyhow::Result<crate::controller::auth::HostAuth> {
-        use fabrik_proto::auth::{exchange::Policy, DhGroup, HashId, Secret};
-        let secret = |t: &SecretText, what: &str| {
-            Secret::parse(t.expose()).with_context(|| format!("the {what}"))
-        };
-        let mut policy = Policy::default();
-        if let Some(h) = &self.hash {
-            let h = HashId::from_name(h)
-                .with_context(|| format!("hash {h:?}: one of sha256, sha384, sha512"))?;
-            policy.hashes = vec![h];
-        }
-        if let Some(g) = &self.dhgroup {
-            let g = DhGroup::from_name(g).with_context(|| {
-                format!("DH group {g:?}: one of null, ffdhe2048, ffdhe3072, ffdhe4096, ffdhe6144, ffdhe8192")
-            })?;
-            policy.dhgroups = vec![g];
-        }
-        Ok(crate::controller::auth::HostAuth {
-            secret: secret(&self.secret, "DH-HMAC-CHAP secret")?,
-            ctrl_secret: match &self.ctrl_secret {
-                Some(c) => Some(secret(c, "controller's DH-HMAC-CHAP secret")?),
-                None => None,
-            },
-            policy,
-        })
-    }
-
-    fn secrets_mut(&mut self) -> impl Iterator<Item = &mut SecretText> {
-        std::iter::once(&mut self.secret).chain(self.ctrl_secret.as_mut())
     }
 }
 
@@ -702,29 +613,7 @@ pub fn load(path: &Path) -> anyhow::Result<Option<State>> {
         )
     })?;
     let mut state = state;
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let mut sealer = None;
-    for h in &mut state.hosts {
-        for t in h.dhchap.iter_mut().flat_map(|k| k.secrets_mut()) {
-            if !t.is_sealed() {
-                continue; // written by hand: sealed at the next save
-            }
-            if sealer.is_none() {
-                sealer = Some(Sealer::open(dir)?.with_context(|| {
-                    format!(
-                        "the state file {} holds sealed secrets but {} is missing",
-                        path.display(),
-                        dir.join(crate::secrets::SEAL_KEY_FILE).display()
-                    )
-                })?);
-            }
-            *t = sealer
-                .as_ref()
-                .unwrap()
-                .unseal(t)
-                .with_context(|| format!("host {}", h.nqn))?;
-        }
-    }
+    hosts::unseal(&mut state.hosts, path)?;
     state
         .validate()
         .with_context(|| format!("the state file {} is inconsistent", path.display()))?;
@@ -737,20 +626,12 @@ pub fn save(path: &Path, state: &State) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     crate::files::create_private_dir(dir)?;
     let tmp = path.with_extension("json.tmp");
-    let mut text = if state.hosts.iter().any(|h| h.dhchap.is_some()) {
-        let sealer = Sealer::open_or_create(dir)?;
-        let mut disk = state.clone();
-        for t in disk
-            .hosts
-            .iter_mut()
-            .flat_map(|h| h.dhchap.iter_mut())
-            .flat_map(|k| k.secrets_mut())
-        {
-            *t = sealer.seal(t)?;
-        }
-        serde_json::to_vec_pretty(&disk)
-    } else {
-        serde_json::to_vec_pretty(state)
+    let mut text = match hosts::sealed(&state.hosts, dir)? {
+        Some(hosts) => serde_json::to_vec_pretty(&State {
+            hosts,
+            ..state.clone()
+        }),
+        None => serde_json::to_vec_pretty(state),
     }
     .map_err(std::io::Error::other)?;
     text.push(b'\n');

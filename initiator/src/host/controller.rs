@@ -23,6 +23,7 @@ use fabrik_proto::{Sqe, Status};
 use tokio::task::JoinHandle;
 
 use crate::error::HostError;
+use crate::host::auth::{Authentication, ASCR};
 use crate::host::io::IoQueue;
 use crate::host::options::ConnectOptions;
 use crate::host::queue::{Queue, ADMIN_IN_CAPSULE_LIMIT};
@@ -659,82 +660,6 @@ async fn fabrics_connect(
     }
     Ok(dw0 as u16)
 }
-
-/// AUTHREQ's ASCR bit (DW0 bit 18): secure channel concatenation (TLS after DH-HMAC-CHAP).
-const ASCR: u32 = 1 << 18;
-
-/// What a queue needs to authenticate: the host's secrets and NQN.
-struct Authentication<'a> {
-    opts: &'a ConnectOptions,
-}
-
-impl<'a> Authentication<'a> {
-    fn new(opts: &'a ConnectOptions) -> Authentication<'a> {
-        Authentication { opts }
-    }
-
-    /// One DH-HMAC-CHAP transaction on `queue`, as the Linux host runs it: Negotiate, Challenge,
-    /// Reply, Success1, and Success2 when it authenticates the controller too.
-    async fn run(&self, queue: &Queue, subnqn: &str) -> Result<(), HostError> {
-        use fabrik_proto::auth::exchange::{HostKeys, HostStep};
-        use fabrik_proto::auth::{HostAuth, Message, OsRandom};
-        let qid = queue.qid();
-        let Some(secret) = &self.opts.dhchap_secret else {
-            return Err(HostError::Invalid(format!(
-                "qid {qid}: the controller of {subnqn} requires DH-HMAC-CHAP authentication and no secret was given (--dhchap-secret)"
-            )));
-        };
-        let keys = HostKeys {
-            host: secret.clone(),
-            ctrl: self.opts.dhchap_ctrl_secret.clone(),
-            hostnqn: self.opts.hostnqn.clone(),
-            subnqn: subnqn.to_string(),
-        };
-        let mut host = HostAuth::new(keys, qid, &mut OsRandom);
-        let send = async |m: Message| -> Result<(), HostError> {
-            let bytes = m.encode();
-            let sqe = FabricsCommand::AuthSend {
-                secp: fabrik_proto::auth::SECP,
-                spsp: [fabrik_proto::auth::SPSP; 2],
-                len: bytes.len() as u32,
-            }
-            .to_sqe(0);
-            queue
-                .submit(sqe, Some(Bytes::from(bytes)), 0)
-                .await
-                .map(|_| ())
-        };
-        let receive = async || -> Result<Bytes, HostError> {
-            let sqe = FabricsCommand::AuthReceive {
-                secp: fabrik_proto::auth::SECP,
-                spsp: [fabrik_proto::auth::SPSP; 2],
-                len: AUTH_RECEIVE_LEN as u32,
-            }
-            .to_sqe(0);
-            Ok(queue.submit(sqe, None, AUTH_RECEIVE_LEN).await?.data)
-        };
-        send(host.negotiate()).await?;
-        loop {
-            let answer = receive().await?;
-            match host.on_receive(&answer, &mut OsRandom) {
-                HostStep::Send(m) => send(m).await?,
-                HostStep::SendAndDone(m) => return send(m).await,
-                HostStep::Done => return Ok(()),
-                HostStep::Failed(failure, why) => {
-                    if let Some(m) = failure {
-                        let _ = send(m).await;
-                    }
-                    return Err(HostError::Invalid(format!(
-                        "qid {qid}: DH-HMAC-CHAP authentication with {subnqn} failed: {why}"
-                    )));
-                }
-            }
-        }
-    }
-}
-
-/// Bytes an Authentication Receive asks for (the Linux host's buffer).
-const AUTH_RECEIVE_LEN: usize = 4096;
 
 /// The field a Connect Invalid Parameters result (IATTR bit 16, IPO 15:0) points at.
 fn invalid_connect_parameter(result: u32) -> Option<&'static str> {

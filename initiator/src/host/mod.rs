@@ -1,6 +1,7 @@
 //! The host side of an NVMe-oF association: options, the controller and its queues, discovery.
 
 pub mod ana;
+mod auth;
 pub mod controller;
 pub mod discovery;
 pub mod events;
