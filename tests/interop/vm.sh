@@ -31,6 +31,11 @@
 #   REBUILD=1       force initramfs rebuild;  QEMU_EXTRA="..." extra qemu args
 #   APPEND="..."    extra kernel command-line args
 #   KERNEL_IMAGE=bzimage  boot the compressed bzImage instead of the extracted vmlinux (PVH)
+#   KPKG=linux-image-...  another Debian kernel package (e.g. linux-image-6.12.100+deb12-amd64, which has
+#                   NVMe in-band authentication and TLS); give it to every call, with its own
+#                   FABRIK_INTEROP_CACHE (e.g. ~/.cache/fabrik-interop-612)
+#   EXTRA_PKGS="..." EXTRA_MODULES="..."  more Debian packages / kernel modules in the guest (e.g. mdadm,
+#                   raid456); use a FABRIK_INTEROP_CACHE of their own
 # Guest-side protocol: the script runs as root with cwd /, PATH set, configfs mounted,
 # helper functions in /vmh/lib.sh (see guest-lib.sh), /extra/bin and /share/bin on PATH;
 # its exit status is printed as "@@VMH_EXIT rc=N@@" and becomes vm.sh's exit status
@@ -53,7 +58,7 @@ ARCH_TRIPLET=x86_64-linux-gnu
 
 # Userspace packages whose executables go into the guest (e2fsprogs: ext4 data dirs on a
 # loop device, because tmpfs in 6.1 has no O_DIRECT).
-TOOL_PKGS="busybox-static bash nvme-cli ibverbs-utils rdmacm-utils perftest fio iproute2 rdma-core e2fsprogs"
+TOOL_PKGS="busybox-static bash nvme-cli ibverbs-utils rdmacm-utils perftest fio iproute2 rdma-core e2fsprogs${EXTRA_PKGS:+ $EXTRA_PKGS}"
 # Extra packages needed only for their files (providers, dlopen'ed libs).
 FILE_PKGS="ibverbs-providers libibverbs1 librdmacm1 libnvme1"
 # Headers + .so links for building our own verbs programs on the host against the
@@ -64,8 +69,12 @@ MODULES="configfs nvme-core nvme-fabrics nvme-tcp nvme-rdma nvme
  nvmet nvmet-tcp nvmet-rdma null_blk loop ext4
  ib_core ib_uverbs ib_umad rdma_cm rdma_ucm ib_cm iw_cm rdma_rxe
  veth dummy 9p 9pnet 9pnet_virtio virtio_pci virtio_blk
- crc32c_generic crc32c-intel crc32_generic crc32-pclmul crct10dif_pclmul af_packet tun"
+ crc32c_generic crc32c-intel crc32_generic crc32-pclmul crct10dif_pclmul af_packet tun${EXTRA_MODULES:+ $EXTRA_MODULES}"
 # (Debian 6.1 has CONFIG_NVME_TARGET_LOOP and CONFIG_RDMA_SIW disabled: no nvme-loop, no siw)
+# Modules only some kernels have, taken where they exist and skipped quietly elsewhere: in-band
+# authentication (DH-HMAC-CHAP) and TLS of 6.12 (6.1 has no nvme-auth, nvme-keyring; the
+# hmac/sha256/sha512/dh crypto they use is built into both kernels).
+OPT_MODULES="nvme-auth nvme-keyring tls"
 
 log() { printf '[vm.sh %s] %s\n' "$(date +%T)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -145,20 +154,27 @@ extract() {
   local d
   for d in "$DEBS"/*.deb; do dpkg -x "$d" "$ROOT"; done
   # full modules.dep for the whole module tree (Debian generates it in postinst)
-  local kver; kver=$(ls "$ROOT/lib/modules" | head -1)
+  local kver; kver=$(kver)
   BB depmod -b "$ROOT" "$kver"
   # Uncompressed ELF vmlinux for QEMU's PVH direct boot: skips the in-guest xz
   # decompression, which costs ~2.8 s per boot under TCG.
   local bz=$ROOT/boot/vmlinuz-$kver off
+  rm -f "$CACHE/vmlinux"   # never boot a kernel left from another KPKG
   off=$(LC_ALL=C grep -obUaP '\xfd7zXZ\x00' "$bz" | head -1 | cut -d: -f1 || true)
   if [ -n "$off" ]; then
     tail -c +$((off + 1)) "$bz" | xz -dc > "$CACHE/vmlinux" 2>/dev/null || true   # trailing data -> rc!=0
-    is_elf "$CACHE/vmlinux" || rm -f "$CACHE/vmlinux"
+  else
+    off=$(LC_ALL=C grep -obUaP '\x28\xb5\x2f\xfd' "$bz" | head -1 | cut -d: -f1 || true)   # zstd
+    [ -n "$off" ] && { tail -c +$((off + 1)) "$bz" | zstd -qdc > "$CACHE/vmlinux" 2>/dev/null || true; }
   fi
+  is_elf "$CACHE/vmlinux" || rm -f "$CACHE/vmlinux"
   touch "$CACHE/.extracted"
 }
 
-kver() { ls "$ROOT/lib/modules" | head -1; }
+kver() {  # the kernel of the package prepare chose (KPKG), else the only one extracted
+  local k; k=$(cat "$CACHE/kpkg" 2>/dev/null); k=${k#linux-image-}
+  if [ -n "$k" ] && [ -d "$ROOT/lib/modules/$k" ]; then echo "$k"; else ls "$ROOT/lib/modules" | head -1; fi
+}
 
 # ---------------------------------------------------------------- initramfs
 declare -A SEEN_LIB=()
@@ -201,8 +217,8 @@ is_elf() { [ "$(head -c4 "$1" 2>/dev/null | od -An -c | tr -d ' ')" = '177ELF' ]
 
 build_initramfs() {
   local kver; kver=$(kver)
-  # rebuild when vm.sh / guest-init change (by content: a fresh clone's mtimes say nothing)
-  local stamp; stamp=$(cat "$HERE/vm.sh" "$HERE/guest-init" "$CACHE/.downloaded" "$CACHE/kpkg" 2>/dev/null | sha256sum | cut -c1-16)
+  # rebuild when vm.sh / guest-init / EXTRA_MODULES change (by content: a fresh clone's mtimes say nothing)
+  local stamp; stamp=$({ cat "$HERE/vm.sh" "$HERE/guest-init" "$CACHE/.downloaded" "$CACHE/kpkg"; printf %s "${EXTRA_MODULES:-}"; } 2>/dev/null | sha256sum | cut -c1-16)
   if [ -e "$IRCPIO" ] && [ -z "${REBUILD:-}" ] && [ "$(cat "$CACHE/initramfs.stamp" 2>/dev/null)" = "$stamp" ] \
      && [ "$IRCPIO" -nt "$CACHE/.extracted" ]; then
     return 0
@@ -259,13 +275,14 @@ build_initramfs() {
   local -A want=()
   declare -A name2path=()
   while IFS=: read -r path _; do
-    m=$(basename "$path" .ko); m=${m//-/_}; name2path[$m]=$path
+    m=$(basename "$path"); m=${m%.xz}; m=${m%.zst}; m=${m%.ko}; m=${m//-/_}; name2path[$m]=$path
   done < "$mdir/modules.dep"
-  for m in $MODULES; do
+  for m in $MODULES $OPT_MODULES; do
     m=${m//-/_}
     path=${name2path[$m]:-}
     if [ -z "$path" ]; then
-      grep -q "/${m}.ko\$\|/${m//_/-}.ko\$" "$mdir/modules.builtin" 2>/dev/null || log "WARN: module $m not found"
+      grep -q "/${m}.ko\$\|/${m//_/-}.ko\$" "$mdir/modules.builtin" 2>/dev/null ||
+        case " ${OPT_MODULES//-/_} " in *" $m "*) log "module $m not in $kver: skipped" ;; *) log "WARN: module $m not found" ;; esac
       continue
     fi
     want[$path]=1
@@ -279,11 +296,16 @@ build_initramfs() {
       done
     done
   done
-  for path in "${!want[@]}"; do
+  for path in "${!want[@]}"; do   # newer kernels ship modules compressed (.ko.xz): store them plain
     mkdir -p "$IR/usr/lib/modules/$kver/$(dirname "$path")"
-    cp "$mdir/$path" "$IR/usr/lib/modules/$kver/$path"
+    case $path in
+      *.ko.xz) xz -dc "$mdir/$path" > "$IR/usr/lib/modules/$kver/${path%.xz}" ;;
+      *.ko.zst) zstd -qdc "$mdir/$path" > "$IR/usr/lib/modules/$kver/${path%.zst}" ;;
+      *) cp "$mdir/$path" "$IR/usr/lib/modules/$kver/$path" ;;
+    esac
   done
   cp "$mdir"/modules.{order,builtin,builtin.modinfo} "$IR/usr/lib/modules/$kver/"
+  sed -i 's/\.ko\.\(xz\|zst\)$/.ko/' "$IR/usr/lib/modules/$kver/modules.order"
   BB depmod -b "$IR" "$kver"
 
   # /etc basics
@@ -427,5 +449,5 @@ case $cmd in
   shell) boot shell ;;
   clean) rm -rf "$IR" "$IRCPIO" ;;
   distclean) rm -rf "$CACHE" ;;
-  *) sed -n '2,36p' "$0"; exit 2 ;;
+  *) sed -n '2,42p' "$0"; exit 2 ;;
 esac
