@@ -214,6 +214,10 @@ impl Client {
         self.put(&format!("/hosts/{}/keys", seg(nqn)), req).await
     }
 
+    pub async fn set_host_qos(&self, nqn: &str, req: &QosLimits) -> Result<Host, ClientError> {
+        self.put(&format!("/hosts/{}/qos", seg(nqn)), req).await
+    }
+
     pub async fn ports(&self) -> Result<Vec<Port>, ClientError> {
         self.get("/ports").await
     }

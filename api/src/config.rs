@@ -83,6 +83,8 @@ pub struct HostEntry {
     pub dhchap_hash: Option<String>,
     /// "null", "ffdhe2048" .. "ffdhe8192": the one DH group it must use.
     pub dhchap_dhgroup: Option<String>,
+    /// Its I/O limits (`[host.qos]`, as `PUT /hosts/{nqn}/qos` takes them).
+    pub qos: Option<crate::models::QosLimits>,
 }
 
 #[derive(Debug, Default, Clone, Deserialize, PartialEq)]

@@ -53,8 +53,10 @@ pub trait Management: Send + Sync + 'static {
     fn hosts(&self) -> Vec<Host>;
     fn host(&self, nqn: &str) -> MgmtResult<Host>;
     fn add_host(&self, req: HostRequest) -> MgmtResult<Host>;
-    /// Replaces the host's DH-HMAC-CHAP keys (registering a host known from allow lists).
+    /// Replaces the host's DH-HMAC-CHAP keys (registering the host if need be).
     fn set_host_keys(&self, nqn: &str, req: HostKeysRequest) -> MgmtResult<Host>;
+    /// Replaces the host's I/O limits (registering the host if need be).
+    fn set_host_qos(&self, nqn: &str, req: QosLimits) -> MgmtResult<Host>;
     /// Removes the host from every allow list (tearing its controllers down); refused (409)
     /// while a composition names it.
     fn delete_host(&self, nqn: &str) -> MgmtResult<()>;

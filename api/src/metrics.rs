@@ -17,7 +17,9 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeGaugeValue, EncodeMetric, NoLabelSet};
+use prometheus_client::encoding::{
+    DescriptorEncoder, EncodeCounterValue, EncodeGaugeValue, EncodeMetric, NoLabelSet,
+};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
@@ -146,6 +148,9 @@ pub struct ControllerMetrics {
     pub write_ops: u64,
     pub read_bytes: u64,
     pub write_bytes: u64,
+    /// Commands that waited for the host's QoS limits, and the time they waited.
+    pub throttled_ops: u64,
+    pub throttled_seconds: f64,
 }
 
 /// Which text format a scrape gets.
@@ -580,6 +585,20 @@ impl SnapshotCollector {
             "Bytes the host wrote through this controller.",
             Some(Unit::Bytes),
             per(|c| c.write_bytes),
+        )?;
+        out.counters(
+            "fabrik_controller_throttled_ops",
+            "Commands that waited for the host's QoS limits.",
+            None,
+            per(|c| c.throttled_ops),
+        )?;
+        out.counters(
+            "fabrik_controller_throttled",
+            "Time commands waited for the host's QoS limits, summed.",
+            Some(Unit::Seconds),
+            labelled
+                .iter()
+                .map(|(l, c)| (l.clone(), c.throttled_seconds)),
         )
     }
 }
@@ -588,12 +607,12 @@ impl SnapshotCollector {
 struct Out<'a, 'b>(&'a mut DescriptorEncoder<'b>);
 
 impl Out<'_, '_> {
-    fn counters<'l>(
+    fn counters<'l, V: EncodeCounterValue>(
         &mut self,
         name: &str,
         help: &str,
         unit: Option<Unit>,
-        samples: impl IntoIterator<Item = (Labels<'l>, u64)>,
+        samples: impl IntoIterator<Item = (Labels<'l>, V)>,
     ) -> Result<(), std::fmt::Error> {
         let mut family =
             self.0

@@ -116,6 +116,52 @@ pub struct Host {
     /// offered, then the larger groups, then none.
     #[serde(default)]
     pub dhchap_dhgroup: Option<String>,
+    /// Its I/O limits on this box (null: none).
+    #[serde(default)]
+    pub qos: Option<QosLimits>,
+}
+
+/// I/O limits (`PUT /hosts/{nqn}/qos`): each optional, null lifts it. `iops` and
+/// `bytes_per_sec` count reads and writes together; the `read_`/`write_` ones each kind alone;
+/// every limit that applies holds. Commands past a limit wait (they are not failed).
+#[derive(Clone, Debug, Default, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct QosLimits {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub iops: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub bytes_per_sec: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub read_iops: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub read_bytes_per_sec: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub write_iops: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub write_bytes_per_sec: Option<u64>,
+    /// How far ahead of its rate a host may run after being idle, in ms of each limit
+    /// (default 50, at most 10000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0, maximum = 10000)]
+    pub burst_ms: Option<u32>,
+}
+
+impl QosLimits {
+    /// No limit set.
+    pub fn is_empty(&self) -> bool {
+        self.iops.is_none()
+            && self.bytes_per_sec.is_none()
+            && self.read_iops.is_none()
+            && self.read_bytes_per_sec.is_none()
+            && self.write_iops.is_none()
+            && self.write_bytes_per_sec.is_none()
+    }
 }
 
 /// A transport listener.

@@ -25,7 +25,7 @@ use crate::routes::{self, ana, compositions, controllers, drives, hosts, ports, 
         subsystems::list, subsystems::get, subsystems::create, subsystems::delete,
         subsystems::set_access, subsystems::allow_host, subsystems::disallow_host,
         subsystems::namespaces, subsystems::add_namespace, subsystems::remove_namespace,
-        hosts::list, hosts::get, hosts::create, hosts::delete, hosts::set_keys,
+        hosts::list, hosts::get, hosts::create, hosts::delete, hosts::set_keys, hosts::set_qos,
         ports::list, ports::get, ports::create, ports::delete,
         controllers::list, controllers::get, controllers::disconnect,
         compositions::list, compositions::get, compositions::create, compositions::delete,
@@ -95,6 +95,7 @@ pub fn router(m: Arc<dyn Management>, auth: Auth) -> Router {
         .route("/hosts", get(hosts::list).post(hosts::create))
         .route("/hosts/{nqn}", get(hosts::get).delete(hosts::delete))
         .route("/hosts/{nqn}/keys", put(hosts::set_keys))
+        .route("/hosts/{nqn}/qos", put(hosts::set_qos))
         .route("/ports", get(ports::list).post(ports::create))
         .route("/ports/{id}", get(ports::get).delete(ports::delete))
         .route("/ana-groups", get(ana::list))

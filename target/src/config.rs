@@ -527,7 +527,7 @@ mod tests {
             .to_string();
         let file = |k: &str| {
             ConfigFile::parse(&format!(
-                "[[host]]\nnqn = \"{nqn}\"\ndhchap_secret = \"{k}\"\ndhchap_dhgroup = \"ffdhe3072\""
+                "[[host]]\nnqn = \"{nqn}\"\ndhchap_secret = \"{k}\"\ndhchap_dhgroup = \"ffdhe3072\"\n[host.qos]\niops = 5000\nwrite_bytes_per_sec = 1000000"
             ))
             .unwrap()
         };
@@ -538,6 +538,11 @@ mod tests {
         assert_eq!(
             live.policy.dhgroups,
             vec![fabrik_proto::auth::DhGroup::Ffdhe3072]
+        );
+        let qos = seeded.hosts[0].qos.as_ref().unwrap();
+        assert_eq!(
+            (qos.iops, qos.write_bytes_per_sec),
+            (Some(5000), Some(1_000_000))
         );
 
         let mut restored = seeded.clone();

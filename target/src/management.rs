@@ -173,6 +173,7 @@ impl Manager {
         self.apply_ana(new);
         // Every time (it is cheap): the first apply starts from a state with the same hosts.
         self.apply_host_auth(new);
+        self.apply_host_qos(new);
         let old_subs: BTreeMap<&str, &SubsystemState> =
             old.subsystems.iter().map(|s| (s.nqn.as_str(), s)).collect();
         let new_subs: BTreeMap<&str, &SubsystemState> =
@@ -643,6 +644,7 @@ impl Management for Manager {
                     &req.dhchap_hash,
                     &req.dhchap_dhgroup,
                 )?,
+                qos: None,
             });
             Ok(())
         })?;
@@ -651,6 +653,10 @@ impl Management for Manager {
 
     fn set_host_keys(&self, nqn: &str, req: api::HostKeysRequest) -> MgmtResult<api::Host> {
         self.replace_host_keys(nqn, req)
+    }
+
+    fn set_host_qos(&self, nqn: &str, req: api::QosLimits) -> MgmtResult<api::Host> {
+        self.replace_host_qos(nqn, req)
     }
 
     fn delete_host(&self, nqn: &str) -> MgmtResult<()> {

@@ -93,6 +93,8 @@ pub fn snapshot(manager: &Manager) -> Snapshot {
                 m.write_ops += io.write_ops.load(Relaxed);
                 m.read_bytes += io.read_bytes.load(Relaxed);
                 m.write_bytes += io.write_bytes.load(Relaxed);
+                m.throttled_ops += io.throttled_ops.load(Relaxed);
+                m.throttled_seconds += io.throttled_ns.load(Relaxed) as f64 / 1e9;
             }
             m
         })

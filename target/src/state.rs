@@ -28,7 +28,7 @@ use crate::model::{self, Transport};
 use crate::secrets::SecretText;
 
 mod hosts;
-pub use hosts::{HostKeys, HostState};
+pub use hosts::{check_qos, HostKeys, HostState};
 
 /// Bounds on what the management API may add (`State::check_limits`).
 pub mod limits {
@@ -496,6 +496,9 @@ impl State {
             if let Some(k) = &h.dhchap {
                 k.live().with_context(|| format!("host {}", h.nqn))?;
             }
+            if let Some(q) = &h.qos {
+                check_qos(q).with_context(|| format!("host {}", h.nqn))?;
+            }
         }
         for c in &self.compositions {
             for d in &c.drives {
@@ -698,6 +701,7 @@ mod tests {
             nqn: format!("nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-{i:012}"),
             name: None,
             dhchap: None,
+            qos: None,
         };
         let mut full = base.clone();
         full.hosts = (0..limits::HOSTS).map(host).collect();

@@ -238,6 +238,9 @@ pub struct ControllerCounters {
     pub write_ops: AtomicU64,
     pub read_bytes: AtomicU64,
     pub write_bytes: AtomicU64,
+    /// Commands that waited for the host's QoS limits, and how long in all (ns).
+    pub throttled_ops: AtomicU64,
+    pub throttled_ns: AtomicU64,
 }
 
 impl Local<'_, ControllerCounters> {
@@ -248,6 +251,10 @@ impl Local<'_, ControllerCounters> {
     pub fn add_write(&self, bytes: u64) {
         self.add(&self.counters.write_ops, 1);
         self.add(&self.counters.write_bytes, bytes);
+    }
+    pub fn add_throttled(&self, wait: std::time::Duration) {
+        self.add(&self.counters.throttled_ops, 1);
+        self.add(&self.counters.throttled_ns, wait.as_nanos() as u64);
     }
 }
 

@@ -6,7 +6,7 @@ use axum::Json;
 
 use super::{blocking, read, Encoded, Mgmt};
 use crate::error::{ApiError, JsonBody, PathParam};
-use crate::models::{Host, HostKeysRequest, HostRequest, Problem};
+use crate::models::{Host, HostKeysRequest, HostRequest, Problem, QosLimits};
 
 #[utoipa::path(get, path = "/api/v1/hosts", tag = "hosts",
     responses((status = 200, description = "Registered hosts and hosts named by allow lists or compositions", body = Vec<Host>)))]
@@ -43,7 +43,8 @@ pub async fn create(
     ))
 }
 
-/// Replaces the host's DH-HMAC-CHAP keys; live connections stay.
+/// Replaces the host's DH-HMAC-CHAP keys (registering a host not yet registered); live
+/// connections stay.
 #[utoipa::path(put, path = "/api/v1/hosts/{nqn}/keys", tag = "hosts", request_body = HostKeysRequest,
     params(("nqn" = String, Path, description = "Host NQN")),
     security(("bearer" = [])),
@@ -51,8 +52,7 @@ pub async fn create(
         (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Body is not application/json", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No or wrong token", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "Unknown host", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Malformed secret, hash or DH group", body = Problem, content_type = "application/problem+json")))]
+        (status = 422, description = "Malformed NQN, secret, hash or DH group", body = Problem, content_type = "application/problem+json")))]
 pub async fn set_keys(
     State(m): State<Mgmt>,
     PathParam(nqn): PathParam<String>,
@@ -60,6 +60,26 @@ pub async fn set_keys(
 ) -> Result<Json<Host>, ApiError> {
     Ok(Json(
         blocking(&m, move |m| m.set_host_keys(&nqn, req)).await?,
+    ))
+}
+
+/// Replaces the host's I/O limits across this box's controllers, live ones included
+/// (registering a host not yet registered).
+#[utoipa::path(put, path = "/api/v1/hosts/{nqn}/qos", tag = "hosts", request_body = QosLimits,
+    params(("nqn" = String, Path, description = "Host NQN")),
+    security(("bearer" = [])),
+    responses((status = 200, body = Host),
+        (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Body is not application/json", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No or wrong token", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Malformed NQN, a limit of 0, or a burst past 10 s", body = Problem, content_type = "application/problem+json")))]
+pub async fn set_qos(
+    State(m): State<Mgmt>,
+    PathParam(nqn): PathParam<String>,
+    JsonBody(req): JsonBody<QosLimits>,
+) -> Result<Json<Host>, ApiError> {
+    Ok(Json(
+        blocking(&m, move |m| m.set_host_qos(&nqn, req)).await?,
     ))
 }
 

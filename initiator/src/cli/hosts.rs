@@ -4,7 +4,7 @@
 
 use anyhow::Result;
 use clap::{Args, Subcommand};
-use fabrik_api::models::{HostKeysRequest, HostRequest};
+use fabrik_api::models::{HostKeysRequest, HostRequest, QosLimits};
 
 use super::admin::{print_json, table, ApiArgs};
 
@@ -34,6 +34,27 @@ enum HostsAction {
         nqn: String,
         #[command(flatten)]
         keys: KeyArgs,
+    },
+    /// Replace a host's I/O limits on the box (none given: lifted). Live connections follow.
+    Qos {
+        nqn: String,
+        /// Commands per second, reads and writes together.
+        #[arg(long)]
+        iops: Option<u64>,
+        /// Bytes per second, reads and writes together.
+        #[arg(long)]
+        bytes_per_sec: Option<u64>,
+        #[arg(long)]
+        read_iops: Option<u64>,
+        #[arg(long)]
+        read_bytes_per_sec: Option<u64>,
+        #[arg(long)]
+        write_iops: Option<u64>,
+        #[arg(long)]
+        write_bytes_per_sec: Option<u64>,
+        /// How far (ms of each rate) an idle host may run ahead [default: 50].
+        #[arg(long)]
+        burst_ms: Option<u32>,
     },
     /// Forget a host (it loses its access and controllers).
     Delete { nqn: String },
@@ -79,11 +100,19 @@ pub async fn run(args: HostsArgs) -> Result<()> {
                         },
                         h.controllers.to_string(),
                         yes(!h.subsystems.is_empty()),
+                        h.qos.as_ref().map_or("-".into(), describe),
                     ]
                 })
                 .collect();
             table(
-                &["NQN", "NAME", "DH-HMAC-CHAP", "CONTROLLERS", "ACCESS"],
+                &[
+                    "NQN",
+                    "NAME",
+                    "DH-HMAC-CHAP",
+                    "CONTROLLERS",
+                    "ACCESS",
+                    "LIMITS",
+                ],
                 rows,
             );
             return Ok(());
@@ -113,6 +142,35 @@ pub async fn run(args: HostsArgs) -> Result<()> {
                 )
                 .await?
         }
+        Some(HostsAction::Qos {
+            nqn,
+            iops,
+            bytes_per_sec,
+            read_iops,
+            read_bytes_per_sec,
+            write_iops,
+            write_bytes_per_sec,
+            burst_ms,
+        }) => {
+            let limits = QosLimits {
+                iops,
+                bytes_per_sec,
+                read_iops,
+                read_bytes_per_sec,
+                write_iops,
+                write_bytes_per_sec,
+                burst_ms,
+            };
+            let host = client.set_host_qos(&nqn, &limits).await?;
+            if args.api.json {
+                return print_json(&host);
+            }
+            match host.qos {
+                Some(q) => println!("host {}: limited to {}", host.nqn, describe(&q)),
+                None => println!("host {}: no I/O limits", host.nqn),
+            }
+            return Ok(());
+        }
         Some(HostsAction::Delete { nqn }) => {
             client
                 .delete(&format!("/hosts/{}", fabrik_api::client::seg(&nqn)))
@@ -131,4 +189,22 @@ pub async fn run(args: HostsArgs) -> Result<()> {
     };
     println!("host {}: {auth}", host.nqn);
     Ok(())
+}
+
+/// Limits in a few words: "iops 1000, read 8.0 MiB/s".
+fn describe(q: &QosLimits) -> String {
+    let mib = |b: u64| format!("{:.1} MiB/s", b as f64 / (1 << 20) as f64);
+    let parts: Vec<String> = [
+        q.iops.map(|v| format!("iops {v}")),
+        q.bytes_per_sec.map(mib),
+        q.read_iops.map(|v| format!("read iops {v}")),
+        q.read_bytes_per_sec.map(|v| format!("read {}", mib(v))),
+        q.write_iops.map(|v| format!("write iops {v}")),
+        q.write_bytes_per_sec.map(|v| format!("write {}", mib(v))),
+        q.burst_ms.map(|v| format!("burst {v} ms")),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    parts.join(", ")
 }

@@ -228,6 +228,10 @@ impl Queue {
             }
             ctrl
         };
+        // After registering: a change of limits from now on finds it among the live ones.
+        if let Some(l) = self.target.host_limiter(ctrl.hostnqn.as_deref()) {
+            let _ = ctrl.qos.set(l);
+        }
         tracing::info!(cntlid = ctrl.cntlid, subnqn = %cd.subnqn, hostnqn = %ctrl.host_label(), peer = %self.peer_addr, kato, "controller created");
         keepalive::start(&ctrl);
         Ok(ctrl)

@@ -70,14 +70,29 @@ impl Controller {
 
     pub(super) async fn execute_io(&self, req: IoRequest, data: Bytes) -> Response {
         let nsid = req.cmd.nsid();
+        if let Some(limiter) = self.limited() {
+            let wait = limiter.reserve_for(&req.cmd, req.ns.as_deref().map(|ns| &**ns));
+            if !wait.is_zero() {
+                crate::timer::sleep(wait).await;
+                self.io_counters.local().add_throttled(wait);
+            }
+        }
         let result = self.run_io(req, data).await;
         self.io_answer(nsid, result)
+    }
+
+    /// The host's limiter, when it has limits (one load or two per command).
+    fn limited(&self) -> Option<&super::qos::Limiter> {
+        self.qos.get().map(|l| &**l).filter(|l| l.enabled())
     }
 
     /// A Read or Write whose drive completes at once (`Drive::completes_at_once`: memory),
     /// done here and now: no future is made for it. None: it did not run, and `execute_io`
     /// runs it.
     pub(super) fn execute_io_now(&self, req: &mut IoRequest, data: &Bytes) -> Option<Response> {
+        if self.limited().is_some() {
+            return None; // it may have to wait its turn: `execute_io`
+        }
         let IoRequest { cmd, ns, into } = req;
         let ns = ns
             .as_ref()

@@ -19,6 +19,7 @@ mod io;
 mod keepalive;
 pub mod ns_cache;
 mod parked;
+pub mod qos;
 pub mod queue;
 mod registry;
 pub mod reservation;
@@ -118,6 +119,8 @@ pub struct Controller {
     pub teardown: CancellationToken,
     /// What this host read and wrote through this controller (metrics).
     pub io_counters: crate::stats::Striped<crate::stats::ControllerCounters>,
+    /// The host's I/O limits on this box (see `qos`), once it has had any.
+    pub(crate) qos: std::sync::OnceLock<Arc<qos::Limiter>>,
     /// Queue connections bound to this controller that have not yet finished their commands.
     live_queues: std::sync::atomic::AtomicUsize,
     /// Woken when the last of them has.
@@ -207,6 +210,7 @@ impl Controller {
             events: Notify::new(),
             teardown: CancellationToken::new(),
             io_counters: Default::default(),
+            qos: std::sync::OnceLock::new(),
             live_queues: std::sync::atomic::AtomicUsize::new(0),
             drained: Notify::new(),
             live: LiveFlags::default(),

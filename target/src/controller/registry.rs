@@ -237,9 +237,41 @@ pub struct TargetState {
         std::sync::OnceLock<Weak<dyn super::reservation::ReservationStore>>,
     /// Hosts that must authenticate, and their keys (see `auth`).
     pub(super) host_auth: RwLock<Arc<super::auth::HostAuthTable>>,
+    /// Hosts' I/O limits, by NQN: one limiter per host that ever had limits (its
+    /// controllers keep it), disabled when the limits are lifted.
+    host_qos: Mutex<HashMap<String, Arc<super::qos::Limiter>>>,
 }
 
 impl TargetState {
+    /// Takes the hosts' limits (hosts not listed have none) and hands each limited host's
+    /// limiter to its live controllers.
+    pub fn set_host_qos<'a>(
+        &self,
+        limits: impl IntoIterator<Item = (&'a str, &'a fabrik_api::models::QosLimits)>,
+    ) {
+        let mut table = self.host_qos.lock().unwrap();
+        let mut limited = std::collections::HashSet::new();
+        for (nqn, l) in limits {
+            table.entry(nqn.to_string()).or_default().set(Some(l));
+            limited.insert(nqn.to_string());
+        }
+        for (nqn, limiter) in table.iter() {
+            if !limited.contains(nqn) {
+                limiter.set(None);
+            }
+        }
+        for c in self.controllers() {
+            if let Some(l) = c.hostnqn.as_ref().and_then(|n| table.get(n)) {
+                let _ = c.qos.set(l.clone());
+            }
+        }
+    }
+
+    /// The host's limiter, if it ever had limits.
+    pub(super) fn host_limiter(&self, hostnqn: Option<&str>) -> Option<Arc<super::qos::Limiter>> {
+        self.host_qos.lock().unwrap().get(hostnqn?).cloned()
+    }
+
     pub fn new(box_name: String) -> TargetState {
         TargetState {
             box_name,
@@ -260,6 +292,7 @@ impl TargetState {
             cntlids: module::cntlids(None),
             reservation_store: std::sync::OnceLock::new(),
             host_auth: RwLock::default(),
+            host_qos: Mutex::default(),
         }
     }
 

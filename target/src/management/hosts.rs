@@ -5,7 +5,7 @@ use std::sync::Arc;
 use fabrik_api::models as api;
 use fabrik_api::{Management, MgmtResult};
 
-use super::{invalid, not_found, Manager};
+use super::{invalid, Manager};
 use crate::secrets::SecretText;
 use crate::state::{HostKeys, HostState, State};
 
@@ -36,6 +36,36 @@ pub(super) fn keys(
 }
 
 impl Manager {
+    /// `PUT /hosts/{nqn}/qos`: the host's limits replaced (all null: none); a host not yet
+    /// registered is.
+    pub(super) fn replace_host_qos(&self, nqn: &str, req: api::QosLimits) -> MgmtResult<api::Host> {
+        super::check_nqn("host NQN", nqn)?;
+        crate::state::check_qos(&req).map_err(|e| invalid(format!("{e:#}")))?;
+        let qos = (!req.is_empty()).then_some(req);
+        self.mutate(|st| {
+            match st.hosts.iter_mut().find(|h| h.nqn == nqn) {
+                Some(h) => h.qos = qos,
+                None => st.hosts.push(HostState {
+                    nqn: nqn.to_string(),
+                    name: None,
+                    dhchap: None,
+                    qos,
+                }),
+            }
+            Ok(())
+        })?;
+        self.host(nqn)
+    }
+
+    /// Hands the hosts' limits to their controllers, live ones included.
+    pub(super) fn apply_host_qos(&self, st: &State) {
+        self.target.set_host_qos(
+            st.hosts
+                .iter()
+                .filter_map(|h| h.qos.as_ref().map(|q| (h.nqn.as_str(), q))),
+        );
+    }
+
     /// Hands the hosts' keys to the controllers (checked when they were set).
     pub(super) fn apply_host_auth(&self, st: &State) {
         let mut auth = std::collections::HashMap::new();
@@ -58,6 +88,7 @@ impl Manager {
         nqn: &str,
         req: api::HostKeysRequest,
     ) -> MgmtResult<api::Host> {
+        super::check_nqn("host NQN", nqn)?;
         let keys = keys(
             &req.dhchap_secret,
             &req.dhchap_ctrl_secret,
@@ -65,15 +96,13 @@ impl Manager {
             &req.dhchap_dhgroup,
         )?;
         self.mutate(|st| {
-            if !Self::known_hosts(st).contains(nqn) {
-                return Err(not_found(format!("unknown host {nqn:?}")));
-            }
             match st.hosts.iter_mut().find(|h| h.nqn == nqn) {
                 Some(h) => h.dhchap = keys,
                 None => st.hosts.push(HostState {
                     nqn: nqn.to_string(),
                     name: None,
                     dhchap: keys,
+                    qos: None,
                 }),
             }
             Ok(())

@@ -336,6 +336,7 @@ impl HostIndex<'_> {
             dhchap_ctrl: keys.is_some_and(|k| k.ctrl_secret.is_some()),
             dhchap_hash: keys.and_then(|k| k.hash.clone()),
             dhchap_dhgroup: keys.and_then(|k| k.dhgroup.clone()),
+            qos: host.and_then(|h| h.qos.clone()),
             subsystems: self.subsystems.get(nqn).cloned().unwrap_or_default(),
             controllers: self.controllers.get(nqn).copied().unwrap_or(0),
         }

@@ -59,6 +59,9 @@ pub struct HostState {
     /// DH-HMAC-CHAP: with keys, the host must authenticate on every subsystem it reaches.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dhchap: Option<HostKeys>,
+    /// Its I/O limits on this box.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qos: Option<fabrik_api::models::QosLimits>,
 }
 
 /// A host's DH-HMAC-CHAP secrets (`DHHC-1:` texts; sealed in the state file, see `secrets`)
@@ -74,6 +77,26 @@ pub struct HostKeys {
     pub hash: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dhgroup: Option<String>,
+}
+
+/// QoS limits that can hold: no limit of 0 (null lifts one), a burst of at most 10 s.
+pub fn check_qos(q: &fabrik_api::models::QosLimits) -> anyhow::Result<()> {
+    let values = [
+        q.iops,
+        q.bytes_per_sec,
+        q.read_iops,
+        q.read_bytes_per_sec,
+        q.write_iops,
+        q.write_bytes_per_sec,
+    ];
+    if values.contains(&Some(0)) {
+        bail!("a limit of 0 would stop the host: lift it with null instead");
+    }
+    let max = crate::controller::qos::MAX_BURST_MS;
+    if q.burst_ms.is_some_and(|b| b > max) {
+        bail!("burst_ms is at most {max}");
+    }
+    Ok(())
 }
 
 impl HostState {
@@ -101,10 +124,15 @@ impl HostState {
                 Some(keys)
             }
         };
+        let qos = e.qos.clone().filter(|q| !q.is_empty());
+        if let Some(q) = &qos {
+            check_qos(q)?;
+        }
         Ok(HostState {
             nqn: e.nqn.clone(),
             name: e.name.clone(),
             dhchap,
+            qos,
         })
     }
 }
