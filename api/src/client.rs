@@ -214,6 +214,10 @@ impl Client {
         self.put(&format!("/hosts/{}/keys", seg(nqn)), req).await
     }
 
+    pub async fn set_drive_qos(&self, id: &str, req: &QosLimits) -> Result<Drive, ClientError> {
+        self.put(&format!("/drives/{}/qos", seg(id)), req).await
+    }
+
     pub async fn set_host_qos(&self, nqn: &str, req: &QosLimits) -> Result<Host, ClientError> {
         self.put(&format!("/hosts/{}/qos", seg(nqn)), req).await
     }

@@ -35,6 +35,8 @@ pub trait Management: Send + Sync + 'static {
     /// The operator's word that a drive that lost a write may take writes again; 409 when it
     /// has no fault.
     fn clear_drive_fault(&self, id: &str) -> MgmtResult<Drive>;
+    /// Replaces the drive's I/O limits (its namespace's, whoever the host).
+    fn set_drive_qos(&self, id: &str, req: QosLimits) -> MgmtResult<Drive>;
 
     fn subsystems(&self) -> Vec<Subsystem>;
     fn subsystem(&self, nqn: &str) -> MgmtResult<Subsystem>;

@@ -28,6 +28,9 @@ pub struct Drive {
     pub hosts: Option<Vec<String>>,
     /// Host NQNs this drive is composed to.
     pub composed_to: Vec<String>,
+    /// Its I/O limits, whoever the host (null: none).
+    #[serde(default)]
+    pub qos: Option<QosLimits>,
 }
 
 /// Drive health: from the device's SMART log for NVMe drives (`source` "smart"), else what

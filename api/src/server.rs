@@ -21,7 +21,7 @@ use crate::routes::{self, ana, compositions, controllers, drives, hosts, ports, 
 #[openapi(
     info(title = "fabrik management API", description = "Compose NVMe-oF drives to hosts. Mutations need `Authorization: Bearer <token>`; errors are RFC 9457 problem+json."),
     paths(
-        drives::list, drives::get, drives::clear_fault,
+        drives::list, drives::get, drives::clear_fault, drives::set_qos,
         subsystems::list, subsystems::get, subsystems::create, subsystems::delete,
         subsystems::set_access, subsystems::allow_host, subsystems::disallow_host,
         subsystems::namespaces, subsystems::add_namespace, subsystems::remove_namespace,
@@ -70,6 +70,7 @@ pub fn router(m: Arc<dyn Management>, auth: Auth) -> Router {
         .route("/drives", get(drives::list))
         .route("/drives/{id}", get(drives::get))
         .route("/drives/{id}/clear-fault", post(drives::clear_fault))
+        .route("/drives/{id}/qos", put(drives::set_qos))
         .route(
             "/subsystems",
             get(subsystems::list).post(subsystems::create),

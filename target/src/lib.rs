@@ -11,7 +11,9 @@
 //!
 //! - `numa`, `timer`, `module`: where cores and NICs sit (sysfs); timers, on a thread of their
 //!   own; what the two I/O modules of a box derive from their names
-//! - `stats`, `files`: the counters the I/O path increments; private files and directories
+//! - `stats`, `files`, `qos`: the counters the I/O path increments; private files and
+//!   directories; I/O limits
+//! - `secrets`: secrets at rest, sealed with the box's key
 //! - `reactor`: the I/O threads (each claims its own stripe of the counters)
 //! - `backend`: drives (file, block device, RAM, null) and the lost-write guard
 //! - `model`: namespaces and ports
@@ -34,6 +36,7 @@ pub mod metrics;
 pub mod model;
 pub mod module;
 pub mod numa;
+pub mod qos;
 pub mod reactor;
 pub mod secrets;
 pub mod state;

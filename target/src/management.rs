@@ -174,6 +174,8 @@ impl Manager {
         // Every time (it is cheap): the first apply starts from a state with the same hosts.
         self.apply_host_auth(new);
         self.apply_host_qos(new);
+        self.target
+            .set_drive_qos(new.drive_qos.iter().map(|(d, q)| (d.as_str(), q)));
         let old_subs: BTreeMap<&str, &SubsystemState> =
             old.subsystems.iter().map(|s| (s.nqn.as_str(), s)).collect();
         let new_subs: BTreeMap<&str, &SubsystemState> =
@@ -220,9 +222,12 @@ impl Manager {
                             _ => format!("{}:{drive}", new.box_name),
                         };
                         let group = crate::module::ana_group_of(self.target.module, drive);
-                        live.add_namespace(Arc::new(
-                            Namespace::new(nsid, drive, d.clone(), &identity).in_ana_group(group),
-                        ));
+                        let ns =
+                            Namespace::new(nsid, drive, d.clone(), &identity).in_ana_group(group);
+                        if let Some(l) = self.target.drive_limiter(drive) {
+                            let _ = ns.qos.set(l);
+                        }
+                        live.add_namespace(Arc::new(ns));
                     }
                 }
             }
@@ -327,6 +332,22 @@ impl Management for Manager {
         (0..st.drives.len())
             .map(|i| self.drive_view(&st, i))
             .collect()
+    }
+
+    fn set_drive_qos(&self, id: &str, req: api::QosLimits) -> MgmtResult<api::Drive> {
+        crate::qos::check(&req).map_err(invalid)?;
+        self.mutate(|st| {
+            if !st.drives.iter().any(|d| d.id == id) {
+                return Err(not_found(format!("no drive {id:?}")));
+            }
+            if req.is_empty() {
+                st.drive_qos.remove(id);
+            } else {
+                st.drive_qos.insert(id.to_string(), req);
+            }
+            Ok(())
+        })?;
+        self.drive(id)
     }
 
     fn clear_drive_fault(&self, id: &str) -> MgmtResult<api::Drive> {

@@ -35,6 +35,8 @@ pub struct Namespace {
     reservations: RwLock<Arc<Reservations>>,
     /// A reservation restricts access: the one load an I/O command makes when none does.
     reserved: AtomicBool,
+    /// Its drive's I/O limits, once the drive has had any (see `crate::qos`).
+    pub qos: std::sync::OnceLock<Arc<crate::qos::Limiter>>,
 }
 
 impl Namespace {
@@ -56,6 +58,7 @@ impl Namespace {
             stats: NamespaceStats::default(),
             reservations: RwLock::default(),
             reserved: AtomicBool::new(false),
+            qos: std::sync::OnceLock::new(),
         }
     }
 
@@ -63,6 +66,11 @@ impl Namespace {
     pub fn in_ana_group(mut self, grpid: u32) -> Namespace {
         self.ana_group = grpid;
         self
+    }
+
+    /// Its drive's limiter, when the drive has limits.
+    pub fn limiter(&self) -> Option<&crate::qos::Limiter> {
+        self.qos.get().map(|l| &**l).filter(|l| l.enabled())
     }
 
     pub fn block_size(&self) -> u32 {

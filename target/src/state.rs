@@ -84,6 +84,16 @@ pub struct State {
     /// Persistent reservations, by drive (a drive with none has no entry).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub reservations: BTreeMap<String, Reservations>,
+    /// I/O limits of drives (each drive's namespace, whoever the host), by drive.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub drive_qos: BTreeMap<String, fabrik_api::models::QosLimits>,
+}
+
+/// A host of the config file (checked when the file was read).
+fn config_host(e: &fabrik_api::config::HostEntry) -> Option<HostState> {
+    HostState::from_entry(e)
+        .inspect_err(|err| tracing::error!(host = %e.nqn, "[[host]] skipped: {err:#}"))
+        .ok()
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -103,6 +113,8 @@ pub struct Shared {
     pub alias_key: String,
     #[serde(default)]
     pub reservations: BTreeMap<String, Reservations>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub drive_qos: BTreeMap<String, fabrik_api::models::QosLimits>,
 }
 
 impl State {
@@ -114,6 +126,7 @@ impl State {
             next_composition: self.next_composition,
             alias_key: self.alias_key.clone(),
             reservations: self.reservations.clone(),
+            drive_qos: self.drive_qos.clone(),
         }
     }
 
@@ -138,6 +151,7 @@ impl State {
         self.next_composition = shared.next_composition;
         self.alias_key = shared.alias_key;
         self.reservations = shared.reservations;
+        self.drive_qos = shared.drive_qos;
     }
 }
 
@@ -341,7 +355,7 @@ impl State {
             box_name: config.box_name.clone(),
             drives: drives.iter().map(DriveState::from_spec).collect(),
             subsystems,
-            hosts: config.hosts.clone(),
+            hosts: config.hosts.iter().filter_map(config_host).collect(),
             ports: seed_ports(config),
             compositions: Vec::new(),
             next_composition: 1,
@@ -352,6 +366,7 @@ impl State {
             config_generation: 0,
             peer_behind: false,
             reservations: BTreeMap::new(),
+            drive_qos: BTreeMap::new(),
         }
     }
 
@@ -378,10 +393,10 @@ impl State {
                 c.ports = None;
             }
         }
-        for h in &config.hosts {
+        for h in config.hosts.iter().filter_map(config_host) {
             match self.hosts.iter_mut().find(|x| x.nqn == h.nqn) {
-                Some(x) => *x = h.clone(),
-                None => self.hosts.push(h.clone()),
+                Some(x) => *x = h,
+                None => self.hosts.push(h),
             }
         }
         if config.explicit.hosts {
@@ -499,6 +514,12 @@ impl State {
             if let Some(q) = &h.qos {
                 check_qos(q).with_context(|| format!("host {}", h.nqn))?;
             }
+        }
+        for (drive, q) in &self.drive_qos {
+            if !ids.contains(drive.as_str()) {
+                bail!("I/O limits for unknown drive {drive:?}");
+            }
+            check_qos(q).with_context(|| format!("drive {drive}"))?;
         }
         for c in &self.compositions {
             for d in &c.drives {
@@ -803,5 +824,52 @@ mod tests {
         assert_eq!(mode & 0o777, 0o600);
         assert_eq!(api_token(dir.path(), None).unwrap(), t);
         assert_eq!(api_token(dir.path(), Some("x")).unwrap(), "x");
+    }
+
+    /// `[[host]]` entries: keys checked at load (the error names the entry, never the
+    /// secret), seeded into a new state and replacing a restored state's keys.
+    #[test]
+    fn config_hosts_carry_keys() {
+        let nqn = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-0000000000aa";
+        let key = fabrik_proto::auth::Secret::new(1, &[9; 32])
+            .unwrap()
+            .to_text()
+            .to_string();
+        let file = |k: &str| {
+            fabrik_api::config::ConfigFile::parse(&format!(
+                "[[host]]\nnqn = \"{nqn}\"\ndhchap_secret = \"{k}\"\ndhchap_dhgroup = \"ffdhe3072\"\n[host.qos]\niops = 5000\nwrite_bytes_per_sec = 1000000"
+            ))
+            .unwrap()
+        };
+        let mut c = Config::default_jbof("/tmp/x".into());
+        c.apply_file(&file(&key)).unwrap();
+        let seeded = State::seed(&c);
+        let live = seeded.hosts[0].dhchap.as_ref().unwrap().live().unwrap();
+        assert_eq!(
+            live.policy.dhgroups,
+            vec![fabrik_proto::auth::DhGroup::Ffdhe3072]
+        );
+        let qos = seeded.hosts[0].qos.as_ref().unwrap();
+        assert_eq!(
+            (qos.iops, qos.write_bytes_per_sec),
+            (Some(5000), Some(1_000_000))
+        );
+
+        let mut restored = seeded.clone();
+        restored.hosts[0].dhchap = None;
+        restored
+            .reconcile(&c, Path::new("/tmp/x/state.json"))
+            .unwrap();
+        assert_eq!(restored.hosts, seeded.hosts);
+
+        let bad = key.replace("DHHC-1:01", "DHHC-1:09");
+        let e = format!(
+            "{:#}",
+            Config::default_jbof("/tmp/x".into())
+                .apply_file(&file(&bad))
+                .unwrap_err()
+        );
+        assert!(e.contains("[[host]]") && e.contains("transform"), "{e}");
+        assert!(!e.contains(&key[10..30]), "the secret is not repeated: {e}");
     }
 }

@@ -40,7 +40,11 @@ async fn read_rate(c: Arc<Controller>, blocks: u32, run: Duration, from: Duratio
 }
 
 async fn connect(a: &api::Api, host: &HostIdentity) -> Arc<Controller> {
-    let mut opts = common::options(a.nvme(), &api::nqn("00")).with_host(host);
+    connect_to(a, "00", host).await
+}
+
+async fn connect_to(a: &api::Api, drive: &str, host: &HostIdentity) -> Arc<Controller> {
+    let mut opts = common::options(a.nvme(), &api::nqn(drive)).with_host(host);
     opts.queue_size = 32;
     Arc::new(Controller::connect(opts).await.unwrap())
 }
@@ -139,5 +143,55 @@ async fn a_capped_host_gets_its_rate_and_the_other_is_not_held_back() {
         )
         .await;
     api::assert_problem(r, 422, "null");
+    a.stop().await;
+}
+
+/// A drive's limit is shared by every host that reads it; another drive is not held back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drive_limit_is_shared_by_its_hosts() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = api::start_with(common::config(dir.path(), BackendKind::Ram, 2, 16 * MIB)).await;
+    let (h1, h2) = (HostIdentity::random(), HostIdentity::random());
+    let (c1, c2) = (connect(&a, &h1).await, connect(&a, &h2).await);
+    let other = connect_to(&a, "01", &h1).await;
+    let view = a
+        .admin
+        .set_drive_qos(
+            "00",
+            &QosLimits {
+                read_iops: Some(800),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(view.qos.unwrap().read_iops, Some(800));
+    let (run, from) = (Duration::from_millis(3000), Duration::from_millis(500));
+    let (r1, r2, free) = tokio::join!(
+        read_rate(c1.clone(), 1, run, from),
+        read_rate(c2.clone(), 1, run, from),
+        read_rate(other.clone(), 1, run, from)
+    );
+    assert!(
+        (760.0..=840.0).contains(&(r1 + r2)),
+        "drive 00: {r1:.0} + {r2:.0} IOPS"
+    );
+    assert!(
+        r1 > 200.0 && r2 > 200.0,
+        "both hosts get a share: {r1:.0}, {r2:.0}"
+    );
+    assert!(free > 2000.0, "drive 01: {free:.0} IOPS");
+    // Lifted, and unknown drives are 404.
+    let view = a
+        .admin
+        .set_drive_qos("00", &QosLimits::default())
+        .await
+        .unwrap();
+    assert!(view.qos.is_none());
+    api::assert_problem(
+        a.admin.set_drive_qos("99", &QosLimits::default()).await,
+        404,
+        "99",
+    );
     a.stop().await;
 }

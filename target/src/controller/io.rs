@@ -70,8 +70,7 @@ impl Controller {
 
     pub(super) async fn execute_io(&self, req: IoRequest, data: Bytes) -> Response {
         let nsid = req.cmd.nsid();
-        if let Some(limiter) = self.limited() {
-            let wait = limiter.reserve_for(&req.cmd, req.ns.as_deref().map(|ns| &**ns));
+        if let Some(wait) = self.qos_turn(&req) {
             if !wait.is_zero() {
                 crate::timer::sleep(wait).await;
                 self.io_counters.local().add_throttled(wait);
@@ -82,15 +81,38 @@ impl Controller {
     }
 
     /// The host's limiter, when it has limits (one load or two per command).
-    fn limited(&self) -> Option<&super::qos::Limiter> {
+    fn limited(&self) -> Option<&crate::qos::Limiter> {
         self.qos.get().map(|l| &**l).filter(|l| l.enabled())
+    }
+
+    /// The command's turn under the host's limits and its drive's (None: neither has any):
+    /// how long it waits. Reads and Flush count as reads; the other commands that change
+    /// data as writes, with the bytes they move.
+    fn qos_turn(&self, req: &IoRequest) -> Option<std::time::Duration> {
+        let ns = req.ns.as_ref().map(|ns| &***ns);
+        let drive = ns.and_then(|ns| ns.limiter());
+        let host = self.limited();
+        if host.is_none() && drive.is_none() {
+            return None;
+        }
+        let bs = ns.map_or(0, |ns| ns.block_size() as u64);
+        let (write, bytes) = match req.cmd {
+            IoCommand::Read { nlb, .. } => (false, nlb as u64 * bs),
+            IoCommand::Write { nlb, .. } => (true, nlb as u64 * bs),
+            IoCommand::WriteZeroes { .. } | IoCommand::DatasetManagement { .. } => (true, 0),
+            IoCommand::Flush { .. } => (false, 0),
+        };
+        let turn = |l: Option<&crate::qos::Limiter>| {
+            l.map_or(std::time::Duration::ZERO, |l| l.reserve(write, bytes))
+        };
+        Some(turn(host).max(turn(drive)))
     }
 
     /// A Read or Write whose drive completes at once (`Drive::completes_at_once`: memory),
     /// done here and now: no future is made for it. None: it did not run, and `execute_io`
     /// runs it.
     pub(super) fn execute_io_now(&self, req: &mut IoRequest, data: &Bytes) -> Option<Response> {
-        if self.limited().is_some() {
+        if self.limited().is_some() || req.ns.as_ref().is_some_and(|ns| ns.limiter().is_some()) {
             return None; // it may have to wait its turn: `execute_io`
         }
         let IoRequest { cmd, ns, into } = req;

@@ -19,7 +19,6 @@ mod io;
 mod keepalive;
 pub mod ns_cache;
 mod parked;
-pub mod qos;
 pub mod queue;
 mod registry;
 pub mod reservation;
@@ -120,7 +119,7 @@ pub struct Controller {
     /// What this host read and wrote through this controller (metrics).
     pub io_counters: crate::stats::Striped<crate::stats::ControllerCounters>,
     /// The host's I/O limits on this box (see `qos`), once it has had any.
-    pub(crate) qos: std::sync::OnceLock<Arc<qos::Limiter>>,
+    pub(crate) qos: std::sync::OnceLock<Arc<crate::qos::Limiter>>,
     /// Queue connections bound to this controller that have not yet finished their commands.
     live_queues: std::sync::atomic::AtomicUsize,
     /// Woken when the last of them has.

@@ -239,7 +239,9 @@ pub struct TargetState {
     pub(super) host_auth: RwLock<Arc<super::auth::HostAuthTable>>,
     /// Hosts' I/O limits, by NQN: one limiter per host that ever had limits (its
     /// controllers keep it), disabled when the limits are lifted.
-    host_qos: Mutex<HashMap<String, Arc<super::qos::Limiter>>>,
+    host_qos: Mutex<HashMap<String, Arc<crate::qos::Limiter>>>,
+    /// Drives' I/O limits, by drive ID, kept as the hosts' are.
+    drive_qos: Mutex<HashMap<String, Arc<crate::qos::Limiter>>>,
 }
 
 impl TargetState {
@@ -267,8 +269,39 @@ impl TargetState {
         }
     }
 
+    /// Takes the drives' limits (drives not listed have none) and hands each limited drive's
+    /// limiter to the namespaces exporting it.
+    pub fn set_drive_qos<'a>(
+        &self,
+        limits: impl IntoIterator<Item = (&'a str, &'a fabrik_api::models::QosLimits)>,
+    ) {
+        let mut table = self.drive_qos.lock().unwrap();
+        let mut limited = std::collections::HashSet::new();
+        for (drive, l) in limits {
+            table.entry(drive.to_string()).or_default().set(Some(l));
+            limited.insert(drive.to_string());
+        }
+        for (drive, limiter) in table.iter() {
+            if !limited.contains(drive) {
+                limiter.set(None);
+            }
+        }
+        for sub in self.subsystems() {
+            for ns in sub.namespaces() {
+                if let Some(l) = table.get(&ns.drive_id) {
+                    let _ = ns.qos.set(l.clone());
+                }
+            }
+        }
+    }
+
+    /// The drive's limiter, if it ever had limits.
+    pub fn drive_limiter(&self, drive: &str) -> Option<Arc<crate::qos::Limiter>> {
+        self.drive_qos.lock().unwrap().get(drive).cloned()
+    }
+
     /// The host's limiter, if it ever had limits.
-    pub(super) fn host_limiter(&self, hostnqn: Option<&str>) -> Option<Arc<super::qos::Limiter>> {
+    pub(super) fn host_limiter(&self, hostnqn: Option<&str>) -> Option<Arc<crate::qos::Limiter>> {
         self.host_qos.lock().unwrap().get(hostnqn?).cloned()
     }
 
@@ -293,6 +326,7 @@ impl TargetState {
             reservation_store: std::sync::OnceLock::new(),
             host_auth: RwLock::default(),
             host_qos: Mutex::default(),
+            drive_qos: Mutex::default(),
         }
     }
 

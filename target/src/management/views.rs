@@ -43,6 +43,7 @@ impl Manager {
                 .filter(|c| c.drives.contains(&d.id))
                 .map(|c| c.host_nqn.clone())
                 .collect(),
+            qos: st.drive_qos.get(&d.id).cloned(),
         }
     }
 

@@ -79,24 +79,9 @@ pub struct HostKeys {
     pub dhgroup: Option<String>,
 }
 
-/// QoS limits that can hold: no limit of 0 (null lifts one), a burst of at most 10 s.
+/// QoS limits that can hold (see `crate::qos::check`).
 pub fn check_qos(q: &fabrik_api::models::QosLimits) -> anyhow::Result<()> {
-    let values = [
-        q.iops,
-        q.bytes_per_sec,
-        q.read_iops,
-        q.read_bytes_per_sec,
-        q.write_iops,
-        q.write_bytes_per_sec,
-    ];
-    if values.contains(&Some(0)) {
-        bail!("a limit of 0 would stop the host: lift it with null instead");
-    }
-    let max = crate::controller::qos::MAX_BURST_MS;
-    if q.burst_ms.is_some_and(|b| b > max) {
-        bail!("burst_ms is at most {max}");
-    }
-    Ok(())
+    crate::qos::check(q).map_err(anyhow::Error::msg)
 }
 
 impl HostState {

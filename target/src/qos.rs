@@ -1,4 +1,5 @@
-//! QoS: I/O limits per host, kept by every controller of the host on this box.
+//! QoS: I/O limits of a host (kept by each of its controllers on this box) or of a drive (kept
+//! by its namespace).
 //!
 //! Each limit is a generic cell rate algorithm (GCRA) bucket: one atomic "theoretical arrival
 //! time" per limit, moved forward by each command's cost (1 for IOPS, its bytes for
@@ -11,9 +12,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use fabrik_api::models::QosLimits;
-use fabrik_proto::nvme::io::IoCommand;
-
-use crate::model::Namespace;
 
 /// Default burst: this much of each rate may pass at once after idling.
 pub const DEFAULT_BURST_MS: u32 = 50;
@@ -21,6 +19,25 @@ pub const DEFAULT_BURST_MS: u32 = 50;
 pub const MAX_BURST_MS: u32 = 10_000;
 
 const NS_PER_SEC: u128 = 1_000_000_000;
+
+/// Limits that can hold: no limit of 0 (null lifts one), a burst of at most `MAX_BURST_MS`.
+pub fn check(q: &QosLimits) -> Result<(), String> {
+    let values = [
+        q.iops,
+        q.bytes_per_sec,
+        q.read_iops,
+        q.read_bytes_per_sec,
+        q.write_iops,
+        q.write_bytes_per_sec,
+    ];
+    if values.contains(&Some(0)) {
+        return Err("a limit of 0 would stop the host: lift it with null instead".into());
+    }
+    if q.burst_ms.is_some_and(|b| b > MAX_BURST_MS) {
+        return Err(format!("burst_ms is at most {MAX_BURST_MS}"));
+    }
+    Ok(())
+}
 
 /// One limit: `rate` units per second; 0: none.
 #[derive(Default)]
@@ -113,19 +130,6 @@ impl Limiter {
     /// (or any command that changes data), else a read or another command.
     pub fn reserve(&self, write: bool, bytes: u64) -> Duration {
         self.reserve_at(self.epoch.elapsed().as_nanos() as u64, write, bytes)
-    }
-
-    /// `reserve` for an I/O command to `ns` (reads and Flush count as reads; the other
-    /// commands that change data as writes, with their bytes moved).
-    pub fn reserve_for(&self, cmd: &IoCommand, ns: Option<&Namespace>) -> Duration {
-        let bs = ns.map_or(0, |ns| ns.block_size() as u64);
-        let (write, bytes) = match *cmd {
-            IoCommand::Read { nlb, .. } => (false, nlb as u64 * bs),
-            IoCommand::Write { nlb, .. } => (true, nlb as u64 * bs),
-            IoCommand::WriteZeroes { .. } | IoCommand::DatasetManagement { .. } => (true, 0),
-            IoCommand::Flush { .. } => (false, 0),
-        };
-        self.reserve(write, bytes)
     }
 
     fn reserve_at(&self, now: u64, write: bool, bytes: u64) -> Duration {
