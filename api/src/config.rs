@@ -67,6 +67,19 @@ pub struct ConfigFile {
     /// replacing those the state holds. Keep such a file private (0600).
     #[serde(default, rename = "host")]
     pub host: Vec<HostEntry>,
+    /// Clients of the management API with tokens of their own (`[[api_client]]`).
+    #[serde(default, rename = "api_client")]
+    pub api_client: Vec<ApiClientEntry>,
+}
+
+/// A client of the management API: its name (in the audit log), its token (16 characters or
+/// more) and what it may do ("admin", or "read": GET only).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ApiClientEntry {
+    pub name: String,
+    pub token: String,
+    pub scope: crate::access::Scope,
 }
 
 /// A host of the config file.

@@ -2,6 +2,7 @@
 //! the configuration file schema, the REST resources, the `/api/v1` router (served by fabrikd
 //! over a `Management` implementation) and a typed client.
 
+pub mod access;
 pub mod client;
 pub mod config;
 pub mod error;

@@ -198,20 +198,21 @@ pub fn encode(snapshot: &Snapshot, format: Format) -> String {
 /// own so that the REST API's router can `.merge()` it. With a `token`, a scrape needs
 /// `Authorization: Bearer <token>` (Prometheus: `authorization: credentials_file`), or the
 /// local socket.
-pub fn router<F>(source: F, token: Option<String>) -> Router
+pub fn router<F>(source: F, tokens: Option<Vec<String>>) -> Router
 where
     F: Fn() -> Snapshot + Send + Sync + 'static,
 {
     let source = Arc::new(source);
-    let token = Arc::new(token);
+    let token = Arc::new(tokens);
     Router::new().route(
         "/metrics",
         get(
             move |local: Option<axum::Extension<crate::http::LocalAdmin>>, headers: HeaderMap| {
                 let (source, token) = (source.clone(), token.clone());
                 async move {
-                    if let Some(t) = token.as_deref() {
-                        if local.is_none() && !crate::server::bearer_ok(&headers, t) {
+                    if let Some(tokens) = token.as_deref() {
+                        let any = tokens.iter().any(|t| crate::server::bearer_ok(&headers, t));
+                        if local.is_none() && !any {
                             return (
                                 axum::http::StatusCode::UNAUTHORIZED,
                                 [(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"))],

@@ -11,6 +11,7 @@ use axum::{Json, Router};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
+use crate::access::{ApiClient, AuditLog, Caller, Scope};
 use crate::error::ApiError;
 use crate::http::LocalAdmin;
 use crate::management::Management;
@@ -54,11 +55,41 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     ApiDoc::openapi()
 }
 
-/// Who may call what.
-#[derive(Clone)]
+/// Who may call what, and where changes are recorded (see `access`).
+#[derive(Clone, Default)]
 pub struct Auth {
-    /// Every call over TCP needs `Authorization: Bearer <token>`.
+    /// Every call over TCP needs `Authorization: Bearer <token>`: this one (admin), or a
+    /// client's.
     pub token: String,
+    /// Clients with tokens of their own and a scope.
+    pub clients: Vec<ApiClient>,
+    /// Every call that may change something is appended here.
+    pub audit: Option<Arc<AuditLog>>,
+}
+
+impl Auth {
+    /// The caller a request's credential names, if any.
+    fn caller(&self, req: &Request) -> Option<Caller> {
+        if req.extensions().get::<LocalAdmin>().is_some() {
+            return Some(Caller {
+                name: "local socket".into(),
+                scope: Scope::Admin,
+            });
+        }
+        if token_ok(req, &self.token) {
+            return Some(Caller {
+                name: "admin token".into(),
+                scope: Scope::Admin,
+            });
+        }
+        self.clients
+            .iter()
+            .find(|c| token_ok(req, &c.token))
+            .map(|c| Caller {
+                name: c.name.clone(),
+                scope: c.scope,
+            })
+    }
 }
 
 /// The whole API under `/api/v1`, ready to serve (merge it with other routers freely) with
@@ -168,9 +199,40 @@ pub(crate) fn bearer_ok(headers: &axum::http::HeaderMap, token: &str) -> bool {
             == 0
 }
 
-async fn check_token(State(auth): State<Arc<Auth>>, req: Request, next: Next) -> Response {
-    if req.extensions().get::<LocalAdmin>().is_some() || token_ok(&req, &auth.token) {
-        return next.run(req).await;
+/// The request's path as the client sent it (a nested router sees only its own part).
+fn full_path(req: &Request) -> String {
+    match req.extensions().get::<axum::extract::OriginalUri>() {
+        Some(uri) => uri.path().to_string(),
+        None => req.uri().path().to_string(),
+    }
+}
+
+async fn check_token(State(auth): State<Arc<Auth>>, mut req: Request, next: Next) -> Response {
+    if let Some(caller) = auth.caller(&req) {
+        let method = req.method().clone();
+        let path = full_path(&req);
+        let resp = if caller.scope.allows(&method) {
+            req.extensions_mut().insert(caller.clone());
+            next.run(req).await
+        } else {
+            ApiError::new(
+                StatusCode::FORBIDDEN,
+                format!(
+                    "this token is read-only (client {:?}): it may only GET",
+                    caller.name
+                ),
+            )
+            .into_response()
+        };
+        if let Some(audit) = auth.audit.clone().filter(|_| !Scope::Read.allows(&method)) {
+            let status = resp.status().as_u16();
+            // Durable before the answer goes out; off the reactor (an fsync).
+            let _ = tokio::task::spawn_blocking(move || {
+                audit.record(&caller.name, &method, &path, status)
+            })
+            .await;
+        }
+        return resp;
     }
     let mut resp = ApiError::new(
         StatusCode::UNAUTHORIZED,
@@ -180,6 +242,15 @@ async fn check_token(State(auth): State<Arc<Auth>>, req: Request, next: Next) ->
     .into_response();
     resp.headers_mut()
         .insert(header::WWW_AUTHENTICATE, "Bearer".parse().unwrap());
+    // A change tried without a credential is recorded too.
+    let method = req.method().clone();
+    if let Some(audit) = auth.audit.clone().filter(|_| !Scope::Read.allows(&method)) {
+        let path = full_path(&req);
+        let _ = tokio::task::spawn_blocking(move || {
+            audit.record("(no valid token)", &method, &path, 401)
+        })
+        .await;
+    }
     resp
 }
 

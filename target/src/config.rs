@@ -90,6 +90,8 @@ pub struct Config {
     pub peer_token: Option<String>,
     /// Hosts of the config file (`[[host]]`), with their keys: registered at every start.
     pub hosts: Vec<fabrik_api::config::HostEntry>,
+    /// Management API clients with tokens of their own (`[[api_client]]`).
+    pub api_clients: Vec<fabrik_api::access::ApiClient>,
 }
 
 /// Settings given explicitly rather than defaulted.
@@ -128,6 +130,7 @@ impl Config {
             peer: None,
             peer_token: None,
             hosts: Vec::new(),
+            api_clients: Vec::new(),
         }
     }
 
@@ -179,6 +182,13 @@ impl Config {
             } else {
                 Some(hosts.clone())
             };
+        }
+        for c in &file.api_client {
+            self.api_clients.push(fabrik_api::access::ApiClient {
+                name: c.name.clone(),
+                token: c.token.clone(),
+                scope: c.scope,
+            });
         }
         for h in &file.host {
             check_host(h).with_context(|| format!("[[host]] {}", h.nqn))?;
@@ -323,6 +333,33 @@ impl Config {
                     "api_token must be at least 16 characters without spaces (or leave it out: \
                      fabrikd then generates one into <data-dir>/api-token)"
                 );
+            }
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for c in &self.api_clients {
+            let weak = c.token.trim().len() < 16
+                || c.token.chars().any(|c| c.is_whitespace() || c.is_control());
+            if weak {
+                bail!(
+                    "[[api_client]] {:?}: its token must be at least 16 characters without spaces",
+                    c.name
+                );
+            }
+            if c.name.is_empty() || c.name.len() > 64 || c.name.chars().any(char::is_control) {
+                bail!("[[api_client]] names are 1 to 64 characters without control characters");
+            }
+            if !names.insert(c.name.as_str()) {
+                bail!("[[api_client]] {:?} appears twice", c.name);
+            }
+            if self.api_token.as_deref() == Some(c.token.as_str())
+                || self
+                    .api_clients
+                    .iter()
+                    .filter(|o| o.token == c.token)
+                    .count()
+                    > 1
+            {
+                bail!("[[api_client]] {:?}: its token is another client's", c.name);
             }
         }
         if self.peer.is_some() && self.module.is_none() {

@@ -58,10 +58,16 @@ use controller::TargetState;
 use model::Transport;
 use state::State;
 
+/// The append-only log of management changes, in the data directory (see `fabrik_api::access`).
+pub const AUDIT_LOG: &str = "audit.log";
+
 /// A running target.
 pub struct Target {
     state: Arc<TargetState>,
     manager: Arc<management::Manager>,
+    /// Management API clients besides the admin token, and the audit log of changes.
+    api_clients: Vec<fabrik_api::access::ApiClient>,
+    audit: Option<Arc<fabrik_api::access::AuditLog>>,
     listen_addrs: Vec<SocketAddr>,
     rdma_listen_addrs: Vec<SocketAddr>,
     stop: CancellationToken,
@@ -200,9 +206,20 @@ impl Target {
                 Transport::Tcp => listen_addrs.push(addr),
             }
         }
+        let audit = match config.persist_state {
+            true => {
+                let path = config.data_dir.join(AUDIT_LOG);
+                let log = fabrik_api::access::AuditLog::open(&path)
+                    .with_context(|| format!("cannot open the audit log {}", path.display()))?;
+                Some(Arc::new(log))
+            }
+            false => None,
+        };
         Ok(Target {
             state: target,
             manager,
+            api_clients: config.api_clients.clone(),
+            audit,
             listen_addrs,
             rdma_listen_addrs,
             stop,
@@ -238,14 +255,23 @@ impl Target {
 
     /// The `/api/v1` router over this target; merge other routes into it freely.
     pub fn api_router(&self, token: String) -> fabrik_api::axum::Router {
-        fabrik_api::router(self.manager.clone(), fabrik_api::Auth { token })
+        let auth = fabrik_api::Auth {
+            token,
+            clients: self.api_clients.clone(),
+            audit: self.audit.clone(),
+        };
+        fabrik_api::router(self.manager.clone(), auth)
     }
 
     /// `GET /metrics` over this target's counters, to merge into the API's router: `token` is
     /// the API's, which a scrape there needs (or the local socket).
     pub fn metrics_router(&self, token: String) -> fabrik_api::axum::Router {
         let manager = self.manager.clone();
-        fabrik_api::metrics::router(move || metrics::snapshot(&manager), Some(token))
+        // The admin token, and every client's: a read-only one is what monitoring uses.
+        let tokens = std::iter::once(token)
+            .chain(self.api_clients.iter().map(|c| c.token.clone()))
+            .collect();
+        fabrik_api::metrics::router(move || metrics::snapshot(&manager), Some(tokens))
     }
 
     /// Stops accepting, lets in-flight commands complete and their answers reach the hosts,

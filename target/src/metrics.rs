@@ -166,7 +166,8 @@ impl MetricsEndpoint {
     ) -> std::io::Result<MetricsEndpoint> {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
-        let router = fabrik_api::metrics::router(move || snapshot(&manager), token);
+        let router =
+            fabrik_api::metrics::router(move || snapshot(&manager), token.map(|t| vec![t]));
         let stop = CancellationToken::new();
         let task = tokio::spawn({
             let stop = stop.clone();
