@@ -1,4 +1,5 @@
-//! A typed client of the `/api/v1` API over plain HTTP/1.1 (loopback or a trusted network).
+//! A typed client of the `/api/v1` API: HTTPS (trusting the CA file in `FABRIK_API_CA`, or the
+//! system's roots), plain HTTP/1.1 on loopback, or fabrikd's local socket.
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
@@ -40,9 +41,12 @@ pub struct Client {
     via: Via,
 }
 
+type Https = hyper_rustls::HttpsConnector<HttpConnector>;
+
 /// How requests reach fabrikd.
 enum Via {
-    Http(HyperClient<HttpConnector, Full<Bytes>>),
+    /// HTTP or HTTPS; an error when the trusted roots could not be read (said at each call).
+    Http(Result<HyperClient<Https, Full<Bytes>>, String>),
     /// fabrikd's local socket: no token, the socket's file permissions decide.
     Unix(PathBuf),
 }
@@ -51,13 +55,28 @@ impl Client {
     /// `base` is e.g. `http://127.0.0.1:8080` (every call needs `token`), or `unix:PATH` for
     /// fabrikd's local socket (no token needed).
     pub fn new(base: &str, token: Option<String>) -> Client {
+        let ca = std::env::var_os("FABRIK_API_CA").map(PathBuf::from);
+        Client::with_ca(base, token, ca.as_deref())
+    }
+
+    /// `new`, an `https://` base trusting the certificates in `ca` (PEM) rather than the
+    /// system's roots.
+    pub fn with_ca(base: &str, token: Option<String>, ca: Option<&Path>) -> Client {
         if let Some(path) = base.strip_prefix("unix:") {
             return Client::unix(Path::new(path));
         }
+        let http = crate::tls::client_config(ca).map(|tls| {
+            let connector = hyper_rustls::HttpsConnectorBuilder::new()
+                .with_tls_config(tls)
+                .https_or_http()
+                .enable_http1()
+                .build();
+            HyperClient::builder(TokioExecutor::new()).build(connector)
+        });
         Client {
             base: base.trim_end_matches('/').to_string(),
             token,
-            via: Via::Http(HyperClient::builder(TokioExecutor::new()).build_http()),
+            via: Via::Http(http),
         }
     }
 
@@ -75,9 +94,24 @@ impl Client {
         &self.base
     }
 
+    /// The token it sends.
+    pub fn token(&self) -> Option<&str> {
+        self.token.as_deref()
+    }
+
     async fn send(&self, req: Request<Full<Bytes>>) -> Result<hyper::Response<Incoming>, String> {
         match &self.via {
-            Via::Http(http) => http.request(req).await.map_err(|e| format!("{e:?}")),
+            Via::Http(Ok(http)) => http.request(req).await.map_err(|e| {
+                // The TLS error (an untrusted certificate, a name mismatch) is the useful part.
+                let mut text = e.to_string();
+                let mut source = std::error::Error::source(&e);
+                while let Some(s) = source {
+                    text = format!("{text}: {s}");
+                    source = s.source();
+                }
+                text
+            }),
+            Via::Http(Err(e)) => Err(e.clone()),
             Via::Unix(path) => {
                 let stream = tokio::net::UnixStream::connect(path)
                     .await

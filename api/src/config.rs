@@ -39,6 +39,11 @@ pub struct ConfigFile {
     pub hosts: Option<Vec<String>>,
     pub api: Option<String>,
     pub api_token: Option<String>,
+    /// HTTPS for the management API's TCP address: its certificate chain and key (PEM).
+    pub api_tls_cert: Option<PathBuf>,
+    pub api_tls_key: Option<PathBuf>,
+    /// The CA (PEM) that signed the other I/O module's API certificate (`peer = "https://..."`).
+    pub peer_ca: Option<PathBuf>,
     /// Cores for the I/O reactors, as `taskset -c` writes them: "0-3,8".
     pub cores: Option<String>,
     /// Microseconds a busy reactor keeps polling after its last event before it sleeps (default

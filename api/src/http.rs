@@ -63,7 +63,21 @@ pub async fn serve_tcp(
     stop: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
     let what = format!("HTTP {}", listener.local_addr()?);
-    serve(listener, app, limits, what, stop).await
+    serve(listener, None, app, limits, what, stop).await
+}
+
+/// `serve_tcp` over TLS (HTTPS): the handshake runs in the connection's own task, within the
+/// request head's deadline, so a slow client holds only its own slot.
+pub async fn serve_tls(
+    listener: TcpListener,
+    tls: Arc<rustls::ServerConfig>,
+    app: Router,
+    limits: Limits,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
+    let what = format!("HTTPS {}", listener.local_addr()?);
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    serve(listener, Some(acceptor), app, limits, what, stop).await
 }
 
 /// Serves `app` on a Unix socket until `stop`; handlers find `LocalAdmin`.
@@ -77,7 +91,7 @@ pub async fn serve_unix(
         Some(p) => format!("HTTP unix:{}", p.display()),
         None => "HTTP unix socket".to_string(),
     };
-    serve(listener, app, limits, what, stop).await
+    serve(listener, None, app, limits, what, stop).await
 }
 
 /// Binds a Unix socket at `path`, readable and writable by this user alone (0600). A socket
@@ -132,6 +146,7 @@ impl Accept for UnixListener {
 
 async fn serve<L: Accept>(
     listener: L,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     app: Router,
     limits: Limits,
     what: String,
@@ -190,16 +205,33 @@ async fn serve<L: Accept>(
             let mut app = app.clone();
             async move { Ok::<_, Infallible>(app.call(req).await.unwrap_or_else(|e| match e {})) }
         });
-        let conn = http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(limits.header_timeout)
-            .serve_connection(TokioIo::new(stream), service);
-        let conn = graceful.watch(conn);
-        let lifetime = limits.max_connection_time;
+        let watcher = graceful.watcher();
+        let tls = tls.clone();
         tokio::spawn(async move {
             let _slot = slot;
-            // An error here is the client's (a reset, a malformed request, a timeout).
-            let _ = tokio::time::timeout(lifetime, conn).await;
+            let lifetime = limits.max_connection_time;
+            let http = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(limits.header_timeout)
+                .to_owned();
+            // An error here is the client's (a reset, a malformed request, a timeout, a failed
+            // handshake).
+            match tls {
+                None => {
+                    let conn = http.serve_connection(TokioIo::new(stream), service);
+                    let _ = tokio::time::timeout(lifetime, watcher.watch(conn)).await;
+                }
+                Some(acceptor) => {
+                    let handshake = acceptor.accept(stream);
+                    let Ok(Ok(stream)) =
+                        tokio::time::timeout(limits.header_timeout, handshake).await
+                    else {
+                        return;
+                    };
+                    let conn = http.serve_connection(TokioIo::new(stream), service);
+                    let _ = tokio::time::timeout(lifetime, watcher.watch(conn)).await;
+                }
+            }
         });
     }
     // Answer what is in progress, then close.

@@ -12,6 +12,7 @@ pub mod metrics;
 pub mod models;
 pub mod routes;
 pub mod server;
+pub mod tls;
 
 pub use management::{Management, MgmtError, MgmtResult};
 pub use server::{openapi, router, Auth};

@@ -70,6 +70,11 @@ pub struct Config {
     pub api_token: Option<String>,
     /// The management API address from the config file (`--api` overrides it).
     pub api: Option<String>,
+    /// HTTPS for the management API's TCP address (certificate chain and key, PEM): needed for
+    /// any address beyond loopback.
+    pub api_tls: Option<(PathBuf, PathBuf)>,
+    /// The CA the other I/O module's API certificate is checked against (else the system's).
+    pub peer_ca: Option<PathBuf>,
     /// Cores the reactors (I/O threads) are pinned to; empty: one unpinned reactor per core
     /// fabrikd may use.
     pub cores: Vec<usize>,
@@ -131,6 +136,8 @@ impl Config {
             peer_token: None,
             hosts: Vec::new(),
             api_clients: Vec::new(),
+            api_tls: None,
+            peer_ca: None,
         }
     }
 
@@ -167,6 +174,14 @@ impl Config {
         }
         if file.api.is_some() {
             self.api = file.api.clone();
+        }
+        match (&file.api_tls_cert, &file.api_tls_key) {
+            (Some(c), Some(k)) => self.api_tls = Some((c.clone(), k.clone())),
+            (None, None) => {}
+            _ => bail!("api_tls_cert and api_tls_key go together"),
+        }
+        if let Some(ca) = &file.peer_ca {
+            self.peer_ca = Some(ca.clone());
         }
         if let Some(dir) = &file.data_dir {
             self.data_dir = dir.clone();
@@ -366,8 +381,8 @@ impl Config {
             bail!("a peer (--peer) is the other I/O module of a box: give this one's --module too");
         }
         if let Some(url) = &self.peer {
-            if !url.starts_with("http://") {
-                bail!("peer {url:?}: the other module's management API, as http://ADDR:PORT");
+            if !url.starts_with("http://") && !url.starts_with("https://") {
+                bail!("peer {url:?}: the other module's management API, as http://ADDR:PORT or https://ADDR:PORT");
             }
         }
         if self.module.is_some() {

@@ -22,6 +22,7 @@ pub const API_SOCKET: &str = "api.sock";
 /// The API being served.
 pub struct ApiEndpoint {
     tcp: Option<SocketAddr>,
+    https: bool,
     socket: Option<PathBuf>,
     stop: CancellationToken,
     tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -34,6 +35,8 @@ pub struct ApiEndpoint {
 pub struct ApiListeners {
     tcp: Option<TcpListener>,
     unix: Option<(tokio::net::UnixListener, PathBuf)>,
+    /// HTTPS on the TCP listener.
+    tls: Option<std::sync::Arc<fabrik_api::tls::rustls::ServerConfig>>,
 }
 
 impl ApiListeners {
@@ -52,7 +55,20 @@ impl ApiListeners {
             }
             None => None,
         };
-        Ok(ApiListeners { tcp, unix })
+        Ok(ApiListeners {
+            tcp,
+            unix,
+            tls: None,
+        })
+    }
+
+    /// Serves the TCP listener over HTTPS (see `fabrik_api::tls::server_config`).
+    pub fn with_tls(
+        mut self,
+        tls: Option<std::sync::Arc<fabrik_api::tls::rustls::ServerConfig>>,
+    ) -> Self {
+        self.tls = tls;
+        self
     }
 
     /// Answers the API of `target` on these sockets.
@@ -81,10 +97,16 @@ impl ApiListeners {
             Some(listener) => {
                 let addr = listener.local_addr()?;
                 let stop = stop.clone();
+                let tls = self.tls.clone();
                 tasks.push(tokio::spawn(async move {
                     let stopped = async move { stop.cancelled().await };
-                    if let Err(e) = http::serve_tcp(listener, app, Limits::default(), stopped).await
-                    {
+                    let served = match tls {
+                        Some(tls) => {
+                            http::serve_tls(listener, tls, app, Limits::default(), stopped).await
+                        }
+                        None => http::serve_tcp(listener, app, Limits::default(), stopped).await,
+                    };
+                    if let Err(e) = served {
                         tracing::error!("the API on {addr} failed: {e}");
                     }
                 }));
@@ -94,6 +116,7 @@ impl ApiListeners {
         };
         Ok(ApiEndpoint {
             tcp,
+            https: self.tls.is_some(),
             socket,
             stop,
             tasks,
@@ -122,6 +145,11 @@ impl ApiEndpoint {
     /// The TCP address actually bound.
     pub fn tcp_addr(&self) -> Option<SocketAddr> {
         self.tcp
+    }
+
+    /// The TCP address serves HTTPS.
+    pub fn https(&self) -> bool {
+        self.https
     }
 
     pub fn socket_path(&self) -> Option<&Path> {

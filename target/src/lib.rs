@@ -139,7 +139,11 @@ impl Target {
                     Some(t) => t.clone(),
                     None => state::api_token(&config.data_dir, config.api_token.as_deref())?,
                 };
-                Some(management::sync::Peer::new(url.clone(), Some(token)))
+                Some(management::sync::Peer::new(
+                    url.clone(),
+                    Some(token),
+                    config.peer_ca.clone(),
+                ))
             }
             None => None,
         };

@@ -31,6 +31,13 @@ struct Args {
     /// taken fabrikd runs without the API and says so].
     #[arg(long, value_name = "ADDR:PORT")]
     api: Option<String>,
+    /// Serve the management API's TCP address over HTTPS with this certificate (chain, PEM);
+    /// needed for an address beyond loopback. With --api-tls-key.
+    #[arg(long, value_name = "FILE", requires = "api_tls_key")]
+    api_tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --api-tls-cert.
+    #[arg(long, value_name = "FILE", requires = "api_tls_cert")]
+    api_tls_key: Option<PathBuf>,
     /// The management API's local socket (no token: its file mode 0600 decides; `fabrik`'s
     /// default), or "off" [default: <data-dir>/api.sock].
     #[arg(long, value_name = "PATH|off")]
@@ -240,6 +247,9 @@ fn build_config(args: &Args) -> anyhow::Result<Config> {
     if let Some(api) = &args.api {
         config.api = Some(api.clone());
     }
+    if let (Some(c), Some(k)) = (&args.api_tls_cert, &args.api_tls_key) {
+        config.api_tls = Some((c.clone(), k.clone()));
+    }
     if let Some(us) = args.poll_idle_us {
         config.polling.idle_after = std::time::Duration::from_micros(us);
     }
@@ -275,21 +285,38 @@ fn build_config(args: &Args) -> anyhow::Result<Config> {
 /// Where the API listens: None when off. `explicit` says whether the address was asked for (a
 /// taken default is not an error).
 fn api_addr(config: &Config) -> anyhow::Result<Option<(SocketAddr, bool)>> {
-    match config.api.as_deref() {
-        None => Ok(Some((DEFAULT_API.parse().unwrap(), false))),
-        Some("off") => Ok(None),
-        Some(a) => Ok(Some((
+    let (addr, explicit): (SocketAddr, bool) = match config.api.as_deref() {
+        None => (DEFAULT_API.parse().unwrap(), false),
+        Some("off") => return Ok(None),
+        Some(a) => (
             a.parse()
                 .with_context(|| format!("--api {a:?}: expected ADDR:PORT or off"))?,
             true,
-        ))),
+        ),
+    };
+    // Plain HTTP carries the token in clear: only on loopback.
+    if !addr.ip().is_loopback() && config.api_tls.is_none() {
+        anyhow::bail!(
+            "--api {addr} is beyond loopback: serve it over HTTPS (--api-tls-cert and \
+             --api-tls-key, or api_tls_cert/api_tls_key in the config file), or keep it on \
+             127.0.0.1 and use the local socket"
+        );
     }
+    Ok(Some((addr, explicit)))
 }
 
 const DEFAULT_API: &str = "127.0.0.1:8080";
 
 async fn run(config: Config, endpoints: Endpoints) -> anyhow::Result<()> {
-    // The API's socket first: an address asked for and taken stops fabrikd before it starts.
+    // The API's socket first: an address asked for and taken stops fabrikd before it starts;
+    // so does a certificate that cannot be used.
+    let api_tls = match &config.api_tls {
+        Some((cert, key)) => Some(
+            fabrik_api::tls::server_config(cert, key)
+                .map_err(|e| anyhow::anyhow!("the management API's certificate: {e}"))?,
+        ),
+        None => None,
+    };
     let api_listener = match api_addr(&config)? {
         None => None,
         Some((addr, explicit)) => match tokio::net::TcpListener::bind(addr).await {
@@ -301,7 +328,9 @@ async fn run(config: Config, endpoints: Endpoints) -> anyhow::Result<()> {
             Err(e) => return Err(e).with_context(|| format!("cannot listen on {addr} (--api)")),
         },
     };
-    let listeners = ApiListeners::bind(api_listener, endpoints.api_socket.as_deref()).await?;
+    let listeners = ApiListeners::bind(api_listener, endpoints.api_socket.as_deref())
+        .await?
+        .with_tls(api_tls);
     let target = match Target::start(config.clone()).await {
         Ok(t) => t,
         Err(e) => {
@@ -340,9 +369,7 @@ async fn run(config: Config, endpoints: Endpoints) -> anyhow::Result<()> {
         );
     }
     if let Some(bound) = api.tcp_addr() {
-        if !bound.ip().is_loopback() {
-            tracing::warn!(%bound, "the management API listens beyond loopback");
-        }
+        let scheme = if api.https() { "https" } else { "http" };
         let token_from = match config.api_token {
             Some(_) => "the config file".to_string(),
             None => config
@@ -352,7 +379,7 @@ async fn run(config: Config, endpoints: Endpoints) -> anyhow::Result<()> {
                 .to_string(),
         };
         eprintln!(
-            "  management API http://{bound}/api/v1 (docs /api/v1/docs; every call needs the token in {token_from})"
+            "  management API {scheme}://{bound}/api/v1 (docs /api/v1/docs; every call needs the token in {token_from})"
         );
     }
     wait_for_signal().await?;

@@ -226,3 +226,59 @@ async fn the_api_answers_as_soon_as_the_nvme_port_does() {
     kill9(child);
     assert_eq!(drives.expect("the API's local socket answers").len(), 4);
 }
+
+/// The management API over HTTPS: a client trusting the box's CA gets answers; one trusting
+/// only the system's roots, or speaking plain HTTP, gets none; an address beyond loopback
+/// without a certificate stops fabrikd.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_serves_https_and_plain_http_only_on_loopback() {
+    let dir = tempfile::tempdir().unwrap();
+    let ports = Ports {
+        nvme: free_port(),
+        api: free_port(),
+    };
+    let out = Command::new(env!("CARGO_BIN_EXE_fabrikd"))
+        .arg("--data-dir")
+        .arg(dir.path())
+        .args(["--listen", &format!("127.0.0.1:{}", ports.nvme)])
+        .args(["--api", &format!("0.0.0.0:{}", ports.api)])
+        .args(["--drives", "1", "--drive-size", "16M"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("beyond loopback") && err.contains("--api-tls-cert"),
+        "{err}"
+    );
+
+    let ck = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+    let (cert, key) = (dir.path().join("api.crt"), dir.path().join("api.key"));
+    std::fs::write(&cert, ck.cert.pem()).unwrap();
+    std::fs::write(&key, ck.signing_key.serialize_pem()).unwrap();
+    let tls = [
+        "--api-tls-cert",
+        cert.to_str().unwrap(),
+        "--api-tls-key",
+        key.to_str().unwrap(),
+    ];
+    let mut child = fabrikd(dir.path(), &ports, &tls).spawn().unwrap();
+    let socket = Client::unix(&dir.path().join("api.sock"));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while socket.drives().await.is_err() {
+        assert!(child.try_wait().unwrap().is_none(), "fabrikd exited");
+        assert!(Instant::now() < deadline, "fabrikd's API did not come up");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let token = std::fs::read_to_string(dir.path().join("api-token")).unwrap();
+    let token = Some(token.trim().to_string());
+    let url = format!("https://127.0.0.1:{}", ports.api);
+    let trusted = Client::with_ca(&url, token.clone(), Some(&cert));
+    assert_eq!(trusted.drives().await.unwrap().len(), 4);
+    let untrusted = Client::with_ca(&url, token.clone(), None);
+    let e = untrusted.drives().await.unwrap_err().to_string();
+    assert!(e.to_lowercase().contains("certificate"), "{e}");
+    let plain = Client::new(&format!("http://127.0.0.1:{}", ports.api), token);
+    assert!(plain.drives().await.is_err());
+    kill9(child);
+}

@@ -19,6 +19,10 @@ pub struct ApiArgs {
     /// /var/lib/fabrik or ~/.local/share/fabrik].
     #[arg(long, env = "FABRIK_API_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// For an `https://` API: the CA certificate (PEM) that signed the box's certificate
+    /// [default: the system's roots].
+    #[arg(long, env = "FABRIK_API_CA", value_name = "FILE")]
+    pub api_ca: Option<PathBuf>,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -26,7 +30,13 @@ pub struct ApiArgs {
 
 impl ApiArgs {
     pub(super) fn client(&self) -> Result<Client> {
-        api_client(self.api.as_deref(), self.token.clone())
+        let client = api_client(self.api.as_deref(), self.token.clone())?;
+        Ok(match (&self.api_ca, &self.api) {
+            (Some(ca), Some(url)) if url.starts_with("https://") => {
+                Client::with_ca(url, client.token().map(str::to_string), Some(ca))
+            }
+            _ => client,
+        })
     }
 }
 

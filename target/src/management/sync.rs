@@ -42,15 +42,18 @@ pub const CHECK_EVERY: Duration = Duration::from_secs(2);
 pub struct Peer {
     url: String,
     token: Option<String>,
+    /// The CA its HTTPS certificate is checked against (None: the system's roots).
+    ca: Option<std::path::PathBuf>,
     /// Both changed while apart (see the module documentation); found by `check_peer`.
     diverged: AtomicBool,
 }
 
 impl Peer {
-    pub fn new(url: String, token: Option<String>) -> Peer {
+    pub fn new(url: String, token: Option<String>, ca: Option<std::path::PathBuf>) -> Peer {
         Peer {
             url,
             token,
+            ca,
             diverged: AtomicBool::new(false),
         }
     }
@@ -86,7 +89,7 @@ impl Peer {
                     .build()
                     .map_err(|e| unreachable(format!("no runtime for the call: {e}")))?;
                 rt.block_on(async {
-                    let client = Client::new(&self.url, self.token.clone());
+                    let client = Client::with_ca(&self.url, self.token.clone(), self.ca.as_deref());
                     match crate::timer::timeout(limit, f(&client)).await {
                         Ok(r) => r,
                         Err(_) => Err(unreachable(format!("no answer within {limit:?}"))),
