@@ -197,7 +197,133 @@ async fn commands_before_authentication_fail_and_bad_messages_end_the_associatio
     assert_eq!(cqe.status, Status::SUCCESS);
     assert_eq!(&data[..2], &[0x00, 0xf1], "AUTH_Failure1");
     raw.expect_graceful_close().await;
+
+    // A truncated Negotiate on a new association: Failure1 "incorrect payload", then the close.
+    let mut raw = RawConn::connect(a.nvme(), Digests::default()).await;
+    let cqe = raw.admin_connect_as(&api::nqn("00"), Some(hostnqn)).await;
+    assert_eq!(cqe.status, Status::SUCCESS);
+    let cut = &fabrik_proto::auth::Message::Negotiate {
+        t_id: 0,
+        sc_c: 0,
+        dhchap: None,
+    }
+    .encode()[..20];
+    let send = FabricsCommand::AuthSend {
+        secp: 0xe9,
+        spsp: [1, 1],
+        len: cut.len() as u32,
+    };
+    let cqe = raw
+        .command_with_data(send.to_sqe(5), Bytes::copy_from_slice(cut))
+        .await;
+    assert_eq!(cqe.status, Status::SUCCESS);
+    let (_, data) = raw.command_reading(recv_sqe(6), 4096).await;
+    assert_eq!(&data[..2], &[0x00, 0xf1], "AUTH_Failure1");
+    assert_eq!(data[7], 0x06, "incorrect payload");
+    raw.expect_graceful_close().await;
     a.stop().await;
+}
+
+/// An I/O queue of an authenticated controller still authenticates itself: until it does, its
+/// commands get Authentication Required.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_io_queue_authenticates_on_its_own() {
+    use common::raw::RawConn;
+    use fabrik_proto::nvme::io::IoCommand;
+    use fabrik_proto::tcp::Digests;
+    let dir = tempfile::tempdir().unwrap();
+    let a = api::start_with(common::config(dir.path(), BackendKind::Ram, 1, 16 * MIB)).await;
+    let host = HostIdentity::random();
+    let s = secret(1, 0x47);
+    a.admin
+        .add_host(&HostRequest {
+            nqn: host.nqn.clone(),
+            dhchap_secret: Some(s.to_text().to_string()),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    // Admin queue by hand, authenticated with proto's host end over raw commands.
+    let mut admin = RawConn::connect(a.nvme(), Digests::default()).await;
+    let cqe = admin
+        .admin_connect_as(&api::nqn("00"), Some(&host.nqn))
+        .await;
+    let cntlid = cqe.dw0() as u16;
+    authenticate(&mut admin, &host.nqn, &s, 0).await;
+    let get = FabricsCommand::PropertyGet {
+        size8: true,
+        offset: 0,
+    }
+    .to_sqe(2);
+    assert_eq!(
+        admin.command(get).await.status,
+        Status::SUCCESS,
+        "authenticated"
+    );
+    admin.enable_controller().await;
+    // An I/O queue of that controller: it must authenticate too.
+    let mut raw = RawConn::connect(a.nvme(), Digests::default()).await;
+    let cqe = raw
+        .connect_queue(&api::nqn("00"), Some(&host.nqn), 1, cntlid)
+        .await;
+    assert_eq!(cqe.status, Status::SUCCESS, "{cqe:?}");
+    assert_ne!(
+        cqe.result as u32 & fabrik_proto::auth::CONNECT_AUTH_REQUIRED,
+        0
+    );
+    let read = IoCommand::Read {
+        nsid: 1,
+        slba: 0,
+        nlb: 1,
+        fua: false,
+    }
+    .to_sqe(9);
+    let (cqe, _) = raw.command_reading(read, 4096).await;
+    assert_eq!(cqe.status, Status::AUTH_REQUIRED);
+    authenticate(&mut raw, &host.nqn, &s, 1).await;
+    let read = IoCommand::Read {
+        nsid: 1,
+        slba: 0,
+        nlb: 1,
+        fua: false,
+    }
+    .to_sqe(10);
+    let (cqe, data) = raw.command_reading(read, 4096).await;
+    assert_eq!((cqe.status, data.len()), (Status::SUCCESS, 4096));
+    a.stop().await;
+}
+
+/// One DH-HMAC-CHAP transaction over a raw queue, driven by proto's host end.
+async fn authenticate(raw: &mut common::raw::RawConn, hostnqn: &str, s: &Secret, t_id: u16) {
+    use fabrik_proto::auth::exchange::{HostKeys, HostStep};
+    use fabrik_proto::auth::{HostAuth, OsRandom};
+    let keys = HostKeys {
+        host: s.clone(),
+        ctrl: None,
+        hostnqn: hostnqn.into(),
+        subnqn: api::nqn("00"),
+    };
+    let mut h = HostAuth::new(keys, t_id, &mut OsRandom);
+    let mut out = h.negotiate();
+    for cid in (20u16..).step_by(2) {
+        let bytes = out.encode();
+        let send = FabricsCommand::AuthSend {
+            secp: 0xe9,
+            spsp: [1, 1],
+            len: bytes.len() as u32,
+        };
+        let cqe = raw
+            .command_with_data(send.to_sqe(cid), Bytes::from(bytes))
+            .await;
+        assert_eq!(cqe.status, Status::SUCCESS);
+        let (cqe, data) = raw.command_reading(recv_sqe(cid + 1), 4096).await;
+        assert_eq!(cqe.status, Status::SUCCESS);
+        match h.on_receive(&data, &mut OsRandom) {
+            HostStep::Send(m) => out = m,
+            HostStep::Done => return,
+            other => panic!("{other:?}"),
+        }
+    }
 }
 
 /// A host that keeps its admin queue busy with authentication and never finishes loses its
