@@ -67,6 +67,11 @@ pub enum HostError {
     #[error("GPU: {0}")]
     Gpu(String),
 
+    /// In-band authentication (DH-HMAC-CHAP) of a queue failed: the secrets do not match, or
+    /// the controller asks for it and no secret was given.
+    #[error("queue {qid}: DH-HMAC-CHAP authentication failed: {reason}")]
+    Authentication { qid: u16, reason: String },
+
     /// The caller asked for something this host cannot do (bad NQN, no such queue...).
     #[error("invalid request: {0}")]
     Invalid(String),

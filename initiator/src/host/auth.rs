@@ -29,9 +29,12 @@ impl<'a> Authentication<'a> {
         use fabrik_proto::auth::{HostAuth, Message, OsRandom};
         let qid = queue.qid();
         let Some(secret) = &self.opts.dhchap_secret else {
-            return Err(HostError::Invalid(format!(
-                "qid {qid}: the controller of {subnqn} requires DH-HMAC-CHAP authentication and no secret was given (--dhchap-secret)"
-            )));
+            return Err(HostError::Authentication {
+                qid,
+                reason: format!(
+                    "the controller of {subnqn} requires it and no secret was given (--dhchap-secret)"
+                ),
+            });
         };
         let keys = HostKeys {
             host: secret.clone(),
@@ -73,9 +76,10 @@ impl<'a> Authentication<'a> {
                     if let Some(m) = failure {
                         let _ = send(m).await;
                     }
-                    return Err(HostError::Invalid(format!(
-                        "qid {qid}: DH-HMAC-CHAP authentication with {subnqn} failed: {why}"
-                    )));
+                    return Err(HostError::Authentication {
+                        qid,
+                        reason: why.to_string(),
+                    });
                 }
             }
         }

@@ -827,6 +827,8 @@ pub fn is_path_error(err: &HostError) -> bool {
         HostError::Status { status, .. } => status.sct() == sct::PATH && !status.is_dnr(),
         // The memory's, the GPU's or the NIC's limits, not the connection's.
         HostError::Invalid(_) | HostError::PeerMemory { .. } | HostError::Gpu(_) => false,
+        // The secrets', not the path's: another path or a retry meets the same.
+        HostError::Authentication { .. } => false,
         HostError::Io { .. }
         | HostError::ConnectionClosed { .. }
         | HostError::Protocol { .. }
