@@ -124,29 +124,29 @@ pub struct Host {
     pub qos: Option<QosLimits>,
 }
 
-/// I/O limits (`PUT /hosts/{nqn}/qos`): each optional, null lifts it. `iops` and
+/// I/O limits (`PUT /hosts/{nqn}/qos`): each optional, null lifts it, at most 2^50. `iops` and
 /// `bytes_per_sec` count reads and writes together; the `read_`/`write_` ones each kind alone;
 /// every limit that applies holds. Commands past a limit wait (they are not failed).
 #[derive(Clone, Debug, Default, Serialize, Deserialize, ToSchema, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct QosLimits {
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 1)]
+    #[schema(minimum = 1, maximum = 1125899906842624_f64)]
     pub iops: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 1)]
+    #[schema(minimum = 1, maximum = 1125899906842624_f64)]
     pub bytes_per_sec: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 1)]
+    #[schema(minimum = 1, maximum = 1125899906842624_f64)]
     pub read_iops: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 1)]
+    #[schema(minimum = 1, maximum = 1125899906842624_f64)]
     pub read_bytes_per_sec: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 1)]
+    #[schema(minimum = 1, maximum = 1125899906842624_f64)]
     pub write_iops: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 1)]
+    #[schema(minimum = 1, maximum = 1125899906842624_f64)]
     pub write_bytes_per_sec: Option<u64>,
     /// How far ahead of its rate a host may run after being idle, in ms of each limit
     /// (default 50, at most 10000).

@@ -15,6 +15,8 @@ use fabrik_api::models::QosLimits;
 
 /// Default burst: this much of each rate may pass at once after idling.
 pub const DEFAULT_BURST_MS: u32 = 50;
+/// Largest limit the API accepts, per second (far past any box: 1 PiB/s).
+pub const MAX_LIMIT: u64 = 1 << 50;
 /// Longest burst the API accepts.
 pub const MAX_BURST_MS: u32 = 10_000;
 
@@ -32,6 +34,9 @@ pub fn check(q: &QosLimits) -> Result<(), String> {
     ];
     if values.contains(&Some(0)) {
         return Err("a limit of 0 would stop the host: lift it with null instead".into());
+    }
+    if values.iter().flatten().any(|&v| v > MAX_LIMIT) {
+        return Err(format!("a limit is at most {MAX_LIMIT} (2^50) per second"));
     }
     if q.burst_ms.is_some_and(|b| b > MAX_BURST_MS) {
         return Err(format!("burst_ms is at most {MAX_BURST_MS}"));
