@@ -42,6 +42,18 @@ async fn refused(r: Result<Controller, fabrik_initiator::HostError>) -> String {
     }
 }
 
+/// A one-drive box in `dir` with `hostnqn` registered with `secret`.
+async fn box_with_host(dir: &std::path::Path, hostnqn: &str, secret: &Secret) -> api::Api {
+    let a = api::start_with(common::config(dir, BackendKind::Ram, 1, 16 * MIB)).await;
+    let req = HostRequest {
+        nqn: hostnqn.into(),
+        dhchap_secret: Some(secret.to_text().to_string()),
+        ..Default::default()
+    };
+    a.admin.add_host(&req).await.unwrap();
+    a
+}
+
 async fn write_read(c: &Controller, seed: u64) {
     let data = common::random_data(8192, seed);
     c.write(1, 16, data.clone(), false).await.unwrap();
@@ -142,16 +154,8 @@ async fn commands_before_authentication_fail_and_bad_messages_end_the_associatio
     use common::raw::RawConn;
     use fabrik_proto::tcp::Digests;
     let dir = tempfile::tempdir().unwrap();
-    let a = api::start_with(common::config(dir.path(), BackendKind::Ram, 1, 16 * MIB)).await;
     let hostnqn = "nqn.2014-08.org.nvmexpress:uuid:6a1d2b8e-0000-4000-8000-000000000001";
-    a.admin
-        .add_host(&HostRequest {
-            nqn: hostnqn.into(),
-            dhchap_secret: Some(secret(0, 0x44).to_text().to_string()),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let a = box_with_host(dir.path(), hostnqn, &secret(0, 0x44)).await;
     let mut raw = RawConn::connect(a.nvme(), Digests::default()).await;
     let cqe = raw.admin_connect_as(&api::nqn("00"), Some(hostnqn)).await;
     assert_eq!(cqe.status, Status::SUCCESS);
@@ -232,17 +236,9 @@ async fn an_io_queue_authenticates_on_its_own() {
     use fabrik_proto::nvme::io::IoCommand;
     use fabrik_proto::tcp::Digests;
     let dir = tempfile::tempdir().unwrap();
-    let a = api::start_with(common::config(dir.path(), BackendKind::Ram, 1, 16 * MIB)).await;
     let host = HostIdentity::random();
     let s = secret(1, 0x47);
-    a.admin
-        .add_host(&HostRequest {
-            nqn: host.nqn.clone(),
-            dhchap_secret: Some(s.to_text().to_string()),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let a = box_with_host(dir.path(), &host.nqn, &s).await;
     // Admin queue by hand, authenticated with proto's host end over raw commands.
     let mut admin = RawConn::connect(a.nvme(), Digests::default()).await;
     let cqe = admin
@@ -335,16 +331,8 @@ async fn a_queue_that_never_authenticates_is_closed_after_kato() {
     use fabrik_proto::auth::Message;
     use fabrik_proto::tcp::Digests;
     let dir = tempfile::tempdir().unwrap();
-    let a = api::start_with(common::config(dir.path(), BackendKind::Ram, 1, 16 * MIB)).await;
     let hostnqn = "nqn.2014-08.org.nvmexpress:uuid:6a1d2b8e-0000-4000-8000-000000000002";
-    a.admin
-        .add_host(&HostRequest {
-            nqn: hostnqn.into(),
-            dhchap_secret: Some(secret(0, 0x46).to_text().to_string()),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    let a = box_with_host(dir.path(), hostnqn, &secret(0, 0x46)).await;
     let mut raw = RawConn::connect(a.nvme(), Digests::default()).await;
     let t0 = std::time::Instant::now();
     let cqe = raw

@@ -303,19 +303,12 @@ pub fn host_response(
     hostnqn: &str,
     subnqn: &str,
 ) -> Vec<u8> {
-    hash.hmac(
-        key,
-        &[
-            challenge,
-            &seqnum.to_le_bytes(),
-            &t_id.to_le_bytes(),
-            &[0],
-            b"HostHost",
-            hostnqn.as_bytes(),
-            &[0],
-            subnqn.as_bytes(),
-        ],
-    )
+    let names = [
+        b"HostHost".as_slice(),
+        hostnqn.as_bytes(),
+        subnqn.as_bytes(),
+    ];
+    response(hash, key, challenge, seqnum, t_id, names)
 }
 
 /// R2, the controller's response: HMAC(Kc', Ca2 ‖ S2 ‖ T_ID ‖ SC_C ‖ "Controller" ‖ SubNQN ‖
@@ -329,19 +322,26 @@ pub fn controller_response(
     hostnqn: &str,
     subnqn: &str,
 ) -> Vec<u8> {
-    hash.hmac(
-        key,
-        &[
-            challenge,
-            &seqnum.to_le_bytes(),
-            &t_id.to_le_bytes(),
-            &[0],
-            b"Controller",
-            subnqn.as_bytes(),
-            &[0],
-            hostnqn.as_bytes(),
-        ],
-    )
+    let names = [
+        b"Controller".as_slice(),
+        subnqn.as_bytes(),
+        hostnqn.as_bytes(),
+    ];
+    response(hash, key, challenge, seqnum, t_id, names)
+}
+
+/// Either response: the challenge, S, T_ID, SC_C (0), then who answers and the two NQNs, the
+/// answerer's first.
+fn response(
+    hash: HashId,
+    key: &[u8],
+    challenge: &[u8],
+    seqnum: u32,
+    t_id: u16,
+    [role, first, second]: [&[u8]; 3],
+) -> Vec<u8> {
+    let (s, t) = (seqnum.to_le_bytes(), t_id.to_le_bytes());
+    hash.hmac(key, &[challenge, &s, &t, &[0], role, first, &[0], second])
 }
 
 /// Equal, in time that does not depend on where they differ.
