@@ -248,6 +248,16 @@ impl Client {
         self.put(&format!("/hosts/{}/keys", seg(nqn)), req).await
     }
 
+    pub async fn set_subsystem_authentication(
+        &self,
+        nqn: &str,
+        required: bool,
+    ) -> Result<Subsystem, ClientError> {
+        let req = AuthenticationRequest { required };
+        self.put(&format!("/subsystems/{}/authentication", seg(nqn)), &req)
+            .await
+    }
+
     pub async fn set_drive_qos(&self, id: &str, req: &QosLimits) -> Result<Drive, ClientError> {
         self.put(&format!("/drives/{}/qos", seg(id)), req).await
     }

@@ -44,6 +44,13 @@ pub trait Management: Send + Sync + 'static {
     /// Refused (409) while a composition uses it.
     fn delete_subsystem(&self, nqn: &str) -> MgmtResult<()>;
     fn set_subsystem_access(&self, nqn: &str, req: AccessRequest) -> MgmtResult<Subsystem>;
+    /// Whether only hosts with DH-HMAC-CHAP keys may connect (a host without keys gets
+    /// Connect Invalid Host).
+    fn set_subsystem_authentication(
+        &self,
+        nqn: &str,
+        req: AuthenticationRequest,
+    ) -> MgmtResult<Subsystem>;
     fn allow_host(&self, nqn: &str, host_nqn: &str) -> MgmtResult<Subsystem>;
     /// Tears down the host's controllers of this subsystem.
     fn disallow_host(&self, nqn: &str, host_nqn: &str) -> MgmtResult<Subsystem>;

@@ -71,6 +71,9 @@ pub struct Subsystem {
     pub allow_any_host: bool,
     /// Host NQNs that may connect, in effect now (compositions included).
     pub hosts: Vec<String>,
+    /// Only hosts with DH-HMAC-CHAP keys may connect, and they authenticate.
+    #[serde(default)]
+    pub require_auth: bool,
     pub namespaces: Vec<Namespace>,
     /// IDs of the ports it is reachable on (every port).
     pub ports: Vec<u16>,
@@ -329,6 +332,14 @@ pub struct HostKeysRequest {
     pub dhchap_hash: Option<String>,
     #[serde(default)]
     pub dhchap_dhgroup: Option<String>,
+}
+
+/// Sets whether a subsystem admits only hosts with DH-HMAC-CHAP keys
+/// (`PUT /subsystems/{nqn}/authentication`).
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AuthenticationRequest {
+    pub required: bool,
 }
 
 /// Sets whether any host may connect to a subsystem.

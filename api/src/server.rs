@@ -24,7 +24,7 @@ use crate::routes::{self, ana, compositions, controllers, drives, hosts, ports, 
     paths(
         drives::list, drives::get, drives::clear_fault, drives::set_qos,
         subsystems::list, subsystems::get, subsystems::create, subsystems::delete,
-        subsystems::set_access, subsystems::allow_host, subsystems::disallow_host,
+        subsystems::set_access, subsystems::set_authentication, subsystems::allow_host, subsystems::disallow_host,
         subsystems::namespaces, subsystems::add_namespace, subsystems::remove_namespace,
         hosts::list, hosts::get, hosts::create, hosts::delete, hosts::set_keys, hosts::set_qos,
         ports::list, ports::get, ports::create, ports::delete,
@@ -111,6 +111,10 @@ pub fn router(m: Arc<dyn Management>, auth: Auth) -> Router {
             get(subsystems::get).delete(subsystems::delete),
         )
         .route("/subsystems/{nqn}/access", put(subsystems::set_access))
+        .route(
+            "/subsystems/{nqn}/authentication",
+            put(subsystems::set_authentication),
+        )
         .route("/subsystems/{nqn}/hosts", post(subsystems::allow_host))
         .route(
             "/subsystems/{nqn}/hosts/{host_nqn}",

@@ -235,6 +235,8 @@ impl Manager {
                 live.set_allowed_hosts(hosts);
                 access_changed = true;
             }
+            live.require_auth
+                .store(s.require_auth, std::sync::atomic::Ordering::Relaxed);
         }
         if access_changed {
             self.target.discovery_changed();
@@ -472,6 +474,7 @@ impl Management for Manager {
                 allow_any_host: req.allow_any_host,
                 hosts: req.hosts.clone(),
                 namespaces: NamespaceState::numbered(&req.drives),
+                require_auth: false,
             });
             Ok(())
         })?;
@@ -674,6 +677,18 @@ impl Management for Manager {
 
     fn set_host_keys(&self, nqn: &str, req: api::HostKeysRequest) -> MgmtResult<api::Host> {
         self.replace_host_keys(nqn, req)
+    }
+
+    fn set_subsystem_authentication(
+        &self,
+        nqn: &str,
+        req: api::AuthenticationRequest,
+    ) -> MgmtResult<api::Subsystem> {
+        self.mutate(|st| {
+            find_sub(st, nqn)?.require_auth = req.required;
+            Ok(())
+        })?;
+        self.subsystem(nqn)
     }
 
     fn set_host_qos(&self, nqn: &str, req: api::QosLimits) -> MgmtResult<api::Host> {

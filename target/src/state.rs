@@ -239,6 +239,9 @@ pub struct SubsystemState {
     /// Hosts allowed when `allow_any_host` is false.
     pub hosts: Vec<String>,
     pub namespaces: Vec<NamespaceState>,
+    /// Only hosts with DH-HMAC-CHAP keys may connect (and then authenticate).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub require_auth: bool,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -347,6 +350,7 @@ impl State {
                     allow_any_host: hosts.is_none(),
                     hosts: hosts.unwrap_or_default(),
                     namespaces: NamespaceState::numbered(&sub.drives),
+                    require_auth: false,
                 }
             })
             .collect();

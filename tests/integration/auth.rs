@@ -289,6 +289,39 @@ async fn an_io_queue_authenticates_on_its_own() {
     a.stop().await;
 }
 
+/// A subsystem that requires authentication admits only hosts with keys: one without gets
+/// Connect Invalid Host; lifting the requirement lets it in again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subsystem_may_require_authentication() {
+    let dir = tempfile::tempdir().unwrap();
+    let keyed = HostIdentity::random();
+    let s = secret(1, 0x48);
+    let a = box_with_host(dir.path(), &keyed.nqn, &s).await;
+    let plain = HostIdentity::random();
+    let view = a
+        .admin
+        .set_subsystem_authentication(&api::nqn("00"), true)
+        .await
+        .unwrap();
+    assert!(view.require_auth);
+    let e = refused(connect(&a, &plain, None, None).await).await;
+    assert!(e.contains("Connect Invalid Host"), "{e}");
+    let c = connect(&a, &keyed, Some(s), None).await.unwrap();
+    write_read(&c, 8).await;
+    c.shutdown().await.unwrap();
+    a.admin
+        .set_subsystem_authentication(&api::nqn("00"), false)
+        .await
+        .unwrap();
+    connect(&a, &plain, None, None)
+        .await
+        .unwrap()
+        .shutdown()
+        .await
+        .unwrap();
+    a.stop().await;
+}
+
 /// One DH-HMAC-CHAP transaction over a raw queue, driven by proto's host end.
 async fn authenticate(raw: &mut common::raw::RawConn, hostnqn: &str, s: &Secret, t_id: u16) {
     use fabrik_proto::auth::exchange::{HostKeys, HostStep};

@@ -7,7 +7,8 @@ use axum::Json;
 use super::{blocking, read, Encoded, Mgmt};
 use crate::error::{ApiError, JsonBody, PathParam};
 use crate::models::{
-    AccessRequest, HostRequest, Namespace, NamespaceRequest, Problem, Subsystem, SubsystemRequest,
+    AccessRequest, AuthenticationRequest, HostRequest, Namespace, NamespaceRequest, Problem,
+    Subsystem, SubsystemRequest,
 };
 
 #[utoipa::path(get, path = "/api/v1/subsystems", tag = "subsystems",
@@ -80,6 +81,27 @@ pub async fn set_access(
 ) -> Result<Json<Subsystem>, ApiError> {
     Ok(Json(
         blocking(&m, move |m| m.set_subsystem_access(&nqn, req)).await?,
+    ))
+}
+
+/// Only hosts with DH-HMAC-CHAP keys may connect (those without get Connect Invalid Host;
+/// controllers already connected stay), or any allowed host.
+#[utoipa::path(put, path = "/api/v1/subsystems/{nqn}/authentication", tag = "subsystems", request_body = AuthenticationRequest,
+    params(("nqn" = String, Path, description = "Subsystem NQN")),
+    security(("bearer" = [])),
+    responses((status = 200, body = Subsystem),
+        (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Body is not application/json", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No or wrong token", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such subsystem", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "JSON of the wrong shape", body = Problem, content_type = "application/problem+json")))]
+pub async fn set_authentication(
+    State(m): State<Mgmt>,
+    PathParam(nqn): PathParam<String>,
+    JsonBody(req): JsonBody<AuthenticationRequest>,
+) -> Result<Json<Subsystem>, ApiError> {
+    Ok(Json(
+        blocking(&m, move |m| m.set_subsystem_authentication(&nqn, req)).await?,
     ))
 }
 

@@ -189,7 +189,13 @@ impl Queue {
             let Some(sub) = self.target.subsystem(cd.subnqn.as_str()) else {
                 return Err(invalid_param(true, connect::OFFSET_SUBNQN));
             };
-            if !sub.host_allowed(hostnqn.as_deref()) {
+            let unauthenticated = sub.require_auth.load(std::sync::atomic::Ordering::Relaxed)
+                && self.target.host_auth(hostnqn.as_deref()).is_none();
+            if unauthenticated {
+                let host = hostnqn.as_deref().unwrap_or(super::ANONYMOUS_HOST);
+                tracing::info!(hostnqn = %host, subnqn = %sub.nqn, "connect refused: the subsystem requires DH-HMAC-CHAP and the host has no secret");
+            }
+            if unauthenticated || !sub.host_allowed(hostnqn.as_deref()) {
                 let host = hostnqn.as_deref().unwrap_or(super::ANONYMOUS_HOST);
                 tracing::info!(hostnqn = %host, subnqn = %sub.nqn, "connect refused: host not allowed");
                 return Err(Response {

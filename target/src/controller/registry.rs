@@ -38,6 +38,8 @@ pub struct Subsystem {
     /// connects again only once its old controllers' commands are done (see `fence`).
     retiring: Mutex<Vec<Weak<Controller>>>,
     next_cntlid: AtomicU16,
+    /// Only hosts with DH-HMAC-CHAP keys may connect (set by the management layer).
+    pub require_auth: AtomicBool,
 }
 
 impl Subsystem {
@@ -57,6 +59,7 @@ impl Subsystem {
             controllers: Mutex::new(HashMap::new()),
             retiring: Mutex::new(Vec::new()),
             next_cntlid: AtomicU16::new(0),
+            require_auth: AtomicBool::new(false),
         }
     }
 

@@ -142,6 +142,7 @@ impl Manager {
             model: s.model.clone(),
             allow_any_host: hosts.is_none(),
             hosts: hosts.unwrap_or_default(),
+            require_auth: s.require_auth,
             namespaces: live
                 .as_ref()
                 .map(|l| {
