@@ -78,6 +78,18 @@ struct KeyArgs {
     dhchap_dhgroup: Option<String>,
 }
 
+impl KeyArgs {
+    /// The keys as the API takes them (registering a host takes the same fields).
+    fn request(self) -> HostKeysRequest {
+        HostKeysRequest {
+            dhchap_secret: self.dhchap_secret,
+            dhchap_ctrl_secret: self.dhchap_ctrl_secret,
+            dhchap_hash: self.dhchap_hash,
+            dhchap_dhgroup: self.dhchap_dhgroup,
+        }
+    }
+}
+
 pub async fn run(args: HostsArgs) -> Result<()> {
     let client = args.api.client()?;
     let host = match args.action {
@@ -118,29 +130,20 @@ pub async fn run(args: HostsArgs) -> Result<()> {
             return Ok(());
         }
         Some(HostsAction::Add { nqn, name, keys }) => {
+            let k = keys.request();
             client
                 .add_host(&HostRequest {
                     nqn,
                     name,
-                    dhchap_secret: keys.dhchap_secret,
-                    dhchap_ctrl_secret: keys.dhchap_ctrl_secret,
-                    dhchap_hash: keys.dhchap_hash,
-                    dhchap_dhgroup: keys.dhchap_dhgroup,
+                    dhchap_secret: k.dhchap_secret,
+                    dhchap_ctrl_secret: k.dhchap_ctrl_secret,
+                    dhchap_hash: k.dhchap_hash,
+                    dhchap_dhgroup: k.dhchap_dhgroup,
                 })
                 .await?
         }
         Some(HostsAction::Keys { nqn, keys }) => {
-            client
-                .set_host_keys(
-                    &nqn,
-                    &HostKeysRequest {
-                        dhchap_secret: keys.dhchap_secret,
-                        dhchap_ctrl_secret: keys.dhchap_ctrl_secret,
-                        dhchap_hash: keys.dhchap_hash,
-                        dhchap_dhgroup: keys.dhchap_dhgroup,
-                    },
-                )
-                .await?
+            client.set_host_keys(&nqn, &keys.request()).await?
         }
         Some(HostsAction::Qos {
             nqn,

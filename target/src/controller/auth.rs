@@ -128,11 +128,13 @@ impl Queue {
         };
         let ctrl = &b.ctrl;
         ctrl.keep_alive();
+        // Looked up once: the keys (when a transaction starts) and the policy come from it.
+        let auth = self.target.host_auth(ctrl.hostnqn.as_deref());
         let keys = || {
             let ControllerKind::Io(sub) = &ctrl.kind else {
                 return None;
             };
-            let auth = self.target.host_auth(ctrl.hostnqn.as_deref())?;
+            let auth = auth.as_ref()?;
             Some(ControllerKeys {
                 host: auth.secret.clone(),
                 ctrl: auth.ctrl_secret.clone(),
@@ -140,11 +142,7 @@ impl Queue {
                 subnqn: sub.nqn.to_string(),
             })
         };
-        let policy = self
-            .target
-            .host_auth(ctrl.hostnqn.as_deref())
-            .map(|a| a.policy.clone())
-            .unwrap_or_default();
+        let policy = auth.as_ref().map(|a| a.policy.clone()).unwrap_or_default();
         let mut exchange = b.auth.exchange.lock().unwrap();
         let exchange = exchange.get_or_insert_with(|| ControllerAuth::new(&mut OsRandom));
         match exchange.on_send(data, keys, &policy, &mut OsRandom) {

@@ -191,13 +191,13 @@ impl Queue {
             };
             let unauthenticated = sub.require_auth.load(std::sync::atomic::Ordering::Relaxed)
                 && self.target.host_auth(hostnqn.as_deref()).is_none();
-            if unauthenticated {
-                let host = hostnqn.as_deref().unwrap_or(super::ANONYMOUS_HOST);
-                tracing::info!(hostnqn = %host, subnqn = %sub.nqn, "connect refused: the subsystem requires DH-HMAC-CHAP and the host has no secret");
-            }
             if unauthenticated || !sub.host_allowed(hostnqn.as_deref()) {
                 let host = hostnqn.as_deref().unwrap_or(super::ANONYMOUS_HOST);
-                tracing::info!(hostnqn = %host, subnqn = %sub.nqn, "connect refused: host not allowed");
+                let why = match unauthenticated {
+                    true => "the subsystem requires DH-HMAC-CHAP and the host has no secret",
+                    false => "host not allowed",
+                };
+                tracing::info!(hostnqn = %host, subnqn = %sub.nqn, "connect refused: {why}");
                 return Err(Response {
                     result: invalid_parameter_result(true, connect::OFFSET_HOSTNQN) as u64,
                     status: Status::CONNECT_INVALID_HOST,
