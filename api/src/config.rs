@@ -44,6 +44,15 @@ pub struct ConfigFile {
     pub api_tls_key: Option<PathBuf>,
     /// The CA (PEM) that signed the other I/O module's API certificate (`peer = "https://..."`).
     pub peer_ca: Option<PathBuf>,
+    /// TLS 1.3 for NVMe/TCP: the configured PSKs (`NVMeTLSkey-1:` lines, each optionally after
+    /// a host NQN; mode 0600).
+    pub tls_psk: Option<PathBuf>,
+    /// TLS on the `listen` NVMe/TCP ports: "required" (the default with `tls_psk`), "allowed"
+    /// or "none".
+    pub tls: Option<String>,
+    /// How the PSKs' HKDF labels are laid out, as the hosts' libnvme does: "rfc8446" (1.16 on,
+    /// the default), "compat" (1.7 to 1.15), "nolength" (1.4 to 1.6).
+    pub tls_psk_label: Option<String>,
     /// Cores for the I/O reactors, as `taskset -c` writes them: "0-3,8".
     pub cores: Option<String>,
     /// Microseconds a busy reactor keeps polling after its last event before it sleeps (default

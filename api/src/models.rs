@@ -180,8 +180,16 @@ pub struct Port {
     pub service_id: u16,
     /// "listening".
     pub state: String,
+    /// TLS 1.3 with configured PSKs (NVMe/TCP): "none", "allowed" (TLS or clear text, as the
+    /// host begins) or "required".
+    #[serde(default = "no_tls")]
+    pub tls: String,
     /// Live controllers that came in through this port.
     pub controllers: u32,
+}
+
+fn no_tls() -> String {
+    "none".into()
 }
 
 /// Adds a listener.
@@ -194,6 +202,10 @@ pub struct PortRequest {
     /// IP address to listen on.
     pub address: String,
     pub service_id: u16,
+    /// TLS on an NVMe/TCP port: "none" (the default), "allowed" or "required"; needs fabrikd
+    /// started with PSKs (`--tls-psk`).
+    #[serde(default)]
+    pub tls: Option<String>,
 }
 
 /// A live controller: one host association.

@@ -11,6 +11,7 @@ mod le;
 pub mod nvme;
 pub mod rdma;
 pub mod tcp;
+pub mod tls;
 
 pub use error::DecodeError;
 pub use nvme::cqe::Cqe;

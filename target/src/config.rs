@@ -8,7 +8,7 @@ use anyhow::{bail, Context};
 use fabrik_api::config::{parse_size, ConfigFile};
 
 use crate::backend::BackendKind;
-use crate::model::Transport;
+use crate::model::{TlsMode, Transport};
 use crate::module::ModuleId;
 
 pub const DEFAULT_DRIVES: u32 = 24;
@@ -97,6 +97,12 @@ pub struct Config {
     pub hosts: Vec<fabrik_api::config::HostEntry>,
     /// Management API clients with tokens of their own (`[[api_client]]`).
     pub api_clients: Vec<fabrik_api::access::ApiClient>,
+    /// TLS 1.3 for NVMe/TCP: the file of configured PSKs (see `transport::tcp::tls`).
+    pub tls_psk: Option<PathBuf>,
+    /// TLS on the NVMe/TCP listeners given here (None: required with PSKs, else none).
+    pub tls: Option<TlsMode>,
+    /// How the PSKs' HKDF labels are laid out (the hosts' libnvme version decides).
+    pub tls_label: fabrik_proto::tls::LabelEncoding,
 }
 
 /// Settings given explicitly rather than defaulted.
@@ -138,7 +144,37 @@ impl Config {
             api_clients: Vec::new(),
             api_tls: None,
             peer_ca: None,
+            tls_psk: None,
+            tls: None,
+            tls_label: Default::default(),
         }
+    }
+
+    /// TLS on the NVMe/TCP listeners of the command line and config file.
+    pub fn listen_tls(&self) -> TlsMode {
+        match (self.tls, &self.tls_psk) {
+            (Some(mode), _) => mode,
+            (None, Some(_)) => TlsMode::Required,
+            (None, None) => TlsMode::None,
+        }
+    }
+
+    /// Sets the TLS mode of the listeners by name.
+    pub fn set_tls(&mut self, name: &str) -> anyhow::Result<()> {
+        self.tls = Some(TlsMode::from_name(name).ok_or_else(|| {
+            anyhow::anyhow!("TLS {name:?}: expected \"required\", \"allowed\" or \"none\"")
+        })?);
+        Ok(())
+    }
+
+    /// Sets the PSKs' HKDF label layout by name.
+    pub fn set_tls_label(&mut self, name: &str) -> anyhow::Result<()> {
+        self.tls_label = fabrik_proto::tls::LabelEncoding::from_name(name).ok_or_else(|| {
+            anyhow::anyhow!(
+                "TLS PSK label {name:?}: expected \"rfc8446\", \"compat\" or \"nolength\""
+            )
+        })?;
+        Ok(())
     }
 
     /// Applies a config file on top of this configuration.
@@ -182,6 +218,15 @@ impl Config {
         }
         if let Some(ca) = &file.peer_ca {
             self.peer_ca = Some(ca.clone());
+        }
+        if let Some(psk) = &file.tls_psk {
+            self.tls_psk = Some(psk.clone());
+        }
+        if let Some(mode) = &file.tls {
+            self.set_tls(mode).context("tls")?;
+        }
+        if let Some(label) = &file.tls_psk_label {
+            self.set_tls_label(label).context("tls_psk_label")?;
         }
         if let Some(dir) = &file.data_dir {
             self.data_dir = dir.clone();
@@ -336,6 +381,12 @@ impl Config {
     pub fn validate(&self) -> anyhow::Result<()> {
         if self.listen.is_empty() && self.rdma_listen.is_empty() {
             bail!("no listener: give at least one --listen ADDR:PORT");
+        }
+        if !self.listen_tls().is_none() && self.tls_psk.is_none() {
+            bail!(
+                "TLS {} on the NVMe/TCP listeners needs PSKs: give --tls-psk FILE (tls_psk)",
+                self.listen_tls().name()
+            );
         }
         let allowed = crate::reactor::allowed_cores();
         if let Some(c) = self.cores.iter().find(|c| !allowed.contains(c)) {

@@ -147,14 +147,24 @@ impl Target {
             }
             None => None,
         };
-        let manager = Arc::new(management::Manager::new(
-            target.clone(),
-            drives,
-            persisted,
-            state_path,
-            stop.clone(),
-            peer,
-        ));
+        let tls = match &config.tls_psk {
+            Some(path) => {
+                let keys = transport::tcp::tls::TlsKeys::load(path, config.tls_label)?;
+                Some(Arc::new(transport::tcp::tls::TlsServer::new(keys)?))
+            }
+            None => None,
+        };
+        let manager = Arc::new(
+            management::Manager::new(
+                target.clone(),
+                drives,
+                persisted,
+                state_path,
+                stop.clone(),
+                peer,
+            )
+            .with_tls(tls),
+        );
         let store: std::sync::Weak<dyn controller::reservation::ReservationStore> =
             Arc::downgrade(&manager) as _;
         target.set_reservation_store(store);

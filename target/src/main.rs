@@ -38,6 +38,19 @@ struct Args {
     /// The private key (PEM) of --api-tls-cert.
     #[arg(long, value_name = "FILE", requires = "api_tls_cert")]
     api_tls_key: Option<PathBuf>,
+    /// TLS 1.3 for NVMe/TCP with the configured PSKs in FILE (mode 0600): one
+    /// `NVMeTLSkey-1:..:` key a line (`nvme gen-tls-key`), for any host, or after a host NQN
+    /// for that host. The --listen NVMe/TCP ports then require TLS (see --tls).
+    #[arg(long, value_name = "FILE")]
+    tls_psk: Option<PathBuf>,
+    /// TLS on the --listen NVMe/TCP ports: required (the default with --tls-psk), allowed (TLS
+    /// or clear text, as the host begins) or none.
+    #[arg(long, value_name = "MODE")]
+    tls: Option<String>,
+    /// The PSKs' HKDF label layout, as the hosts' libnvme derives them: rfc8446 (libnvme 1.16
+    /// on) [default], compat (1.7 to 1.15, nvme-cli --compat) or nolength (1.4 to 1.6).
+    #[arg(long, value_name = "LAYOUT")]
+    tls_psk_label: Option<String>,
     /// The management API's local socket (no token: its file mode 0600 decides; `fabrik`'s
     /// default), or "off" [default: <data-dir>/api.sock].
     #[arg(long, value_name = "PATH|off")]
@@ -249,6 +262,15 @@ fn build_config(args: &Args) -> anyhow::Result<Config> {
     }
     if let (Some(c), Some(k)) = (&args.api_tls_cert, &args.api_tls_key) {
         config.api_tls = Some((c.clone(), k.clone()));
+    }
+    if let Some(psk) = &args.tls_psk {
+        config.tls_psk = Some(psk.clone());
+    }
+    if let Some(mode) = &args.tls {
+        config.set_tls(mode).context("--tls")?;
+    }
+    if let Some(label) = &args.tls_psk_label {
+        config.set_tls_label(label).context("--tls-psk-label")?;
     }
     if let Some(us) = args.poll_idle_us {
         config.polling.idle_after = std::time::Duration::from_micros(us);

@@ -56,6 +56,8 @@ pub struct Manager {
     changing: Mutex<()>,
     /// The box's other I/O module, which gets every change of the shared configuration.
     peer: Option<sync::Peer>,
+    /// The TLS PSKs NVMe/TCP ports with TLS are served with (fabrikd's `--tls-psk`).
+    tls: Option<Arc<crate::transport::tcp::tls::TlsServer>>,
 }
 
 fn not_found(what: impl Into<String>) -> MgmtError {
@@ -98,6 +100,7 @@ impl Manager {
             port_change: Mutex::new(()),
             changing: Mutex::new(()),
             peer,
+            tls: None,
         };
         let empty = State {
             subsystems: Vec::new(),
@@ -108,6 +111,12 @@ impl Manager {
         };
         m.apply(&empty, &state);
         m
+    }
+
+    /// Serves NVMe/TCP ports with TLS with these keys (before any port listens).
+    pub fn with_tls(mut self, tls: Option<Arc<crate::transport::tcp::tls::TlsServer>>) -> Self {
+        self.tls = tls;
+        self
     }
 
     /// Bytes of an opened drive.

@@ -145,6 +145,51 @@ pub struct TransportCaps {
     pub in_capsule_data: u32,
     /// The transport specific address subtype of the port's discovery log entries.
     pub tsas: Tsas,
+    /// TREQ of those entries: bits 1:0 the secure channel (0 not specified, 1 required, 2
+    /// not required).
+    pub treq: u8,
+}
+
+/// TLS on an NVMe/TCP port (nvmet's `addr_tsas` and `addr_treq`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TlsMode {
+    /// Clear text only.
+    #[default]
+    None,
+    /// TLS or clear text, as the host begins (TREQ "not required").
+    Allowed,
+    /// TLS only (TREQ "required").
+    Required,
+}
+
+impl TlsMode {
+    pub const ALL: [TlsMode; 3] = [TlsMode::None, TlsMode::Allowed, TlsMode::Required];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            TlsMode::None => "none",
+            TlsMode::Allowed => "allowed",
+            TlsMode::Required => "required",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<TlsMode> {
+        TlsMode::ALL.into_iter().find(|m| m.name() == name)
+    }
+
+    pub fn is_none(&self) -> bool {
+        *self == TlsMode::None
+    }
+
+    /// The discovery log's TREQ secure channel bits.
+    pub fn treq(self) -> u8 {
+        match self {
+            TlsMode::None => 0,
+            TlsMode::Required => 1,
+            TlsMode::Allowed => 2,
+        }
+    }
 }
 
 /// A stable 16-byte identifier derived from a name (FNV-1a, 128-bit): NGUIDs and UUIDs stay the

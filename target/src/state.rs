@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use crate::backend::BackendKind;
 use crate::config::{parse_backend, Config, DriveSpec};
 use crate::model::reservation::Reservations;
-use crate::model::{self, Transport};
+use crate::model::{self, TlsMode, Transport};
 use crate::secrets::SecretText;
 
 mod hosts;
@@ -272,6 +272,9 @@ pub struct PortState {
     /// By its lowercase name ("tcp", "rdma").
     pub transport: Transport,
     pub address: SocketAddr,
+    /// TLS on an NVMe/TCP port (absent: none).
+    #[serde(default, skip_serializing_if = "TlsMode::is_none")]
+    pub tls: TlsMode,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -606,6 +609,10 @@ fn seed_ports(config: &Config) -> Vec<PortState> {
             id: i as u16 + 1,
             transport,
             address: *a,
+            tls: match transport {
+                Transport::Tcp => config.listen_tls(),
+                Transport::Rdma => TlsMode::None,
+            },
         })
         .collect()
 }

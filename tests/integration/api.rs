@@ -479,6 +479,7 @@ async fn ports_are_added_and_removed_live() {
         transport: None,
         address: address.into(),
         service_id,
+        tls: None,
     };
     let p: Port = m.post("/ports", &req("127.0.0.1", 0)).await.unwrap();
     assert_eq!((p.id, p.transport.as_str()), (2, "tcp"));
@@ -608,6 +609,7 @@ async fn a_port_added_again_after_a_delete_stops_serving_when_deleted() {
         transport: None,
         address: "127.0.0.1".into(),
         service_id,
+        tls: None,
     };
     let stops_serving = |addr: SocketAddr, what: String| async move {
         let start = std::time::Instant::now();

@@ -197,6 +197,7 @@ mod tests {
             address: a.into(),
             service_id: 4420,
             state: state.into(),
+            tls: "none".into(),
             controllers: 0,
         };
         let ports = [

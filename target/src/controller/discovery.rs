@@ -30,7 +30,7 @@ impl Controller {
                         adrfam::IPV6
                     },
                     subtype: subtype::NVM,
-                    treq: 0,
+                    treq: port.caps.treq,
                     portid: port.id,
                     cntlid: 0xffff,
                     asqsz: 32,

@@ -100,6 +100,18 @@ impl Queue {
         }
         let sq_flow_disabled = cattr & CATTR_DISABLE_SQ_FLOW != 0;
         let hostnqn = cd.hostnqn.as_ref().map(|n| n.to_string());
+        // A TLS channel is bound to the host and subsystem its PSK identity names: another
+        // host's key opens no controller of this one.
+        if let Some(id) = &self.tls_identity {
+            if hostnqn.as_deref() != Some(id.hostnqn.as_str()) || cd.subnqn.as_str() != id.subnqn {
+                tracing::info!(hostnqn = hostnqn.as_deref().unwrap_or(super::ANONYMOUS_HOST), subnqn = %cd.subnqn, identity = %id.to_text(), "connect refused: the NQNs are not those of the TLS PSK identity");
+                return Response {
+                    result: invalid_parameter_result(true, connect::OFFSET_HOSTNQN) as u64,
+                    status: Status::CONNECT_INVALID_HOST,
+                    ..Response::default()
+                };
+            }
+        }
 
         let ctrl = if qid == 0 {
             if cd.cntlid != 0xffff {

@@ -188,6 +188,9 @@ pub struct Queue {
     pub local_addr: SocketAddr,
     pub peer_addr: SocketAddr,
     binding: OnceLock<Binding>,
+    /// The PSK identity of the queue's TLS channel: its Connect must name the same host and
+    /// subsystem.
+    pub tls_identity: Option<fabrik_proto::tls::PskIdentity>,
     /// Commands in flight on this queue, as its books count them (written only by the queue's
     /// own thread, read by its controller: see `Controller::io_in_flight`).
     pub(super) in_flight: Arc<AtomicU32>,
@@ -206,8 +209,15 @@ impl Queue {
             local_addr,
             peer_addr,
             binding: OnceLock::new(),
+            tls_identity: None,
             in_flight: Arc::new(AtomicU32::new(0)),
         }
+    }
+
+    /// A queue whose connection is a TLS channel set up with `identity`.
+    pub fn with_tls_identity(mut self, identity: fabrik_proto::tls::PskIdentity) -> Queue {
+        self.tls_identity = Some(identity);
+        self
     }
 
     pub fn binding(&self) -> Option<&Binding> {

@@ -56,6 +56,7 @@ impl TestQueue {
                 keyed_sgls: false,
                 in_capsule_data: limits::IO_INLINE_DATA,
                 tsas: fabrik_proto::fabrics::discovery::Tsas::Tcp { sectype: 0 },
+                treq: 0,
             },
         };
         TestQueue {

@@ -7,8 +7,9 @@ use fabrik_api::{MgmtError, MgmtResult};
 use tokio_util::sync::CancellationToken;
 
 use super::{conflict, invalid, not_found, Manager};
-use crate::model::Transport;
+use crate::model::{TlsMode, Transport};
 use crate::state::PortState;
+use crate::transport::tcp::PortTls;
 use crate::transport::{self, Listener};
 
 /// A listener: serving, or stopped and draining its connections.
@@ -28,8 +29,24 @@ impl Listening {
 impl Manager {
     /// Binds and serves a port of the state (at start); returns the address bound.
     pub async fn listen(&self, p: &PortState) -> anyhow::Result<SocketAddr> {
-        let port = transport::bind(p.transport, p.address, p.id).await?;
+        let tls = self.port_tls(p.tls).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let port = transport::bind(p.transport, p.address, p.id, tls).await?;
         Ok(self.serve(port))
+    }
+
+    /// What a port of TLS mode `mode` is served with: the keys fabrikd was started with.
+    fn port_tls(&self, mode: TlsMode) -> Result<Option<PortTls>, String> {
+        match (mode, &self.tls) {
+            (TlsMode::None, _) => Ok(None),
+            (mode, Some(server)) => Ok(Some(PortTls {
+                mode,
+                server: server.clone(),
+            })),
+            (mode, None) => Err(format!(
+                "a port with TLS {} needs PSKs: start fabrikd with --tls-psk FILE",
+                mode.name()
+            )),
+        }
     }
 
     fn serve(&self, port: Box<dyn Listener>) -> SocketAddr {
@@ -67,6 +84,18 @@ impl Manager {
             .parse()
             .map_err(|_| invalid(format!("address {:?} is not an IP address", req.address)))?;
         let addr = SocketAddr::new(ip, req.service_id);
+        let tls = match req.tls.as_deref() {
+            None => TlsMode::None,
+            Some(name) => TlsMode::from_name(name).ok_or_else(|| {
+                invalid(format!(
+                    "tls {name:?}: expected \"none\", \"allowed\" or \"required\""
+                ))
+            })?,
+        };
+        if kind != Transport::Tcp && !tls.is_none() {
+            return Err(invalid("TLS is for NVMe/TCP ports, not NVMe/RDMA"));
+        }
+        let port_tls = self.port_tls(tls).map_err(invalid)?;
         let _serial = self.port_change.lock().unwrap();
         let id = {
             let st = self.state();
@@ -76,7 +105,7 @@ impl Manager {
             self.unused_port_id(&st)?
         };
         let bound = tokio::runtime::Handle::current()
-            .block_on(transport::bind(kind, addr, id))
+            .block_on(transport::bind(kind, addr, id, port_tls))
             .map_err(|e| {
                 let in_use = e
                     .downcast_ref::<std::io::Error>()
@@ -93,6 +122,7 @@ impl Manager {
                 id,
                 transport: kind,
                 address,
+                tls,
             });
             Ok(())
         })?;

@@ -192,6 +192,12 @@ impl Manager {
             address: p.addr.ip().to_string(),
             service_id: p.addr.port(),
             state: "listening".into(),
+            tls: match p.caps.treq & 3 {
+                1 => "required",
+                2 => "allowed",
+                _ => "none",
+            }
+            .into(),
             controllers: self
                 .target
                 .controllers()

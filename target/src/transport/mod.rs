@@ -33,14 +33,19 @@ pub trait Listener: Send + 'static {
 #[error("RDMA unavailable: {0}")]
 pub struct RdmaUnavailable(pub String);
 
-/// Binds a listener of `transport` for port `id` on `addr`.
+/// Binds a listener of `transport` for port `id` on `addr`, with TLS where `tls` says (NVMe/TCP
+/// only).
 pub async fn bind(
     transport: Transport,
     addr: SocketAddr,
     id: u16,
+    tls: Option<tcp::PortTls>,
 ) -> anyhow::Result<Box<dyn Listener>> {
     match transport {
-        Transport::Tcp => Ok(Box::new(tcp::TcpListenerPort::bind(addr, id).await?)),
+        Transport::Tcp => Ok(Box::new(tcp::TcpListenerPort::bind(addr, id, tls).await?)),
+        Transport::Rdma if tls.is_some_and(|t| !t.mode.is_none()) => {
+            anyhow::bail!("TLS is for NVMe/TCP ports, not NVMe/RDMA")
+        }
         Transport::Rdma => bind_rdma(addr, id),
     }
 }

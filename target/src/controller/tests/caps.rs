@@ -20,12 +20,14 @@ const RDMA_LIKE: TransportCaps = TransportCaps {
         cms: 1,
         pkey: 0xffff,
     },
+    treq: 0,
 };
 
 const BARE: TransportCaps = TransportCaps {
     keyed_sgls: false,
     in_capsule_data: 0,
     tsas: Tsas::Tcp { sectype: 0 },
+    treq: 0,
 };
 
 fn discovery_controller(target: Arc<TargetState>, caps: TransportCaps) -> Controller {
@@ -60,13 +62,14 @@ fn discovery_entries_follow_each_port_caps() {
     let sub = Subsystem::new(nqn, "SN".into(), "MODEL".into(), None);
     target.add_subsystem(Arc::new(sub));
     // Not what the listeners fill in today: the entries must take them from the caps.
-    let tcp_tsas = Tsas::Tcp { sectype: 1 };
+    let tcp_tsas = Tsas::Tcp { sectype: 2 };
     let ports = [
         (
             1,
             Transport::Tcp,
             TransportCaps {
                 tsas: tcp_tsas,
+                treq: 1,
                 ..BARE
             },
         ),
@@ -82,15 +85,15 @@ fn discovery_entries_follow_each_port_caps() {
     }
     let page = discovery_controller(target, BARE).discovery_log_page();
     let (_, entries) = decode_discovery_log(&page).unwrap();
-    let seen: Vec<(u16, u8, Tsas)> = entries
+    let seen: Vec<(u16, u8, Tsas, u8)> = entries
         .iter()
-        .map(|e| (e.portid, e.trtype, e.tsas))
+        .map(|e| (e.portid, e.trtype, e.tsas, e.treq))
         .collect();
     assert_eq!(
         seen,
         [
-            (1, Transport::Tcp.trtype(), tcp_tsas),
-            (2, Transport::Rdma.trtype(), RDMA_LIKE.tsas),
+            (1, Transport::Tcp.trtype(), tcp_tsas, 1),
+            (2, Transport::Rdma.trtype(), RDMA_LIKE.tsas, 0),
         ]
     );
 }

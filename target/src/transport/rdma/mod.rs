@@ -49,6 +49,7 @@ pub const CAPS: TransportCaps = TransportCaps {
         cms: 1,    // rdma_cm
         pkey: 0,
     },
+    treq: 0,
 };
 
 pub struct RdmaListenerPort {

@@ -4,6 +4,7 @@
 //! into one vectored write.
 
 mod outgoing;
+pub mod tls;
 
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
@@ -23,8 +24,7 @@ use fabrik_proto::tcp::{
 use fabrik_proto::{SglDescriptor, Status};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::FutureExt;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
@@ -36,7 +36,7 @@ use super::signals::{Signal, Signals};
 use super::Listener;
 use crate::controller::books::{Arrival, QueueBooks};
 use crate::controller::{limits, Admitted, Queue, Response, Route, TargetState};
-use crate::model::{Port, Transport, TransportCaps};
+use crate::model::{Port, TlsMode, Transport, TransportCaps};
 use crate::stats::ConnectionGuard;
 
 /// Largest H2CData payload we accept: a whole maximum transfer in one PDU.
@@ -60,28 +60,57 @@ pub const CAPS: TransportCaps = TransportCaps {
     keyed_sgls: false,
     in_capsule_data: limits::IO_INLINE_DATA,
     tsas: fabrik_proto::fabrics::discovery::Tsas::Tcp { sectype: 0 },
+    treq: 0,
 };
+
+/// A port's TLS: whether hosts must or may use it, and the keys it is served with.
+#[derive(Clone)]
+pub struct PortTls {
+    pub mode: TlsMode,
+    pub server: Arc<tls::TlsServer>,
+}
 
 pub struct TcpListenerPort {
     listener: TcpListener,
     port: Port,
+    tls: Option<PortTls>,
 }
 
 impl TcpListenerPort {
-    pub async fn bind(addr: SocketAddr, port_id: u16) -> std::io::Result<TcpListenerPort> {
+    /// `tls` with mode `None` is no TLS.
+    pub async fn bind(
+        addr: SocketAddr,
+        port_id: u16,
+        tls: Option<PortTls>,
+    ) -> std::io::Result<TcpListenerPort> {
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
+        let tls = tls.filter(|t| !t.mode.is_none());
+        let caps = match &tls {
+            Some(t) => TransportCaps {
+                tsas: fabrik_proto::fabrics::discovery::Tsas::Tcp {
+                    sectype: SECTYPE_TLS13,
+                },
+                treq: t.mode.treq(),
+                ..CAPS
+            },
+            None => CAPS,
+        };
         Ok(TcpListenerPort {
             listener,
             port: Port {
                 id: port_id,
                 transport: Transport::Tcp,
                 addr,
-                caps: CAPS,
+                caps,
             },
+            tls,
         })
     }
 }
+
+/// SECTYPE of a TLS 1.3 port (NVMF_TCP_SECTYPE_TLS13).
+pub const SECTYPE_TLS13: u8 = 2;
 
 impl Listener for TcpListenerPort {
     fn port(&self) -> &Port {
@@ -94,7 +123,11 @@ impl Listener for TcpListenerPort {
         stop: CancellationToken,
     ) -> tokio::task::JoinHandle<()> {
         tokio::spawn(async move {
-            let TcpListenerPort { listener, port } = *self;
+            let TcpListenerPort {
+                listener,
+                port,
+                tls,
+            } = *self;
             // Connections are told to stop only once nothing listens any more: whoever sees
             // them close (a removed port) finds the address refusing connections.
             let close_connections = CancellationToken::new();
@@ -121,11 +154,12 @@ impl Listener for TcpListenerPort {
                                 }
                             };
                             let (t, port, stop) = (target.clone(), port.clone(), close_connections.clone());
+                            let tls = tls.clone();
                             let local = local.unwrap_or(port.addr.ip());
                             target.reactors.place_near_nic(&mut connections, local, async move {
                                 let _place = place;
                                 let result = match TcpStream::from_std(stream) {
-                                    Ok(stream) => serve_connection(stream, peer, t, port, stop).await,
+                                    Ok(stream) => secure_and_serve(stream, peer, t, port, tls, stop).await,
                                     Err(e) => Err(e.into()),
                                 };
                                 if let Err(e) = result {
@@ -173,20 +207,75 @@ enum ConnError {
     IcTimeout(Duration),
     #[error("no Connect within {0:?} of the ICResp")]
     ConnectTimeout(Duration),
+    #[error("{0}")]
+    Tls(tls::HandshakeError),
 }
 
-async fn serve_connection(
+/// TLS first where the port asks for it (a host of an `allowed` port that begins in clear
+/// text, with an ICReq, goes on without), then the queue.
+async fn secure_and_serve(
     stream: TcpStream,
     peer: SocketAddr,
     target: Arc<TargetState>,
     port: Port,
+    tls: Option<PortTls>,
     stop: CancellationToken,
 ) -> Result<(), ConnError> {
     stream.set_nodelay(true)?;
     let local = stream.local_addr()?;
-    let (reader, writer) = stream.into_split();
-    let counters = target.metrics.port(port.id).connection();
-    let queue = Queue::new(target, port, local, peer);
+    let Some(tls) = tls else {
+        let (reader, writer) = stream.into_split();
+        let queue = Queue::new(target.clone(), port, local, peer);
+        return serve_connection(reader, writer, queue, stop).await;
+    };
+    if tls.mode == TlsMode::Allowed {
+        // The first byte tells: a TLS handshake record is 16h, an ICReq's PDU type 0.
+        let mut first = [0u8; 1];
+        let peeked = tokio::select! {
+            _ = stop.cancelled() => return Err(ConnError::Eof),
+            r = crate::timer::timeout(IC_TIMEOUT, stream.peek(&mut first)) => r.map_err(|_| ConnError::IcTimeout(IC_TIMEOUT))??,
+        };
+        if peeked == 0 {
+            return Err(ConnError::Eof);
+        }
+        if first[0] != TLS_HANDSHAKE_RECORD {
+            let (reader, writer) = stream.into_split();
+            let queue = Queue::new(target.clone(), port, local, peer);
+            return serve_connection(reader, writer, queue, stop).await;
+        }
+    }
+    let (stream, identity) = tokio::select! {
+        _ = stop.cancelled() => return Err(ConnError::Eof),
+        r = tls.server.accept(stream) => r.map_err(|e| {
+            tracing::info!(%peer, "TLS refused: {e}");
+            ConnError::Tls(e)
+        })?,
+    };
+    tracing::debug!(%peer, identity = %identity.to_text(), "TLS established");
+    let (reader, writer) = tokio::io::split(stream);
+    // Coalesces a batch's PDUs into few TLS records (the stream encrypts each write as one).
+    let writer = tokio::io::BufWriter::with_capacity(TLS_WRITE_BUFFER, writer);
+    let queue = Queue::new(target, port, local, peer).with_tls_identity(identity);
+    serve_connection(reader, writer, queue, stop).await
+}
+
+/// The content type of a TLS handshake record, a ClientHello's first byte.
+const TLS_HANDSHAKE_RECORD: u8 = 0x16;
+/// What a TLS connection gathers before it encrypts: one record's worth.
+const TLS_WRITE_BUFFER: usize = 16 * 1024;
+
+async fn serve_connection<R, W>(
+    reader: R,
+    writer: W,
+    queue: Queue,
+    stop: CancellationToken,
+) -> Result<(), ConnError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let counters = queue.target.metrics.port(queue.port.id).connection();
+    let peer = queue.peer_addr;
     let mut conn = Connection {
         counters,
         reader,
@@ -228,11 +317,11 @@ struct PendingWrite {
     r2t_sent: bool,
 }
 
-struct Connection {
+struct Connection<R, W> {
     /// Bytes in and out, for the port's metrics.
     counters: ConnectionGuard,
-    reader: OwnedReadHalf,
-    writer: OwnedWriteHalf,
+    reader: R,
+    writer: W,
     rbuf: BytesMut,
     decoder: Decoder,
     digests: Digests,
@@ -257,7 +346,7 @@ impl Fatal {
     }
 }
 
-impl Connection {
+impl<R: AsyncRead + Unpin, W: AsyncWrite + Unpin> Connection<R, W> {
     /// Serves the queue; when it ends, for whatever reason, waits for the commands it had
     /// passed to the backend. Dropped, they would still complete at the drive, later: a write
     /// of this association could land after the host, reconnected, wrote the same blocks anew.
@@ -744,9 +833,9 @@ impl Connection {
             // segments go from a small array: setting up the large one took 773 of a QD1
             // read's 6,922 instructions (callgrind).
             let n = if self.out.segments() <= FEW_SEGMENTS {
-                write_segments::<FEW_SEGMENTS>(&mut self.writer, &mut self.out).await?
+                write_segments::<_, FEW_SEGMENTS>(&mut self.writer, &mut self.out).await?
             } else {
-                write_segments::<MAX_SEGMENTS_PER_WRITE>(&mut self.writer, &mut self.out).await?
+                write_segments::<_, MAX_SEGMENTS_PER_WRITE>(&mut self.writer, &mut self.out).await?
             };
             if n == 0 {
                 return Err(ConnError::Io(std::io::ErrorKind::WriteZero.into()));
@@ -754,6 +843,8 @@ impl Connection {
             self.counters.add_sent(n);
             self.out.advance(n);
         }
+        // Nothing for a socket; a TLS stream's buffer goes out.
+        self.writer.flush().await?;
         Ok(())
     }
 
@@ -791,8 +882,8 @@ impl Connection {
 }
 
 /// Writes the first segments, up to `N` of them, with one system call.
-async fn write_segments<const N: usize>(
-    writer: &mut OwnedWriteHalf,
+async fn write_segments<W: AsyncWrite + Unpin, const N: usize>(
+    writer: &mut W,
     out: &mut Outgoing,
 ) -> std::io::Result<usize> {
     let mut slices = [IoSlice::new(&[]); N];
