@@ -72,6 +72,11 @@ pub enum HostError {
     #[error("queue {qid}: DH-HMAC-CHAP authentication failed: {reason}")]
     Authentication { qid: u16, reason: String },
 
+    /// The TLS handshake of queue `qid` failed (the target has no key for this host's
+    /// identity, or another one).
+    #[error("queue {qid}: TLS handshake failed: {reason}")]
+    Tls { qid: u16, reason: String },
+
     /// The caller asked for something this host cannot do (bad NQN, no such queue...).
     #[error("invalid request: {0}")]
     Invalid(String),

@@ -5,6 +5,8 @@ use std::net::{IpAddr, SocketAddr};
 use anyhow::{Context, Result};
 use clap::Args;
 use fabrik_initiator::proto::tcp::Digests;
+use fabrik_initiator::proto::tls::{ConfiguredPsk, LabelEncoding};
+use fabrik_initiator::transport::tcp::tls::TlsKey;
 use fabrik_initiator::{ConnectOptions, Controller, HostIdentity, Transport};
 
 /// Default ports of `nvme discover` and `nvme connect` (NVMEOF-FACTS 1.11).
@@ -59,16 +61,39 @@ pub struct AuthArgs {
     /// The controller's secret: the host authenticates the controller too.
     #[arg(short = 'C', long, env = "FABRIK_DHCHAP_CTRL_SECRET", value_parser = parse_secret, hide_env_values = true)]
     pub dhchap_ctrl_secret: Option<fabrik_initiator::proto::auth::Secret>,
+    /// TLS 1.3 on every NVMe/TCP queue with this configured PSK (`NVMeTLSkey-1:..`, as `nvme
+    /// gen-tls-key` makes it).
+    #[arg(long, env = "FABRIK_TLS_KEY", value_parser = parse_tls_key, hide_env_values = true)]
+    pub tls_key: Option<ConfiguredPsk>,
+    /// The PSK identity version offered: 1 (with the PSK digest) or 0.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
+    pub tls_identity: u8,
+    /// How the target derives TLS PSKs (its hosts' libnvme): rfc8446, compat or nolength.
+    #[arg(long, default_value = "rfc8446", value_parser = parse_label)]
+    pub tls_psk_label: LabelEncoding,
 }
 
 fn parse_secret(text: &str) -> Result<fabrik_initiator::proto::auth::Secret, String> {
     fabrik_initiator::proto::auth::Secret::parse(text).map_err(|e| e.to_string())
 }
 
+pub fn parse_tls_key(text: &str) -> Result<ConfiguredPsk, String> {
+    ConfiguredPsk::parse(text).map_err(|e| e.to_string())
+}
+
+pub fn parse_label(name: &str) -> Result<LabelEncoding, String> {
+    LabelEncoding::from_name(name).ok_or_else(|| "expected rfc8446, compat or nolength".into())
+}
+
 impl AuthArgs {
     pub fn apply(&self, opts: &mut ConnectOptions) {
         opts.dhchap_secret = self.dhchap_secret.clone();
         opts.dhchap_ctrl_secret = self.dhchap_ctrl_secret.clone();
+        opts.tls = self.tls_key.clone().map(|psk| TlsKey {
+            psk,
+            identity_version: self.tls_identity,
+            label: self.tls_psk_label,
+        });
     }
 }
 

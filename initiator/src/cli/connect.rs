@@ -67,6 +67,10 @@ pub struct KernelKnobs {
     /// Disable SQ flow control.
     #[arg(short = 'd', long)]
     disable_sqflow: bool,
+    /// TLS 1.3 (NVMe/TCP, kernel 6.7 on, tlshd running): the kernel looks the PSK up in its
+    /// `.nvme` keyring by identity (`fabrik tls-identity` derives what to insert).
+    #[arg(long)]
+    tls: bool,
     #[command(flatten)]
     pub auth: super::args::AuthArgs,
     /// Print the result as JSON.
@@ -105,6 +109,7 @@ impl KernelKnobs {
             host_iface: self.host_iface.clone(),
             duplicate_connect: self.duplicate_connect,
             disable_sqflow: self.disable_sqflow,
+            tls: self.tls,
             dhchap_secret: self.auth.dhchap_secret.clone(),
             dhchap_ctrl_secret: self.auth.dhchap_ctrl_secret.clone(),
         }
@@ -112,6 +117,12 @@ impl KernelKnobs {
 }
 
 pub async fn run(args: ConnectArgs) -> Result<()> {
+    if args.knobs.auth.tls_key.is_some() {
+        anyhow::bail!(
+            "the kernel takes its TLS PSK from its keyring, not from --tls-key: insert it \
+             (fabrik tls-identity, keyctl padd psk) and give --tls"
+        );
+    }
     let request = args.knobs.request(
         &args.transport,
         &args.traddr,

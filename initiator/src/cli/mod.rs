@@ -31,6 +31,7 @@ mod place;
 mod rdma_probe;
 mod rw;
 mod smart_log;
+mod tls_identity;
 mod topo;
 
 use anyhow::Result;
@@ -79,6 +80,8 @@ enum Command {
     Place(place::PlaceArgs),
     /// List fabrikd's drives with health and who may reach them (management API).
     Drives(admin::ListArgs),
+    /// The PSK identity and TLS PSK a kernel host's keyring needs for TLS to a subsystem.
+    TlsIdentity(tls_identity::TlsIdentityArgs),
     /// List hosts, or register one and set its DH-HMAC-CHAP keys (management API).
     Hosts(hosts::HostsArgs),
     /// Make drives reachable by a host; prints the connect commands (management API).
@@ -122,6 +125,7 @@ pub async fn run() -> Result<()> {
         Command::Place(args) => place::run(args).await,
         Command::Drives(args) => admin::drives(args).await,
         Command::Hosts(args) => hosts::run(args).await,
+        Command::TlsIdentity(args) => tls_identity::run(args).await,
         Command::Compose(args) => admin::compose(args).await,
         Command::Decompose(args) => admin::decompose(args).await,
         Command::Compositions(args) => admin::compositions(args).await,

@@ -11,7 +11,7 @@ use bytes::{Bytes, BytesMut};
 use fabrik_proto::auth::CONNECT_AUTH_REQUIRED;
 use fabrik_proto::fabrics::nqn::Nqn;
 use fabrik_proto::fabrics::property::{self, Cap, Cc, Csts};
-use fabrik_proto::fabrics::{ConnectData, FabricsCommand, CATTR_DISABLE_SQ_FLOW};
+use fabrik_proto::fabrics::{ConnectData, FabricsCommand, Transport, CATTR_DISABLE_SQ_FLOW};
 use fabrik_proto::nvme::admin::{cns, AdminCommand};
 use fabrik_proto::nvme::features::{fid, NumberOfQueues};
 use fabrik_proto::nvme::identify::{
@@ -28,6 +28,7 @@ use crate::host::io::IoQueue;
 use crate::host::options::ConnectOptions;
 use crate::host::queue::{Queue, ADMIN_IN_CAPSULE_LIMIT};
 use crate::int_map::IntMap;
+use crate::transport::tcp::tls::TlsChannel;
 use crate::transport::{Completion, TcpQueueConfig};
 
 /// Admin queue entries (`NVME_AQ_DEPTH`): Connect SQSIZE 31.
@@ -60,6 +61,8 @@ pub struct Controller {
     lba_sizes_indexed: Box<[AtomicU32]>,
     lba_sizes: Mutex<IntMap<u32, u32>>,
     keep_alive: Option<JoinHandle<()>>,
+    /// Every queue's TLS (NVMe/TCP with `ConnectOptions::tls`): one identity and PSK.
+    tls: Option<Arc<TlsChannel>>,
 }
 
 impl Controller {
@@ -76,10 +79,17 @@ impl Controller {
             hostnqn: Some(hostnqn.clone()),
         };
 
+        let tls = match &opts.tls {
+            Some(_) if opts.transport != Transport::Tcp => {
+                return Err(HostError::Invalid("TLS is for NVMe/TCP only".into()))
+            }
+            Some(key) => Some(TlsChannel::new(key, &opts.hostnqn, &opts.subnqn)?),
+            None => None,
+        };
         let admin = Queue::connect(
             opts.transport,
             opts.addr,
-            queue_config(&opts, 0, ADMIN_QUEUE_SIZE),
+            queue_config(&opts, 0, ADMIN_QUEUE_SIZE, tls.clone()),
             ADMIN_IN_CAPSULE_LIMIT,
             opts.command_timeout,
         )
@@ -137,6 +147,7 @@ impl Controller {
             lba_sizes_indexed: (0..LBA_SIZES_INDEXED).map(|_| AtomicU32::new(0)).collect(),
             lba_sizes: Mutex::new(IntMap::default()),
             keep_alive: None,
+            tls,
             opts,
         };
         if !is_discovery && ctrl.opts.io_queues > 0 {
@@ -185,7 +196,7 @@ impl Controller {
             let connect = Queue::connect(
                 self.opts.transport,
                 self.opts.addr,
-                queue_config(&self.opts, qid, queue_size),
+                queue_config(&self.opts, qid, queue_size, self.tls.clone()),
                 in_capsule_limit,
                 self.opts.command_timeout,
             );
@@ -576,8 +587,14 @@ impl Drop for Controller {
     }
 }
 
-fn queue_config(opts: &ConnectOptions, qid: u16, depth: u16) -> TcpQueueConfig {
+fn queue_config(
+    opts: &ConnectOptions,
+    qid: u16,
+    depth: u16,
+    tls: Option<Arc<TlsChannel>>,
+) -> TcpQueueConfig {
     TcpQueueConfig {
+        tls,
         h2c_data_limit: opts.h2c_data_limit,
         host_traddr: opts.host_traddr,
         host_iface: opts.host_iface.clone(),

@@ -37,6 +37,8 @@ pub struct KernelConnect {
     pub host_iface: Option<String>,
     pub duplicate_connect: bool,
     pub disable_sqflow: bool,
+    /// TLS 1.3 (`tls`): the kernel (6.7 on) finds the PSK in its `.nvme` keyring by identity.
+    pub tls: bool,
     /// DH-HMAC-CHAP secrets (`dhchap_secret=`, `dhchap_ctrl_secret=`; Debug never shows them).
     pub dhchap_secret: Option<fabrik_proto::auth::Secret>,
     pub dhchap_ctrl_secret: Option<fabrik_proto::auth::Secret>,
@@ -99,6 +101,7 @@ impl KernelConnect {
             ("disable_sqflow", self.disable_sqflow),
             ("hdr_digest", self.hdr_digest),
             ("data_digest", self.data_digest),
+            ("tls", self.tls),
         ] {
             if on {
                 parts.push(flag.to_string());

@@ -53,6 +53,8 @@ pub struct ConnectOptions {
     /// The controller's secret: the host then authenticates the controller too
     /// (`--dhchap-ctrl-secret`).
     pub dhchap_ctrl_secret: Option<fabrik_proto::auth::Secret>,
+    /// TLS 1.3 on every NVMe/TCP queue with this configured PSK (nvme-cli `--tls`).
+    pub tls: Option<crate::transport::tcp::tls::TlsKey>,
 }
 
 /// Defaults of the Linux host (`fabrics.h`): 128 entries per queue, 5 s keep-alive.
@@ -85,6 +87,7 @@ impl ConnectOptions {
             io_runtimes: Vec::new(),
             dhchap_secret: None,
             dhchap_ctrl_secret: None,
+            tls: None,
         }
     }
 

@@ -836,5 +836,8 @@ pub fn is_path_error(err: &HostError) -> bool {
         | HostError::DataDigest { .. }
         | HostError::Timeout { .. }
         | HostError::QueueClosed { .. } => true,
+        // A handshake cut short by a module going away is the path's; a refused key is
+        // refused again on the next try, which costs only time.
+        HostError::Tls { .. } => true,
     }
 }

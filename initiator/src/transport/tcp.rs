@@ -66,6 +66,8 @@ pub struct TcpQueueConfig {
     /// How long a command may wait for its completion before the queue fails (as the Linux
     /// host's I/O timeout: the target's state is unknown, so the queue goes). None: no limit.
     pub command_timeout: Option<Duration>,
+    /// TLS before ICReq, with this channel's PSK (None: clear text).
+    pub tls: Option<Arc<tls::TlsChannel>>,
 }
 
 impl TcpQueueConfig {
@@ -81,6 +83,7 @@ impl TcpQueueConfig {
             host_iface: None,
             poll_window: Duration::ZERO,
             command_timeout: None,
+            tls: None,
         }
     }
 }
@@ -180,7 +183,19 @@ impl TcpQueue {
         stream
             .set_nodelay(true)
             .map_err(|e| HostError::io(format!("queue {qid}: set TCP_NODELAY"), e))?;
-        TcpQueue::establish(stream, config).await
+        match config.tls.clone() {
+            Some(tls) => {
+                let handshake = tls.connect(qid, stream);
+                let stream = tokio::time::timeout(config.connect_timeout, handshake)
+                    .await
+                    .map_err(|_| HostError::Tls {
+                        qid,
+                        reason: format!("no answer within {:?}", config.connect_timeout),
+                    })??;
+                TcpQueue::establish(stream, config).await
+            }
+            None => TcpQueue::establish(stream, config).await,
+        }
     }
 
     /// Sets the queue up on an already connected byte stream: sends ICReq, checks ICResp like the
@@ -665,3 +680,4 @@ mod send;
 mod submit;
 #[cfg(test)]
 mod tests;
+pub mod tls;

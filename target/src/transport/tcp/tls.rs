@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use fabrik_proto::tls::{tls_psk, ConfiguredPsk, LabelEncoding, PskHash, PskIdentity};
+use openssl::ex_data::Index;
 use openssl::ssl::{Ssl, SslContext, SslMethod, SslOptions, SslSessionCacheMode, SslVersion};
 use tokio::net::TcpStream;
 use tokio_openssl::SslStream;
@@ -114,6 +115,9 @@ impl TlsKeys {
 /// A port's TLS: the keys and the OpenSSL context that serves them.
 pub struct TlsServer {
     ctx: SslContext,
+    /// Where the PSK callback leaves the identity it accepted (OpenSSL keeps none of a TLS
+    /// 1.3 external PSK for `SSL_get_psk_identity`).
+    accepted: Index<Ssl, PskIdentity>,
 }
 
 /// Why a connection's handshake failed.
@@ -128,6 +132,7 @@ pub enum HandshakeError {
 impl TlsServer {
     pub fn new(keys: TlsKeys) -> anyhow::Result<TlsServer> {
         let keys = Arc::new(keys);
+        let accepted = Ssl::new_ex_index::<PskIdentity>()?;
         let mut b = SslContext::builder(SslMethod::tls_server())?;
         b.set_min_proto_version(Some(SslVersion::TLS1_3))?;
         b.set_max_proto_version(Some(SslVersion::TLS1_3))?;
@@ -135,15 +140,16 @@ impl TlsServer {
         b.set_options(SslOptions::NO_TICKET);
         b.set_num_tickets(0)?;
         b.set_session_cache_mode(SslSessionCacheMode::OFF);
-        b.set_psk_server_callback(move |_ssl, identity, out| {
+        b.set_psk_server_callback(move |ssl, identity, out| {
             let identity = identity.unwrap_or_default();
             let shown = String::from_utf8_lossy(identity);
             let psk = PskIdentity::parse(identity)
                 .map_err(|e| e.to_string())
-                .and_then(|id| keys.psk(&id));
+                .and_then(|id| keys.psk(&id).map(|psk| (id, psk)));
             match psk {
-                Ok(psk) if psk.len() <= out.len() => {
+                Ok((id, psk)) if psk.len() <= out.len() => {
                     out[..psk.len()].copy_from_slice(&psk);
+                    ssl.set_ex_data(accepted, id);
                     Ok(psk.len())
                 }
                 Ok(_) => Ok(0),
@@ -154,7 +160,10 @@ impl TlsServer {
                 }
             }
         });
-        Ok(TlsServer { ctx: b.build() })
+        Ok(TlsServer {
+            ctx: b.build(),
+            accepted,
+        })
     }
 
     /// The server side of the handshake on a new connection; the identity the host chose.
@@ -169,11 +178,10 @@ impl TlsServer {
             .await
             .map_err(|_| HandshakeError::Timeout(HANDSHAKE_TIMEOUT))?
             .map_err(|e| tls(&e))?;
-        // The callback accepted it: it parses.
         let identity = stream
             .ssl()
-            .psk_identity()
-            .and_then(|raw| PskIdentity::parse(raw).ok())
+            .ex_data(self.accepted)
+            .cloned()
             .ok_or_else(|| HandshakeError::Tls("no PSK identity negotiated".into()))?;
         Ok((stream, identity))
     }
