@@ -36,6 +36,9 @@
 #                   FABRIK_INTEROP_CACHE (e.g. ~/.cache/fabrik-interop-612)
 #   EXTRA_PKGS="..." EXTRA_MODULES="..."  more Debian packages / kernel modules in the guest (e.g. mdadm,
 #                   raid456); use a FABRIK_INTEROP_CACHE of their own
+#   TLSHD=1         tlshd (the kernel's TLS handshake daemon, ktls-utils) in the guest: Debian 12 has
+#                   none, so Debian 13's, fetched from its pool (checked against its Packages index)
+#                   with its libraries and its own glibc under /opt/tlshd; `tlshd` runs it
 # Guest-side protocol: the script runs as root with cwd /, PATH set, configfs mounted,
 # helper functions in /vmh/lib.sh (see guest-lib.sh), /extra/bin and /share/bin on PATH;
 # its exit status is printed as "@@VMH_EXIT rc=N@@" and becomes vm.sh's exit status
@@ -75,6 +78,13 @@ MODULES="configfs nvme-core nvme-fabrics nvme-tcp nvme-rdma nvme
 # authentication (DH-HMAC-CHAP) and TLS of 6.12 (6.1 has no nvme-auth, nvme-keyring; the
 # hmac/sha256/sha512/dh crypto they use is built into both kernels).
 OPT_MODULES="nvme-auth nvme-keyring tls"
+
+# tlshd and what it loads, from Debian 13 (GnuTLS >= 3.8.1 and glibc >= 2.38 are newer than 12's).
+TLSHD_SUITE=trixie
+TLSHD_PKGS="ktls-utils libc6 libgcc-s1 libgnutls30t64 libgmp10 libhogweed6t64 libnettle8t64 libidn2-0
+ libunistring5 libp11-kit0 libffi8 libtasn1-6 libglib2.0-0t64 libatomic1 libmount1 libblkid1
+ libselinux1 libpcre2-8-0 zlib1g libkeyutils1 libnl-3-200 libnl-genl-3-200"
+DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 
 log() { printf '[vm.sh %s] %s\n' "$(date +%T)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -218,7 +228,7 @@ is_elf() { [ "$(head -c4 "$1" 2>/dev/null | od -An -c | tr -d ' ')" = '177ELF' ]
 build_initramfs() {
   local kver; kver=$(kver)
   # rebuild when vm.sh / guest-init / EXTRA_MODULES change (by content: a fresh clone's mtimes say nothing)
-  local stamp; stamp=$({ cat "$HERE/vm.sh" "$HERE/guest-init" "$CACHE/.downloaded" "$CACHE/kpkg"; printf %s "${EXTRA_MODULES:-}"; } 2>/dev/null | sha256sum | cut -c1-16)
+  local stamp; stamp=$({ cat "$HERE/vm.sh" "$HERE/guest-init" "$CACHE/.downloaded" "$CACHE/kpkg"; printf %s "${EXTRA_MODULES:-}" "${TLSHD:-}"; } 2>/dev/null | sha256sum | cut -c1-16)
   if [ -e "$IRCPIO" ] && [ -z "${REBUILD:-}" ] && [ "$(cat "$CACHE/initramfs.stamp" 2>/dev/null)" = "$stamp" ] \
      && [ "$IRCPIO" -nt "$CACHE/.extracted" ]; then
     return 0
@@ -315,15 +325,65 @@ build_initramfs() {
   printf 'passwd: files\ngroup: files\nhosts: files\n' > "$IR/etc/nsswitch.conf"
   echo "$kver" > "$IR/etc/vmh-kernel"
   cp "$HERE/guest-init" "$IR/init"; chmod +x "$IR/init"
+  [ -n "${TLSHD:-}" ] && tlshd_install
 
   (cd "$IR" && find . | BB cpio -o -H newc > "$IRCPIO.tmp" 2>/dev/null) && mv "$IRCPIO.tmp" "$IRCPIO"
   echo "$stamp" > "$CACHE/initramfs.stamp"
   log "initramfs: $(du -sh "$IR" | cut -f1) tree, $(du -h "$IRCPIO" | cut -f1) cpio, $(find "$IR/usr/lib/modules" -name '*.ko' | wc -l) modules, $(ls "$IR/usr/lib/$ARCH_TRIPLET" | wc -l) libs"
 }
 
+# Debian 13's tlshd and its library closure in $CACHE/tlshd/root (each .deb's SHA256 checked
+# against the suite's Packages index, fetched over the same mirror apt uses).
+tlshd_fetch() {
+  local dir=$CACHE/tlshd p line file sum
+  [ -e "$dir/.done" ] && [ "$(cat "$dir/.done")" = "$TLSHD_PKGS" ] && return 0
+  rm -rf "$dir"; mkdir -p "$dir/debs" "$dir/root"
+  log "fetching tlshd (ktls-utils) and its libraries from Debian $TLSHD_SUITE"
+  curl -fsSL "$DEBIAN_MIRROR/dists/$TLSHD_SUITE/main/binary-amd64/Packages.xz" | xz -dc > "$dir/Packages" ||
+    die "cannot fetch Debian $TLSHD_SUITE's package index"
+  for p in $TLSHD_PKGS; do
+    line=$(awk -v p="$p" '$0 == "Package: " p {f=1} f && /^Filename:/ {fn=$2} f && /^SHA256:/ {print fn, $2; exit}' "$dir/Packages")
+    [ -n "$line" ] || die "$p is not in Debian $TLSHD_SUITE"
+    file=${line% *}; sum=${line#* }
+    curl -fsSL -o "$dir/debs/$(basename "$file")" "$DEBIAN_MIRROR/$file" || die "cannot fetch $file"
+    echo "$sum  $dir/debs/$(basename "$file")" | sha256sum -c --quiet - || die "$file: SHA256 mismatch"
+    dpkg -x "$dir/debs/$(basename "$file")" "$dir/root"
+  done
+  [ -x "$dir/root/usr/sbin/tlshd" ] || die "ktls-utils has no /usr/sbin/tlshd"
+  echo "$TLSHD_PKGS" > "$dir/.done"
+}
+# tlshd into the initramfs under /opt/tlshd with every library it needs from the same suite, its
+# own loader included; /usr/sbin/tlshd starts it with them.
+tlshd_install() {
+  local src=$CACHE/tlshd/root dst=$IR/opt/tlshd so p todo seen=" "
+  local ROOT=$src   # copy_real resolves absolute links inside the suite's tree
+  mkdir -p "$dst/lib"
+  cp "$src/usr/sbin/tlshd" "$dst/tlshd.bin"
+  copy_real "$src/usr/lib/$ARCH_TRIPLET/ld-linux-x86-64.so.2" "$dst/lib/ld-linux-x86-64.so.2"
+  todo="$dst/tlshd.bin"
+  while [ -n "$todo" ]; do
+    set -- $todo; todo=""
+    for p in "$@"; do
+      for so in $(readelf -d "$p" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'); do
+        case $seen in *" $so "*) continue ;; esac
+        seen="$seen$so "
+        [ -e "$src/usr/lib/$ARCH_TRIPLET/$so" ] || die "tlshd needs $so: not in the $TLSHD_SUITE packages"
+        copy_real "$src/usr/lib/$ARCH_TRIPLET/$so" "$dst/lib/$so"
+        todo="$todo $dst/lib/$so"
+      done
+    done
+  done
+  # glibc loads libgcc_s at run time (thread cancellation)
+  copy_real "$src/usr/lib/$ARCH_TRIPLET/libgcc_s.so.1" "$dst/lib/libgcc_s.so.1"
+  printf '#!/bin/sh\nexec /opt/tlshd/lib/ld-linux-x86-64.so.2 --library-path /opt/tlshd/lib /opt/tlshd/tlshd.bin "$@"\n' > "$IR/usr/sbin/tlshd"
+  chmod +x "$IR/usr/sbin/tlshd"
+}
+
 prepare() {
   local t0=$SECONDS
-  host_deps; download; extract; build_initramfs
+  host_deps; download; extract
+  [ -n "${TLSHD:-}" ] && tlshd_fetch
+  build_initramfs
   log "prepare done in $((SECONDS - t0))s"
 }
 

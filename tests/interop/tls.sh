@@ -1,0 +1,159 @@
+#!/bin/bash
+# tls.sh - guest script (stage interop-tls, Linux 6.12 with tlshd from Debian 13, vm.sh TLSHD=1):
+# TLS 1.3 on NVMe/TCP with configured PSKs, against real peers.
+#   1. keys: `nvme gen-tls-key` (nvme-cli 2.3) makes the configured PSK; `fabrik tls-identity`
+#      derives each host/subsystem's identity and TLS PSK, `keyctl padd psk` puts them into the
+#      kernel's .nvme keyring, where the 6.12 host and nvmet look (through tlshd).
+#   2. the kernel host (nvme-tcp, `fabrik connect --tls` writes the `tls` option nvme-cli 2.3
+#      lacks) against fabrikd (--tls-psk, a port that requires TLS): 1 MiB written O_DIRECT and
+#      read back equal; the same connect in clear text is refused and leaves no controller;
+#      `nvme discover` on fabrikd's "allowed" port reads sectype tls13, treq not required.
+#   3. fabrik's userspace host (--tls-key) against nvmet-tcp with addr_tsas tls1.3 (tlshd its
+#      server): io-check verified; a wrong key refused with a TLS error, no controller left.
+#   4. fabrik's host against fabrikd over TLS, for completeness in the same guest.
+#   tests/run interop-tls    (or by hand:)
+#   TLSHD=1 EXTRA_PKGS=keyutils KPKG=linux-image-6.12.100+deb12-amd64 \
+#     FABRIK_INTEROP_CACHE=~/.cache/fabrik-interop-612-tls tests/interop/vm.sh prepare
+#   mkdir -p x/bin x/out && cp build/release/fabrikd build/release/fabrik x/bin/
+#   (the same variables) SHARE_DIR=x tests/interop/vm.sh run tests/interop/tls.sh
+# Artifacts: /share/out/fabrikd.log, tlshd.log, dmesg.txt.  Exit status = failed steps.
+set -u
+. /vmh/lib.sh
+args_to_env "$@"
+T_SUITE="TLS 1.3 on NVMe/TCP: Linux 6.12 host and nvmet vs fabrikd and fabrik"
+export NO_COLOR=1
+FABRIKD=${FABRIKD:-$(command -v fabrikd)}
+FABRIK=${FABRIK:-$(command -v fabrik)}
+for b in "$FABRIKD" "$FABRIK"; do
+  [ -n "$b" ] && [ -x "$b" ] || { echo "FAIL: fabrikd/fabrik missing in the guest"; echo "0 passed, 1 failed"; exit 1; }
+done
+cp "$FABRIKD" /tmp/fabrikd && FABRIKD=/tmp/fabrikd
+cp "$FABRIK" /tmp/fabrik && FABRIK=/tmp/fabrik
+OUT=/share/out; mkdir -p $OUT
+LOGF=$OUT/fabrikd.log; : > $LOGF
+TRADDR=127.0.0.1 TLS_PORT=4420 ALLOWED_PORT=4421 NVMET_PORT=4430
+. /vmh/auth-fabrikd-lib.sh   # only for `api` (fabrikd's REST API over bash /dev/tcp)
+HOSTNQN=nqn.2014-08.org.nvmexpress:uuid:6f1e0a2c-51c4-4b4e-9d2a-7a0c3f1e2b01
+HOSTNQN2=nqn.2014-08.org.nvmexpress:uuid:6f1e0a2c-51c4-4b4e-9d2a-7a0c3f1e2b02
+NVMET_NQN=nqn.2024-01.io.fabrik:guest:nvmet-tls
+DATA=/data/fabrikd
+FPID= TPID= RING= KEY= SUBNQN=
+OUT=/share/out
+
+# ------------------------------------------------------------------ helpers
+fab() {  # fabrik under timeout -> FAB_RC, FAB_OUT
+  echo "  + fabrik $*"
+  FAB_OUT=$(timeout 120 "$FABRIK" "$@" 2>&1); FAB_RC=$?
+  echo "  fabrik: exit status $FAB_RC"; [ -n "$FAB_OUT" ] && cut -c1-300 <<<"$FAB_OUT" | sed 's/^/    | /'
+  return 0
+}
+insert_psk() {  # hostnqn subnqn -> the identity's TLS PSK in the .nvme keyring (as nvme check-tls-key --insert)
+  local id
+  id=$(FABRIK_TLS_KEY=$KEY "$FABRIK" tls-identity -q "$1" -n "$2" --psk-out /tmp/psk.bin) || return 1
+  echo "  identity: $id"
+  keyctl padd psk "$id" "$RING" < /tmp/psk.bin > /dev/null || { echo "  keyctl padd failed"; return 1; }
+}
+ctrl_of() { local c; for c in /sys/class/nvme/nvme*; do [ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$1" ] && { basename "$c"; return 0; }; done; return 1; }
+no_ctrl_of() { local i; for i in $(seq 1 20); do ctrl_of "$1" >/dev/null || return 0; sleep 0.5; done; return 1; }
+round_trip() {  # dev: 1 MiB random, O_DIRECT, read back equal
+  dd if=/dev/urandom of=/tmp/w.bin bs=1M count=1 2>/dev/null
+  dd if=/tmp/w.bin of="$1" bs=1M count=1 oflag=direct 2>/dev/null || return 1
+  dd if="$1" of=/tmp/r.bin bs=1M count=1 iflag=direct 2>/dev/null || return 1
+  cmp /tmp/w.bin /tmp/r.bin
+}
+fabrikd_start() {
+  mkdir -p /data && mount -t tmpfs tmpfs /data && mkdir -p $DATA || return 1
+  printf '# the configured PSK for any host\n%s\n' "$KEY" > /tmp/tls.psk && chmod 600 /tmp/tls.psk
+  local cmd=("$FABRIKD" --data-dir $DATA --listen "$TRADDR:$TLS_PORT" --tls-psk /tmp/tls.psk
+             --api 127.0.0.1:8080 --metrics off --drives 2 --drive-size 128M --backend ram)
+  echo "  + ${cmd[*]}"
+  RUST_LOG=${RUST_LOG:-info,fabrik_target::transport::tcp=debug} "${cmd[@]}" >> $LOGF 2>&1 &
+  FPID=$!
+  wait_port $TRADDR $TLS_PORT 60 && wait_port 127.0.0.1 8080 10 || { echo "  fabrikd does not listen"; cat $LOGF; return 1; }
+  TOKEN=$(cat $DATA/api-token) || return 1
+  api GET /api/v1/subsystems > /dev/null || return 1
+  SUBNQN=$(grep -o '"nqn":"[^"]*"' <<<"$API_BODY" | cut -d'"' -f4 | grep -- '-00$' | head -1)
+  [ -n "$SUBNQN" ] || { echo "  no drive 00 subsystem in GET /api/v1/subsystems"; return 1; }
+  echo "  fabrikd (pid $FPID) requires TLS on $TRADDR:$TLS_PORT; drive 00 is $SUBNQN"
+}
+
+# ------------------------------------------------------------------ steps
+s_setup() {
+  modprobe nvme-tcp && modprobe nvme-keyring && modprobe tls && modprobe nvmet-tcp && modprobe null_blk nr_devices=1 || return 1
+  RING=$(awk '$9 == ".nvme:" {print $1}' /proc/keys | head -1)
+  assert "the kernel's .nvme keyring exists (/proc/keys)" [ -n "$RING" ] || { cat /proc/keys; return 1; }
+  RING=$((16#$RING)); echo "  .nvme keyring: $RING"
+  printf '[debug]\nloglevel=1\ntls=1\nnl=1\n[authenticate]\nkeyrings=.nvme\n' > /tmp/tlshd.conf
+  tlshd -c /tmp/tlshd.conf -s > $OUT/tlshd.log 2>&1 &
+  TPID=$!; sleep 1
+  assert "tlshd (Debian 13's, pid $TPID) runs" kill -0 $TPID || { cat $OUT/tlshd.log; return 1; }
+  KEY=$(nvme gen-tls-key --hmac=1 2>/dev/null | grep -o 'NVMeTLSkey-1:01:[^ ]*:' | head -1)
+  assert "nvme gen-tls-key made a configured PSK" [ -n "$KEY" ] || return 1
+  fabrikd_start
+}
+s_kernel_host() {
+  insert_psk "$HOSTNQN" "$SUBNQN" || return 1
+  fab connect --tls -t tcp -a $TRADDR -s $TLS_PORT -n "$SUBNQN" -q "$HOSTNQN"
+  assert "fabrik connect --tls (the kernel's tls option) succeeds" [ "$FAB_RC" = 0 ] || { dmesg_tail 20; tail -20 $OUT/tlshd.log; tail -20 $LOGF; return 1; }
+  local c dev= i
+  for i in $(seq 1 40); do dev=$(ns_dev "$SUBNQN") && break; sleep 0.25; done
+  c=$(ctrl_of "$SUBNQN")
+  echo "  controller $c, namespace $dev; tls_key: $(cat /sys/class/nvme/$c/tls_key 2>/dev/null || echo -), tls_configured_key: $(cat /sys/class/nvme/$c/tls_configured_key 2>/dev/null || echo -)"
+  assert "a namespace appeared" [ -n "$dev" ] && [ -b "$dev" ] || return 1
+  assert "1 MiB written with O_DIRECT reads back equal over TLS" round_trip "$dev" || return 1
+  assert "fabrikd says the channel was TLS" grep -q 'TLS established' $LOGF || return 1
+  nvme disconnect -n "$SUBNQN" > /dev/null
+  assert "disconnected" no_ctrl_of "$SUBNQN"
+}
+s_kernel_clear_refused() {
+  fab connect -t tcp -a $TRADDR -s $TLS_PORT -n "$SUBNQN" -q "$HOSTNQN"
+  assert "a clear-text connect to the required port fails" [ "$FAB_RC" != 0 ] || { nvme disconnect -n "$SUBNQN"; return 1; }
+  assert "and leaves no controller" no_ctrl_of "$SUBNQN"
+}
+s_discover_allowed() {
+  api POST /api/v1/ports "{\"address\":\"$TRADDR\",\"service_id\":$ALLOWED_PORT,\"tls\":\"allowed\"}"
+  assert "POST /api/v1/ports with tls allowed: 201, the view says allowed" eval '[ "$API_CODE" = 201 ] && grep -q "\"tls\":\"allowed\"" <<<"$API_BODY"' || return 1
+  wait_port $TRADDR $ALLOWED_PORT 10 || return 1
+  nvme discover -t tcp -a $TRADDR -s $ALLOWED_PORT -q "$HOSTNQN" > /tmp/disc.out 2>&1
+  sed 's/^/    | /' /tmp/disc.out | head -30
+  assert "nvme discover (clear text on the allowed port) lists drive 00" grep -q "$SUBNQN" /tmp/disc.out || return 1
+  assert "its entries read sectype tls13" grep -qi 'sectype: *tls13' /tmp/disc.out || return 1
+  assert "and treq not required" grep -qi 'treq: *not required' /tmp/disc.out
+}
+s_fabrik_vs_nvmet() {
+  local port=$CFG/ports/3
+  nvmet_port 3 tcp $TRADDR $NVMET_PORT || return 1
+  echo tls1.3 > $port/addr_tsas || { echo "  addr_tsas tls1.3 refused"; return 1; }
+  echo required > $port/addr_treq 2>/dev/null
+  echo "  nvmet port 3: tsas $(cat $port/addr_tsas), treq $(cat $port/addr_treq)"
+  nvmet_subsys "$NVMET_NQN" /dev/nullb0 any && nvmet_link "$NVMET_NQN" 3 || return 1
+  insert_psk "$HOSTNQN2" "$NVMET_NQN" || return 1
+  fab io-check -a $TRADDR -s $NVMET_PORT -n "$NVMET_NQN" -q "$HOSTNQN2" --tls-key "$KEY" -c 256 -i 2
+  assert "fabrik io-check --tls-key against nvmet-tcp (tls1.3) verifies" eval '[ "$FAB_RC" = 0 ] && grep -q "read back and verified" <<<"$FAB_OUT"' ||
+    { dmesg_tail 20; tail -20 $OUT/tlshd.log; return 1; }
+  local wrong; wrong=$(nvme gen-tls-key --hmac=1 2>/dev/null | grep -o 'NVMeTLSkey-1:01:[^ ]*:' | head -1)
+  fab io-check -a $TRADDR -s $NVMET_PORT -n "$NVMET_NQN" -q "$HOSTNQN2" --tls-key "$wrong" -c 16
+  assert "another key is refused with a TLS error" eval '[ "$FAB_RC" != 0 ] && grep -q "TLS handshake failed" <<<"$FAB_OUT"'
+}
+s_fabrik_vs_fabrikd() {
+  fab io-check -a $TRADDR -s $TLS_PORT -n "$SUBNQN" -q "$HOSTNQN2" --tls-key "$KEY" -c 256 -i 2
+  assert "fabrik io-check --tls-key against fabrikd verifies" eval '[ "$FAB_RC" = 0 ] && grep -q "read back and verified" <<<"$FAB_OUT"'
+}
+s_end() {
+  local rc=0
+  kill -TERM $FPID; wait $FPID || rc=$?
+  assert "fabrikd stops cleanly" [ $rc = 0 ] || return 1
+  assert "fabrikd never panicked" [ "$(grep -c panicked $LOGF)" = 0 ]
+}
+
+CFG=/sys/kernel/config/nvmet
+step "setup: keyring, tlshd, nvme gen-tls-key, fabrikd --tls-psk" s_setup
+step "kernel host -> fabrikd over TLS (fabrik connect --tls)" s_kernel_host
+step "kernel host -> fabrikd in clear text: refused" s_kernel_clear_refused
+step "nvme discover: an allowed port's sectype and treq" s_discover_allowed
+step "fabrik's host -> nvmet-tcp with TLS (tlshd its server)" s_fabrik_vs_nvmet
+step "fabrik's host -> fabrikd with TLS" s_fabrik_vs_fabrikd
+step "fabrikd's end" s_end
+dmesg > $OUT/dmesg.txt
+kill $TPID 2>/dev/null
+t_summary
