@@ -685,6 +685,37 @@ mod tests {
     }
 
     #[test]
+    fn tls_of_the_listeners() {
+        let mut c = Config::default_jbof("/tmp/x".into());
+        assert_eq!(c.listen_tls(), TlsMode::None);
+        let f = ConfigFile::parse("tls_psk = \"/etc/fabrik/tls.psk\"\ntls_psk_label = \"compat\"")
+            .unwrap();
+        c.apply_file(&f).unwrap();
+        assert_eq!(
+            c.listen_tls(),
+            TlsMode::Required,
+            "required once there are PSKs"
+        );
+        assert_eq!(c.tls_label, fabrik_proto::tls::LabelEncoding::Compat);
+        c.validate().unwrap();
+        c.set_tls("allowed").unwrap();
+        assert_eq!(c.listen_tls(), TlsMode::Allowed);
+        let seeded = crate::state::State::seed(&c);
+        assert_eq!(seeded.ports[0].tls, TlsMode::Allowed);
+        let e = c.set_tls("sometimes").unwrap_err().to_string();
+        assert!(e.contains("\"required\", \"allowed\" or \"none\""), "{e}");
+        let bad_label = ConfigFile::parse("tls_psk_label = \"rfc\"").unwrap();
+        assert!(Config::default_jbof("/tmp/x".into())
+            .apply_file(&bad_label)
+            .is_err());
+        // TLS without keys is refused at start, saying what to give.
+        let mut c = Config::default_jbof("/tmp/x".into());
+        c.set_tls("required").unwrap();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("--tls-psk"), "{e}");
+    }
+
+    #[test]
     fn reactor_cores_polling_and_c2h_success_come_from_the_file() {
         let core = crate::reactor::allowed_cores()[0];
         let f = ConfigFile::parse(&format!(

@@ -273,3 +273,43 @@ async fn ports_with_tls_through_the_api() {
     let r = b.admin.post::<Port>("/ports", &req(Some("allowed"))).await;
     api::assert_problem(r, 422, "--tls-psk");
 }
+
+/// A port's TLS is part of the state: a restart serves it again with the keys, and refuses to
+/// start without them rather than serve it in clear text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_port_survives_a_restart_and_needs_its_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let any = key(0x77);
+    let a = tls_box(dir.path(), &any.to_text(), TlsMode::None).await;
+    let req = PortRequest {
+        transport: None,
+        address: "127.0.0.1".into(),
+        service_id: 0,
+        tls: Some("required".into()),
+    };
+    let p: Port = a.admin.post("/ports", &req).await.unwrap();
+    a.stop().await;
+    let state = std::fs::read_to_string(dir.path().join("state.json")).unwrap();
+    assert!(state.contains("\"tls\": \"required\""), "{state}");
+
+    let b = tls_box(dir.path(), &any.to_text(), TlsMode::None).await;
+    let addr: SocketAddr = format!("127.0.0.1:{}", p.service_id).parse().unwrap();
+    let host = HostIdentity::random();
+    let sub = api::nqn("00");
+    let e = refused(Controller::connect(options(addr, &sub, &host, None)).await).await;
+    assert!(!matches!(e, HostError::Timeout { .. }), "{e}");
+    let c = Controller::connect(options(addr, &sub, &host, Some(TlsKey::new(any))))
+        .await
+        .unwrap();
+    write_read(&c, 11).await;
+    c.shutdown().await.unwrap();
+    b.stop().await;
+
+    let mut cfg = common::config(dir.path(), BackendKind::Ram, 2, 16 * MIB);
+    cfg.persist_state = true;
+    let e = match fabrik_target::Target::start(cfg).await {
+        Ok(_) => panic!("started without the keys of a TLS port"),
+        Err(e) => format!("{e:#}"),
+    };
+    assert!(e.contains("--tls-psk"), "{e}");
+}

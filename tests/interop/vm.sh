@@ -76,8 +76,10 @@ MODULES="configfs nvme-core nvme-fabrics nvme-tcp nvme-rdma nvme
 # (Debian 6.1 has CONFIG_NVME_TARGET_LOOP and CONFIG_RDMA_SIW disabled: no nvme-loop, no siw)
 # Modules only some kernels have, taken where they exist and skipped quietly elsewhere: in-band
 # authentication (DH-HMAC-CHAP) and TLS of 6.12 (6.1 has no nvme-auth, nvme-keyring; the
-# hmac/sha256/sha512/dh crypto they use is built into both kernels).
-OPT_MODULES="nvme-auth nvme-keyring tls"
+# hmac/sha256/sha512/dh crypto they use is built into both kernels); the AEADs kTLS installs
+# after tlshd's handshake (6.12 builds gcm, ccm and chacha20poly1305 as modules: without them
+# the handshake ends in "The kernel does not support the requested algorithm").
+OPT_MODULES="nvme-auth nvme-keyring tls gcm ghash-generic ghash-clmulni-intel aesni-intel cryptd ccm chacha20poly1305"
 
 # tlshd and what it loads, from Debian 13 (GnuTLS >= 3.8.1 and glibc >= 2.38 are newer than 12's).
 TLSHD_SUITE=trixie
