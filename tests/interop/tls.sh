@@ -11,7 +11,7 @@
 #      `nvme discover` on fabrikd's "allowed" port reads sectype tls13, treq not required.
 #   3. fabrik's userspace host (--tls-key) against nvmet-tcp with addr_tsas tls1.3 (tlshd its
 #      server): io-check verified; a wrong key refused with a TLS error, no controller left.
-#   4. fabrik's host against fabrikd over TLS, for completeness in the same guest.
+#   4. fabrik's host against fabrikd over TLS (io-check, discover on the required port).
 #   tests/run interop-tls    (or by hand:)
 #   TLSHD=1 EXTRA_PKGS=keyutils KPKG=linux-image-6.12.100+deb12-amd64 \
 #     FABRIK_INTEROP_CACHE=~/.cache/fabrik-interop-612-tls tests/interop/vm.sh prepare
@@ -157,7 +157,9 @@ s_fabrik_vs_nvmet() {
 }
 s_fabrik_vs_fabrikd() {
   fab io-check -a $TRADDR -s $TLS_PORT -n "$SUBNQN" -q "$HOSTNQN2" --tls-key "$KEY" -c 256 -i 2
-  assert "fabrik io-check --tls-key against fabrikd verifies" eval '[ "$FAB_RC" = 0 ] && grep -q "read back and verified" <<<"$FAB_OUT"'
+  assert "fabrik io-check --tls-key against fabrikd verifies" eval '[ "$FAB_RC" = 0 ] && grep -q "read back and verified" <<<"$FAB_OUT"' || return 1
+  fab discover -a $TRADDR -s $TLS_PORT -q "$HOSTNQN2" --tls-key "$KEY" --json
+  assert "fabrik discover --tls-key on the required port: tls13 entries" eval '[ "$FAB_RC" = 0 ] && grep -q "\"sectype\": \"tls13\"" <<<"$FAB_OUT"'
 }
 s_end() {
   local rc=0

@@ -3,11 +3,13 @@
 
 use anyhow::{Context, Result};
 use clap::Args;
-use fabrik_initiator::proto::fabrics::discovery::{adrfam, subtype, trtype, DiscoveryLogEntry};
+use fabrik_initiator::proto::fabrics::discovery::{
+    adrfam, subtype, trtype, DiscoveryLogEntry, Tsas,
+};
 use fabrik_initiator::proto::fabrics::Transport;
 use fabrik_initiator::{discover_with, ConnectOptions, DiscoveryLog};
 
-use super::args::{host_identity, resolve, HostBindArgs, TargetArgs, DISCOVERY_PORT};
+use super::args::{host_identity, resolve, AuthArgs, HostBindArgs, TargetArgs, DISCOVERY_PORT};
 
 #[derive(Args)]
 pub struct DiscoverArgs {
@@ -18,6 +20,9 @@ pub struct DiscoverArgs {
     hostnqn: Option<String>,
     #[command(flatten)]
     bind: HostBindArgs,
+    /// TLS (--tls-key) for a discovery port that requires it.
+    #[command(flatten)]
+    auth: AuthArgs,
     /// Print the log as JSON.
     #[arg(long)]
     json: bool,
@@ -28,6 +33,7 @@ pub async fn run(args: DiscoverArgs) -> Result<()> {
         target,
         hostnqn,
         bind,
+        auth,
         json,
     } = args;
     let transport = super::args::transport(&target)?;
@@ -35,6 +41,7 @@ pub async fn run(args: DiscoverArgs) -> Result<()> {
     let mut opts = ConnectOptions::discovery(addr).with_host(&host_identity(hostnqn));
     opts.transport = transport;
     bind.apply(&mut opts);
+    auth.apply(&mut opts);
     let log = discover_with(opts)
         .await
         .with_context(|| format!("discovery at {addr}"))?;
@@ -67,6 +74,7 @@ fn log_json(log: &DiscoveryLog) -> serde_json::Value {
                     _ => "unrecognized",
                 },
                 "treq": e.treq,
+                "sectype": sectype_name(e),
                 "portid": e.portid,
                 "trsvcid": e.trsvcid.trim(),
                 "subnqn": e.subnqn,
@@ -78,6 +86,20 @@ fn log_json(log: &DiscoveryLog) -> serde_json::Value {
         })
         .collect();
     serde_json::json!({ "genctr": log.genctr, "records": records })
+}
+
+/// NVMe/TCP's security type (nvme-cli's names); null for other transports.
+fn sectype_name(e: &DiscoveryLogEntry) -> serde_json::Value {
+    match e.tsas {
+        Tsas::Tcp { sectype } => match sectype {
+            0 => "none",
+            1 => "tls12",
+            2 => "tls13",
+            _ => "reserved",
+        }
+        .into(),
+        _ => serde_json::Value::Null,
+    }
 }
 
 fn trtype_name(t: u8) -> &'static str {
