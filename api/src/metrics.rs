@@ -134,6 +134,8 @@ pub struct PortMetrics {
     pub connections_open: u64,
     pub received_bytes: u64,
     pub sent_bytes: u64,
+    /// Connections whose TLS handshake failed (NVMe/TCP ports with TLS).
+    pub tls_handshake_failures: u64,
 }
 
 /// One live I/O controller: a host's association with a subsystem. `host` is the host's alias.
@@ -524,6 +526,12 @@ impl SnapshotCollector {
             "Bytes sent to hosts on the port.",
             Some(Unit::Bytes),
             per(|p| p.sent_bytes),
+        )?;
+        out.counters(
+            "fabrik_port_tls_handshake_failures",
+            "Connections whose TLS handshake failed (no or another key, clear text where TLS is required, a timeout).",
+            None,
+            per(|p| p.tls_handshake_failures),
         )
     }
 
@@ -707,6 +715,7 @@ mod tests {
                 connections_open: 2,
                 received_bytes: 100,
                 sent_bytes: 200,
+                tls_handshake_failures: 0,
             }],
             controllers: vec![ControllerMetrics {
                 subsystem: "nqn.2024-01.io.fabrik:jbof-a:drive-03".into(),

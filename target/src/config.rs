@@ -700,8 +700,6 @@ mod tests {
         c.validate().unwrap();
         c.set_tls("allowed").unwrap();
         assert_eq!(c.listen_tls(), TlsMode::Allowed);
-        let seeded = crate::state::State::seed(&c);
-        assert_eq!(seeded.ports[0].tls, TlsMode::Allowed);
         let e = c.set_tls("sometimes").unwrap_err().to_string();
         assert!(e.contains("\"required\", \"allowed\" or \"none\""), "{e}");
         let bad_label = ConfigFile::parse("tls_psk_label = \"rfc\"").unwrap();

@@ -147,6 +147,7 @@ fn port_metrics(target: &TargetState, port: &Port) -> PortMetrics {
         connections_open: open,
         received_bytes: rx,
         sent_bytes: tx,
+        tls_handshake_failures: target.metrics.port(port.id).tls_failures(),
     }
 }
 

@@ -823,6 +823,25 @@ mod tests {
     }
 
     #[test]
+    fn listeners_take_the_tls_of_the_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = config(dir.path());
+        c.rdma_listen = vec!["10.0.0.1:4420".parse().unwrap()];
+        assert_eq!(State::seed(&c).ports[0].tls, TlsMode::None);
+        c.tls_psk = Some("/etc/fabrik/tls.psk".into());
+        c.set_tls("allowed").unwrap();
+        let s = State::seed(&c);
+        // NVMe/TCP only; RDMA ports have none.
+        assert_eq!(
+            s.ports.iter().map(|p| p.tls).collect::<Vec<_>>(),
+            [TlsMode::Allowed, TlsMode::None]
+        );
+        // Kept in the state file only where there is TLS.
+        let text = serde_json::to_string(&s.ports).unwrap();
+        assert_eq!(text.matches("\"tls\"").count(), 1, "{text}");
+    }
+
+    #[test]
     fn token_file_is_private_and_stable() {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();

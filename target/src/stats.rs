@@ -280,6 +280,9 @@ impl ConnectionCounters {
 #[derive(Default)]
 pub struct PortCounters {
     inner: Mutex<PortTotals>,
+    /// Connections whose TLS handshake failed (no key for the identity, another key, clear
+    /// text on a port that requires TLS, a timeout): they never became queues.
+    tls_failures: AtomicU64,
 }
 
 #[derive(Default)]
@@ -302,6 +305,14 @@ impl PortCounters {
             port: self.clone(),
             counters,
         }
+    }
+
+    pub fn tls_failed(&self) {
+        self.tls_failures.fetch_add(1, Relaxed);
+    }
+
+    pub fn tls_failures(&self) -> u64 {
+        self.tls_failures.load(Relaxed)
     }
 
     /// (accepted, open, received bytes, sent bytes).

@@ -162,6 +162,10 @@ async fn a_required_port_serves_the_right_key_only() {
     }
     let ports: Vec<Port> = a.admin.get("/ports").await.unwrap();
     assert_eq!(ports[0].tls, "required");
+    // The refusals above (a host's own key taken by the any-host one, another key, another
+    // layout, clear text) were counted.
+    let failures = a.target.state().metrics.port(ports[0].id).tls_failures();
+    assert_eq!(failures, 4, "TLS handshake failures counted");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -312,4 +316,45 @@ async fn a_tls_port_survives_a_restart_and_needs_its_keys() {
         Err(e) => format!("{e:#}"),
     };
     assert!(e.contains("--tls-psk"), "{e}");
+}
+
+/// SHA-384 keys (`nvme gen-tls-key --hmac=2`, 48 bytes) take TLS_AES_256_GCM_SHA384, per host
+/// beside a SHA-256 key for any other host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sha384_keys_work_beside_sha256_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let sha384 = ConfiguredPsk::new(Some(PskHash::Sha384), &[0x88; 48]).unwrap();
+    let sha256 = key(0x99);
+    let big = HostIdentity::random();
+    let keys = format!(
+        "{}\n{} {}\n",
+        &*sha256.to_text(),
+        big.nqn,
+        &*sha384.to_text()
+    );
+    let a = tls_box(dir.path(), &keys, TlsMode::Required).await;
+    let sub = api::nqn("01");
+    for version in [1, 0] {
+        let tls = TlsKey {
+            identity_version: version,
+            ..TlsKey::new(sha384.clone())
+        };
+        let c = Controller::connect(options(a.nvme(), &sub, &big, Some(tls)))
+            .await
+            .unwrap();
+        write_read(&c, 20 + version as u64).await;
+        c.shutdown().await.unwrap();
+    }
+    let other = HostIdentity::random();
+    let c = Controller::connect(options(a.nvme(), &sub, &other, Some(TlsKey::new(sha256))))
+        .await
+        .unwrap();
+    write_read(&c, 30).await;
+    c.shutdown().await.unwrap();
+    // The SHA-384 key is that host's only.
+    let e = refused(
+        Controller::connect(options(a.nvme(), &sub, &other, Some(TlsKey::new(sha384)))).await,
+    )
+    .await;
+    assert!(matches!(e, HostError::Tls { .. }), "{e}");
 }

@@ -7,10 +7,11 @@
 #   2. the kernel host (nvme-tcp, `fabrik connect --tls` writes the `tls` option nvme-cli 2.3
 #      lacks) against fabrikd (--tls-psk, a port that requires TLS): 1 MiB written O_DIRECT and
 #      read back equal, fio crc32c verify at 4k and 128k, TLS on every queue; a host whose
-#      keyring has a version 0 identity only; the connect in clear text refused, no controller left;
+#      keyring has a version 0 identity only; a SHA-384 key (`gen-tls-key --hmac=2`, AES-256-GCM);
+#      the connect in clear text refused, no controller left;
 #      `nvme discover` on fabrikd's "allowed" port reads sectype tls13, treq not required.
 #   3. fabrik's userspace host (--tls-key) against nvmet-tcp with addr_tsas tls1.3 (tlshd its
-#      server): io-check verified; a wrong key refused with a TLS error, no controller left.
+#      server): io-check verified with a SHA-256 and a SHA-384 key; a wrong key refused.
 #   4. fabrik's host against fabrikd over TLS (io-check, discover on the required port).
 #   tests/run interop-tls    (or by hand:)
 #   TLSHD=1 EXTRA_PKGS=keyutils KPKG=linux-image-6.12.100+deb12-amd64 \
@@ -37,9 +38,10 @@ TRADDR=127.0.0.1 TLS_PORT=4420 ALLOWED_PORT=4421 NVMET_PORT=4430
 HOSTNQN=nqn.2014-08.org.nvmexpress:uuid:6f1e0a2c-51c4-4b4e-9d2a-7a0c3f1e2b01
 HOSTNQN2=nqn.2014-08.org.nvmexpress:uuid:6f1e0a2c-51c4-4b4e-9d2a-7a0c3f1e2b02
 HOSTNQN3=nqn.2014-08.org.nvmexpress:uuid:6f1e0a2c-51c4-4b4e-9d2a-7a0c3f1e2b03
+HOSTNQN4=nqn.2014-08.org.nvmexpress:uuid:6f1e0a2c-51c4-4b4e-9d2a-7a0c3f1e2b04   # a SHA-384 key's
 NVMET_NQN=nqn.2024-01.io.fabrik:guest:nvmet-tls
 DATA=/data/fabrikd
-FPID= TPID= RING= KEY= SUBNQN=
+FPID= TPID= RING= KEY= KEY384= SUBNQN=
 OUT=/share/out
 
 # ------------------------------------------------------------------ helpers
@@ -49,9 +51,9 @@ fab() {  # fabrik under timeout -> FAB_RC, FAB_OUT
   echo "  fabrik: exit status $FAB_RC"; [ -n "$FAB_OUT" ] && cut -c1-300 <<<"$FAB_OUT" | sed 's/^/    | /'
   return 0
 }
-insert_psk() {  # hostnqn subnqn -> the identity's TLS PSK in the .nvme keyring (as nvme check-tls-key --insert)
+insert_psk() {  # hostnqn subnqn [key] -> the identity's TLS PSK in the .nvme keyring (as nvme check-tls-key --insert)
   local id
-  id=$(FABRIK_TLS_KEY=$KEY "$FABRIK" tls-identity -q "$1" -n "$2" --psk-out /tmp/psk.bin) || return 1
+  id=$(FABRIK_TLS_KEY=${3:-$KEY} "$FABRIK" tls-identity -q "$1" -n "$2" --psk-out /tmp/psk.bin) || return 1
   echo "  identity: $id"
   keyctl padd psk "$id" "$RING" < /tmp/psk.bin > /dev/null || { echo "  keyctl padd failed"; return 1; }
 }
@@ -65,13 +67,16 @@ round_trip() {  # dev: 1 MiB random, O_DIRECT, read back equal
 }
 fabrikd_start() {
   mkdir -p /data && mount -t tmpfs tmpfs /data && mkdir -p $DATA || return 1
-  printf '# the configured PSK for any host\n%s\n' "$KEY" > /tmp/tls.psk && chmod 600 /tmp/tls.psk
+  printf '# the configured PSK for any host, and a SHA-384 one for host 4\n%s\n%s %s\n' "$KEY" "$HOSTNQN4" "$KEY384" > /tmp/tls.psk &&
+    chmod 600 /tmp/tls.psk
   local cmd=("$FABRIKD" --data-dir $DATA --listen "$TRADDR:$TLS_PORT" --tls-psk /tmp/tls.psk
              --api 127.0.0.1:8080 --metrics off --drives 2 --drive-size 128M --backend ram)
   echo "  + ${cmd[*]}"
   RUST_LOG=${RUST_LOG:-info,fabrik_target::transport::tcp=debug} "${cmd[@]}" >> $LOGF 2>&1 &
   FPID=$!
   wait_port $TRADDR $TLS_PORT 60 && wait_port 127.0.0.1 8080 10 || { echo "  fabrikd does not listen"; cat $LOGF; return 1; }
+  # (the API's sockets are bound before NVMe is served, its token written a moment later)
+  local i; for i in $(seq 1 150); do [ -s $DATA/api-token ] && break; sleep 0.2; done
   TOKEN=$(cat $DATA/api-token) || return 1
   api GET /api/v1/subsystems > /dev/null || return 1
   SUBNQN=$(grep -o '"nqn":"[^"]*"' <<<"$API_BODY" | cut -d'"' -f4 | grep -- '-00$' | head -1)
@@ -84,6 +89,7 @@ s_setup() {
   modprobe nvme-tcp && modprobe nvme-keyring && modprobe tls && modprobe nvmet-tcp && modprobe null_blk nr_devices=1 gb=1 memory_backed=1 || return 1
   # kTLS's AEADs (the kernel would ask for them too; here a missing one fails the setup, not a step)
   modprobe gcm && modprobe ghash-generic && modprobe ccm || return 1
+  modprobe chacha20poly1305 && modprobe chacha-generic && modprobe poly1305-generic || return 1
   modprobe aesni-intel 2>/dev/null || echo "  (no AES-NI under this CPU model: generic AES)"
   RING=$(awk '$9 == ".nvme:" {print $1}' /proc/keys | head -1)
   assert "the kernel's .nvme keyring exists (/proc/keys)" [ -n "$RING" ] || { cat /proc/keys; return 1; }
@@ -94,6 +100,8 @@ s_setup() {
   assert "tlshd (Debian 13's, pid $TPID) runs" kill -0 $TPID || { cat $OUT/tlshd.log; return 1; }
   KEY=$(nvme gen-tls-key --hmac=1 2>/dev/null | grep -o 'NVMeTLSkey-1:01:[^ ]*:' | head -1)
   assert "nvme gen-tls-key made a configured PSK" [ -n "$KEY" ] || return 1
+  KEY384=$(nvme gen-tls-key --hmac=2 2>/dev/null | grep -o 'NVMeTLSkey-1:02:[^ ]*:' | head -1)
+  assert "nvme gen-tls-key --hmac=2 made a SHA-384 one (89 characters)" [ "${#KEY384}" = 89 ] || return 1
   fabrikd_start
 }
 s_kernel_host() {
@@ -125,6 +133,21 @@ s_kernel_host_v0() {  # a host whose keyring holds a version 0 identity only: th
   nvme disconnect -n "$SUBNQN" > /dev/null
   assert "disconnected" no_ctrl_of "$SUBNQN"
 }
+s_kernel_host_sha384() {  # a SHA-384 key: identity NVMe1R02
+  local dev= i
+  insert_psk "$HOSTNQN4" "$SUBNQN" "$KEY384" || return 1
+  fab connect --tls -t tcp -a $TRADDR -s $TLS_PORT -n "$SUBNQN" -q "$HOSTNQN4" -i 1
+  assert "fabrik connect --tls with a SHA-384 key succeeds" [ "$FAB_RC" = 0 ] || { dmesg_tail 10; tail -8 $OUT/tlshd.log; return 1; }
+  for i in $(seq 1 40); do dev=$(ns_dev "$SUBNQN") && break; sleep 0.25; done
+  assert "1 MiB reads back equal" round_trip "$dev" || return 1
+  # tlshd 1.0 binds every key to SHA-256 (its SHA-384 suites are AES-256-GCM and ChaCha20):
+  # fabrikd takes the hash of the host's binder, and the suite is then ChaCha20-Poly1305.
+  echo "  tlshd's session: $(grep -o 'Session description: .*' $OUT/tlshd.log | tail -1)"
+  assert "tlshd's handshake succeeded" eval 'tail -3 $OUT/tlshd.log | grep -q "was successful\|Session description"' || return 1
+  assert "fabrikd accepted the SHA-384 identity" grep -q "identity=NVMe1R02 $HOSTNQN4" $LOGF || return 1
+  nvme disconnect -n "$SUBNQN" > /dev/null
+  assert "disconnected" no_ctrl_of "$SUBNQN"
+}
 s_kernel_clear_refused() {
   fab connect -t tcp -a $TRADDR -s $TLS_PORT -n "$SUBNQN" -q "$HOSTNQN"
   assert "a clear-text connect to the required port fails" [ "$FAB_RC" != 0 ] || { nvme disconnect -n "$SUBNQN"; return 1; }
@@ -151,6 +174,9 @@ s_fabrik_vs_nvmet() {
   fab io-check -a $TRADDR -s $NVMET_PORT -n "$NVMET_NQN" -q "$HOSTNQN2" --tls-key "$KEY" -c 256 -i 2
   assert "fabrik io-check --tls-key against nvmet-tcp (tls1.3) verifies" eval '[ "$FAB_RC" = 0 ] && grep -q "read back and verified" <<<"$FAB_OUT"' ||
     { dmesg_tail 20; tail -20 $OUT/tlshd.log; return 1; }
+  insert_psk "$HOSTNQN4" "$NVMET_NQN" "$KEY384" || return 1
+  fab io-check -a $TRADDR -s $NVMET_PORT -n "$NVMET_NQN" -q "$HOSTNQN4" --tls-key "$KEY384" -c 256
+  assert "and with a SHA-384 key (TLS_AES_256_GCM_SHA384)" eval '[ "$FAB_RC" = 0 ] && grep -q "read back and verified" <<<"$FAB_OUT"' || return 1
   local wrong; wrong=$(nvme gen-tls-key --hmac=1 2>/dev/null | grep -o 'NVMeTLSkey-1:01:[^ ]*:' | head -1)
   fab io-check -a $TRADDR -s $NVMET_PORT -n "$NVMET_NQN" -q "$HOSTNQN2" --tls-key "$wrong" -c 16
   assert "another key is refused with a TLS error" eval '[ "$FAB_RC" != 0 ] && grep -q "TLS handshake failed" <<<"$FAB_OUT"'
@@ -172,6 +198,7 @@ CFG=/sys/kernel/config/nvmet
 step "setup: keyring, tlshd, nvme gen-tls-key, fabrikd --tls-psk" s_setup
 step "kernel host -> fabrikd over TLS (fabrik connect --tls)" s_kernel_host
 step "kernel host -> fabrikd with a version 0 PSK identity" s_kernel_host_v0
+step "kernel host -> fabrikd with a SHA-384 key" s_kernel_host_sha384
 step "kernel host -> fabrikd in clear text: refused" s_kernel_clear_refused
 step "nvme discover: an allowed port's sectype and treq" s_discover_allowed
 step "fabrik's host -> nvmet-tcp with TLS (tlshd its server)" s_fabrik_vs_nvmet

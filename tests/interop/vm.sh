@@ -79,7 +79,8 @@ MODULES="configfs nvme-core nvme-fabrics nvme-tcp nvme-rdma nvme
 # hmac/sha256/sha512/dh crypto they use is built into both kernels); the AEADs kTLS installs
 # after tlshd's handshake (6.12 builds gcm, ccm and chacha20poly1305 as modules: without them
 # the handshake ends in "The kernel does not support the requested algorithm").
-OPT_MODULES="nvme-auth nvme-keyring tls gcm ghash-generic ghash-clmulni-intel aesni-intel cryptd ccm chacha20poly1305"
+OPT_MODULES="nvme-auth nvme-keyring tls gcm ghash-generic ghash-clmulni-intel aesni-intel cryptd ccm
+ chacha20poly1305 chacha-generic poly1305-generic chacha-x86_64 poly1305-x86_64"
 
 # tlshd and what it loads, from Debian 13 (GnuTLS >= 3.8.1 and glibc >= 2.38 are newer than 12's).
 TLSHD_SUITE=trixie

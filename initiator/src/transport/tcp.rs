@@ -171,31 +171,39 @@ impl TcpQueue {
     /// Opens a TCP connection to `addr` and sets the queue up on it (ICReq/ICResp).
     pub async fn connect(addr: SocketAddr, config: TcpQueueConfig) -> Result<TcpQueue, HostError> {
         let qid = config.qid;
-        let stream = bind::connect(
-            qid,
-            addr,
-            config.host_traddr,
-            config.host_iface.as_deref(),
-            config.connect_timeout,
-        )
-        .await?;
-        // Capsules are small and latency matters: never wait to coalesce (as the Linux host).
-        stream
-            .set_nodelay(true)
-            .map_err(|e| HostError::io(format!("queue {qid}: set TCP_NODELAY"), e))?;
-        match config.tls.clone() {
-            Some(tls) => {
-                let handshake = tls.connect(qid, stream);
-                let stream = tokio::time::timeout(config.connect_timeout, handshake)
-                    .await
-                    .map_err(|_| HostError::Tls {
+        let open = || async {
+            let stream = bind::connect(
+                qid,
+                addr,
+                config.host_traddr,
+                config.host_iface.as_deref(),
+                config.connect_timeout,
+            )
+            .await?;
+            // Capsules are small and latency matters: never wait to coalesce (as the Linux host).
+            stream
+                .set_nodelay(true)
+                .map_err(|e| HostError::io(format!("queue {qid}: set TCP_NODELAY"), e))?;
+            Ok::<_, HostError>(stream)
+        };
+        let Some(tls) = config.tls.clone() else {
+            return TcpQueue::establish(open().await?, config).await;
+        };
+        let mut failed = None;
+        for attempt in 0..tls.attempts() {
+            let handshake = tls.connect(attempt, qid, open().await?);
+            match tokio::time::timeout(config.connect_timeout, handshake).await {
+                Ok(Ok(stream)) => return TcpQueue::establish(stream, config).await,
+                Ok(Err(e)) => failed = Some(e),
+                Err(_) => {
+                    failed = Some(HostError::Tls {
                         qid,
                         reason: format!("no answer within {:?}", config.connect_timeout),
-                    })??;
-                TcpQueue::establish(stream, config).await
+                    })
+                }
             }
-            None => TcpQueue::establish(stream, config).await,
         }
+        Err(failed.expect("a channel has at least one attempt"))
     }
 
     /// Sets the queue up on an already connected byte stream: sends ICReq, checks ICResp like the

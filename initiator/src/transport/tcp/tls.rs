@@ -1,22 +1,19 @@
 //! TLS 1.3 for a host's NVMe/TCP queues, with a configured PSK (NVMe/TCP transport 3.6): each
 //! queue opens its own TLS session before ICReq, offering the PSK identity of this host and the
 //! subsystem and the TLS PSK derived for it (`fabrik_proto::tls`), as the Linux host does
-//! through tlshd. OpenSSL, for its external PSKs (rustls has none); its TLS 1.3 PSK callback
-//! makes SHA-256 sessions, so keys are SHA-256 ones.
+//! through tlshd. OpenSSL through `fabrik_tls` (rustls has no external PSKs): the suites of
+//! the PSK's hash (TLS_AES_128_GCM_SHA256 first for SHA-256, TLS_AES_256_GCM_SHA384).
 
 use std::pin::Pin;
 use std::sync::Arc;
 
 use fabrik_proto::tls::{tls_psk, ConfiguredPsk, LabelEncoding, PskHash};
-use openssl::ssl::{Ssl, SslContext, SslMethod, SslOptions, SslVersion};
+use fabrik_tls::Psk;
+use openssl::ssl::{Ssl, SslContext};
 use tokio::net::TcpStream;
 use tokio_openssl::SslStream;
 
 use crate::error::HostError;
-
-/// The suites offered, as the target's (`fabrik_target::transport::tcp::tls`).
-const CIPHERSUITES: &str =
-    "TLS_AES_128_GCM_SHA256:TLS_CHACHA20_POLY1305_SHA256:TLS_AES_256_GCM_SHA384";
 
 /// What a host connects with: its configured PSK, the identity version to offer and the HKDF
 /// label layout the target derives with.
@@ -53,7 +50,8 @@ impl TlsKey {
 /// The TLS client of one controller's queues: the identity and PSK of its host and subsystem.
 #[derive(Clone)]
 pub struct TlsChannel {
-    ctx: SslContext,
+    /// Tried in order, each on a connection of its own, until one handshakes.
+    attempts: Vec<SslContext>,
 }
 
 impl std::fmt::Debug for TlsChannel {
@@ -65,43 +63,42 @@ impl std::fmt::Debug for TlsChannel {
 impl TlsChannel {
     pub fn new(key: &TlsKey, hostnqn: &str, subnqn: &str) -> Result<Arc<TlsChannel>, HostError> {
         let invalid = |e: &dyn std::fmt::Display| HostError::Invalid(format!("TLS: {e}"));
-        if key.psk.psk_hash() != PskHash::Sha256 {
-            return Err(invalid(
-                &"a SHA-384 PSK: fabrik takes SHA-256 ones (hash 01)",
-            ));
-        }
         let retained = key
             .psk
             .retained(hostnqn, key.label)
             .map_err(|e| invalid(&e))?;
         let identity = retained.identity(key.identity_version, hostnqn, subnqn);
-        let psk = tls_psk(&key.psk, &identity, key.label).map_err(|e| invalid(&e))?;
-        let identity = identity.to_text();
-        let openssl = |e: openssl::error::ErrorStack| invalid(&e);
-        let mut b = SslContext::builder(SslMethod::tls_client()).map_err(openssl)?;
-        b.set_min_proto_version(Some(SslVersion::TLS1_3))
-            .map_err(openssl)?;
-        b.set_max_proto_version(Some(SslVersion::TLS1_3))
-            .map_err(openssl)?;
-        b.set_ciphersuites(CIPHERSUITES).map_err(openssl)?;
-        b.set_options(SslOptions::NO_TICKET);
-        b.set_psk_client_callback(move |_ssl, _hint, id_out, psk_out| {
-            // OpenSSL takes the identity as a C string.
-            let id = identity.as_bytes();
-            if id.len() >= id_out.len() || psk.len() > psk_out.len() {
-                return Ok(0);
-            }
-            id_out[..id.len()].copy_from_slice(id);
-            id_out[id.len()] = 0;
-            psk_out[..psk.len()].copy_from_slice(&psk);
-            Ok(psk.len())
-        });
-        Ok(Arc::new(TlsChannel { ctx: b.build() }))
+        let psk = Psk {
+            hash: identity.hash,
+            key: tls_psk(&key.psk, &identity, key.label).map_err(|e| invalid(&e))?,
+        };
+        let id = identity.to_text();
+        let mut attempts = vec![psk.clone()];
+        if psk.hash == PskHash::Sha384 {
+            // tlshd before ktls-utils 1.1 (Debian 13's 1.0) binds every key to SHA-256, so
+            // nvmet behind it takes a SHA-384 NVMe key as a SHA-256 PSK: the second try.
+            attempts.push(Psk {
+                hash: PskHash::Sha256,
+                ..psk
+            });
+        }
+        let attempts = attempts
+            .into_iter()
+            .map(|psk| fabrik_tls::client_context(id.as_bytes(), psk))
+            .collect::<Result<_, _>>()
+            .map_err(|e| invalid(&e))?;
+        Ok(Arc::new(TlsChannel { attempts }))
     }
 
-    /// The client side of the handshake on queue `qid`'s new connection.
+    /// How many handshakes a queue may try, each on a fresh connection.
+    pub fn attempts(&self) -> usize {
+        self.attempts.len()
+    }
+
+    /// The client side of handshake `attempt` on queue `qid`'s new connection.
     pub async fn connect(
         &self,
+        attempt: usize,
         qid: u16,
         stream: TcpStream,
     ) -> Result<SslStream<TcpStream>, HostError> {
@@ -109,7 +106,7 @@ impl TlsChannel {
             qid,
             reason: e.to_string(),
         };
-        let ssl = Ssl::new(&self.ctx).map_err(|e| failed(&e))?;
+        let ssl = Ssl::new(&self.attempts[attempt]).map_err(|e| failed(&e))?;
         let mut stream = SslStream::new(ssl, stream).map_err(|e| failed(&e))?;
         Pin::new(&mut stream)
             .connect()

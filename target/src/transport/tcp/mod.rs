@@ -248,6 +248,7 @@ async fn secure_and_serve(
         _ = stop.cancelled() => return Err(ConnError::Eof),
         r = tls.server.accept(stream) => r.map_err(|e| {
             tracing::info!(%peer, "TLS refused: {e}");
+            target.metrics.port(port.id).tls_failed();
             ConnError::Tls(e)
         })?,
     };

@@ -3,11 +3,10 @@
 //! (`fabrik_proto::tls::PskIdentity`); the controller derives that identity's TLS PSK from the
 //! host's configured key, and the whole connection, ICReq on, is TLS application data.
 //!
-//! OpenSSL, because rustls has no external PSKs (only resumption). Its PSK callback for TLS 1.3
-//! builds a TLS_AES_128_GCM_SHA256 session, so PSKs are SHA-256 ones (hash 01, or 00 with a
-//! 32-byte key: what `nvme gen-tls-key` makes by default); the cipher suite may still be any
-//! SHA-256 one the host offers. No session tickets: the kernel host's kTLS takes any record
-//! but application data after the handshake as fatal.
+//! The handshake is OpenSSL's, through `fabrik_tls` (rustls has no external PSKs): SHA-256
+//! PSKs with the SHA-256 suites (TLS_AES_128_GCM_SHA256 first), SHA-384 ones with
+//! TLS_AES_256_GCM_SHA384; no session tickets (the kernel host's kTLS takes any record but
+//! application data after the handshake as fatal).
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -16,19 +15,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use fabrik_proto::tls::{tls_psk, ConfiguredPsk, LabelEncoding, PskHash, PskIdentity};
-use openssl::ex_data::Index;
-use openssl::ssl::{Ssl, SslContext, SslMethod, SslOptions, SslSessionCacheMode, SslVersion};
+use fabrik_proto::tls::{tls_psk, ConfiguredPsk, LabelEncoding, PskIdentity};
+use fabrik_tls::Psk;
+use openssl::ssl::{Ssl, SslContext};
 use tokio::net::TcpStream;
 use tokio_openssl::SslStream;
 use zeroize::Zeroizing;
 
 /// The Linux host's and target's handshake timeout (`tls_handshake_timeout`, 10 s).
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// TLS 1.3 cipher suites offered, SHA-256 ones first (the PSKs are SHA-256).
-const CIPHERSUITES: &str =
-    "TLS_AES_128_GCM_SHA256:TLS_CHACHA20_POLY1305_SHA256:TLS_AES_256_GCM_SHA384";
 
 /// The configured PSKs: one per host NQN, and one for any other host.
 pub struct TlsKeys {
@@ -84,9 +79,6 @@ impl TlsKeys {
             };
             // The error names the line, never its key.
             let key = ConfiguredPsk::parse(key).with_context(|| format!("line {n}"))?;
-            if key.psk_hash() != PskHash::Sha256 {
-                bail!("line {n}: a SHA-384 key (48 bytes); fabrikd takes SHA-256 ones (nvme gen-tls-key --hmac=1)");
-            }
             let dup = match host {
                 Some(h) => keys.hosts.insert(h.to_string(), key).is_some(),
                 None => keys.any_host.replace(key).is_some(),
@@ -115,9 +107,6 @@ impl TlsKeys {
 /// A port's TLS: the keys and the OpenSSL context that serves them.
 pub struct TlsServer {
     ctx: SslContext,
-    /// Where the PSK callback leaves the identity it accepted (OpenSSL keeps none of a TLS
-    /// 1.3 external PSK for `SSL_get_psk_identity`).
-    accepted: Index<Ssl, PskIdentity>,
 }
 
 /// Why a connection's handshake failed.
@@ -132,38 +121,21 @@ pub enum HandshakeError {
 impl TlsServer {
     pub fn new(keys: TlsKeys) -> anyhow::Result<TlsServer> {
         let keys = Arc::new(keys);
-        let accepted = Ssl::new_ex_index::<PskIdentity>()?;
-        let mut b = SslContext::builder(SslMethod::tls_server())?;
-        b.set_min_proto_version(Some(SslVersion::TLS1_3))?;
-        b.set_max_proto_version(Some(SslVersion::TLS1_3))?;
-        b.set_ciphersuites(CIPHERSUITES)?;
-        b.set_options(SslOptions::NO_TICKET);
-        b.set_num_tickets(0)?;
-        b.set_session_cache_mode(SslSessionCacheMode::OFF);
-        b.set_psk_server_callback(move |ssl, identity, out| {
-            let identity = identity.unwrap_or_default();
+        let ctx = fabrik_tls::server_context(Arc::new(move |_ssl, identity| {
             let shown = String::from_utf8_lossy(identity);
-            let psk = PskIdentity::parse(identity)
+            let found = PskIdentity::parse(identity)
                 .map_err(|e| e.to_string())
-                .and_then(|id| keys.psk(&id).map(|psk| (id, psk)));
-            match psk {
-                Ok((id, psk)) if psk.len() <= out.len() => {
-                    out[..psk.len()].copy_from_slice(&psk);
-                    ssl.set_ex_data(accepted, id);
-                    Ok(psk.len())
-                }
-                Ok(_) => Ok(0),
+                .and_then(|id| keys.psk(&id).map(|key| Psk { hash: id.hash, key }));
+            match found {
+                Ok(psk) => Some(psk),
                 Err(why) => {
-                    tracing::info!(identity = %shown, "TLS PSK refused: {why}");
                     // No PSK: the handshake fails with an alert to the host.
-                    Ok(0)
+                    tracing::info!(identity = %shown, "TLS PSK refused: {why}");
+                    None
                 }
             }
-        });
-        Ok(TlsServer {
-            ctx: b.build(),
-            accepted,
-        })
+        }))?;
+        Ok(TlsServer { ctx })
     }
 
     /// The server side of the handshake on a new connection; the identity the host chose.
@@ -178,10 +150,9 @@ impl TlsServer {
             .await
             .map_err(|_| HandshakeError::Timeout(HANDSHAKE_TIMEOUT))?
             .map_err(|e| tls(&e))?;
-        let identity = stream
-            .ssl()
-            .ex_data(self.accepted)
-            .cloned()
+        // The lookup accepted it: it parses.
+        let identity = fabrik_tls::accepted_identity(stream.ssl())
+            .and_then(|raw| PskIdentity::parse(raw).ok())
             .ok_or_else(|| HandshakeError::Tls("no PSK identity negotiated".into()))?;
         Ok((stream, identity))
     }
@@ -212,7 +183,7 @@ mod tests {
         assert!(e.contains("line 1") && e.contains("CRC"), "{e}");
         assert!(!e.contains("AAED"), "the error repeats the key: {e}");
         let sha384 = "NVMeTLSkey-1:02:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8gISIjJCUmJygpKissLS4vcSEgBQ==:";
-        assert!(err(sha384).contains("SHA-384"));
+        assert!(TlsKeys::parse(sha384, LabelEncoding::Rfc8446).is_ok());
     }
 
     #[test]
