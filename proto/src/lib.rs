@@ -7,6 +7,7 @@
 pub mod auth;
 pub mod error;
 pub mod fabrics;
+mod keytext;
 mod le;
 pub mod nvme;
 pub mod rdma;

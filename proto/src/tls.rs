@@ -11,9 +11,10 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
 use hkdf::Hkdf;
 use sha2::{Sha256, Sha384};
-use zeroize::{Zeroize, Zeroizing};
+use zeroize::Zeroizing;
 
 use crate::auth::HashId;
+use crate::keytext::{self, KeyTextError};
 
 const PREFIX: &str = "NVMeTLSkey-1:";
 
@@ -107,42 +108,24 @@ impl ConfiguredPsk {
     }
 
     pub fn parse(text: &str) -> Result<ConfiguredPsk, PskError> {
-        let rest = text
-            .strip_prefix(PREFIX)
-            .and_then(|r| r.strip_suffix(':'))
-            .ok_or(PskError::Format)?;
-        let (hh, b64) = rest.split_once(':').ok_or(PskError::Format)?;
+        let (hh, key) = keytext::decode(text, PREFIX, &[32, 48]).map_err(|e| match e {
+            KeyTextError::Format => PskError::Format,
+            KeyTextError::Base64 => PskError::Base64,
+            KeyTextError::Length => PskError::Length,
+            KeyTextError::Crc => PskError::Crc,
+        })?;
         let hash = match hh {
             "00" => None,
             "01" => Some(PskHash::Sha256),
             "02" => Some(PskHash::Sha384),
             _ => return Err(PskError::Hash),
         };
-        let mut raw = Zeroizing::new(
-            STANDARD
-                .decode(b64.as_bytes())
-                .map_err(|_| PskError::Base64)?,
-        );
-        if !matches!(raw.len(), 36 | 52) {
-            return Err(PskError::Length);
-        }
-        let n = raw.len() - 4;
-        let crc = u32::from_le_bytes([raw[n], raw[n + 1], raw[n + 2], raw[n + 3]]);
-        if crc32fast::hash(&raw[..n]) != crc {
-            return Err(PskError::Crc);
-        }
-        raw.truncate(n);
-        ConfiguredPsk::new(hash, &raw)
+        ConfiguredPsk::new(hash, &key)
     }
 
     /// The `NVMeTLSkey-1:` text (for a host's configuration; never logged).
     pub fn to_text(&self) -> Zeroizing<String> {
-        let mut raw = Zeroizing::new(self.key.to_vec());
-        raw.extend_from_slice(&crc32fast::hash(&self.key).to_le_bytes());
-        let mut b64 = STANDARD.encode(&*raw);
-        let text = format!("{PREFIX}{:02}:{b64}:", self.hash.map_or(0, PskHash::id));
-        b64.zeroize();
-        Zeroizing::new(text)
+        keytext::encode(PREFIX, self.hash.map_or(0, PskHash::id), &self.key)
     }
 
     /// The hash of every PSK derived from this key: the configured one, else the one its

@@ -2,11 +2,10 @@
 //! `tt` the transform (00 none, 01/02/03 HMAC-SHA-256/384/512 of the NQN), the base64 of the
 //! key (32, 48 or 64 bytes) followed by its CRC-32 (little-endian).
 
-use base64::engine::general_purpose::STANDARD;
-use base64::Engine;
-use zeroize::{Zeroize, Zeroizing};
+use zeroize::Zeroizing;
 
 use super::HashId;
+use crate::keytext::{self, KeyTextError};
 
 const PREFIX: &str = "DHHC-1:";
 
@@ -60,11 +59,12 @@ impl Secret {
     }
 
     pub fn parse(text: &str) -> Result<Secret, SecretError> {
-        let rest = text
-            .strip_prefix(PREFIX)
-            .and_then(|r| r.strip_suffix(':'))
-            .ok_or(SecretError::Format)?;
-        let (tt, b64) = rest.split_once(':').ok_or(SecretError::Format)?;
+        let (tt, key) = keytext::decode(text, PREFIX, &[32, 48, 64]).map_err(|e| match e {
+            KeyTextError::Format => SecretError::Format,
+            KeyTextError::Base64 => SecretError::Base64,
+            KeyTextError::Length => SecretError::Length,
+            KeyTextError::Crc => SecretError::Crc,
+        })?;
         let transform = match tt {
             "00" => 0,
             "01" => 1,
@@ -72,34 +72,12 @@ impl Secret {
             "03" => 3,
             _ => return Err(SecretError::Transform),
         };
-        let mut raw = Zeroizing::new(
-            STANDARD
-                .decode(b64.as_bytes())
-                .map_err(|_| SecretError::Base64)?,
-        );
-        if !matches!(raw.len(), 36 | 52 | 68) {
-            return Err(SecretError::Length);
-        }
-        let n = raw.len() - 4;
-        let crc = u32::from_le_bytes([raw[n], raw[n + 1], raw[n + 2], raw[n + 3]]);
-        if crc32fast::hash(&raw[..n]) != crc {
-            return Err(SecretError::Crc);
-        }
-        raw.truncate(n);
-        Ok(Secret {
-            transform,
-            key: raw,
-        })
+        Ok(Secret { transform, key })
     }
 
     /// The `DHHC-1:` text (for the host's configuration; never logged).
     pub fn to_text(&self) -> Zeroizing<String> {
-        let mut raw = Zeroizing::new(self.key.to_vec());
-        raw.extend_from_slice(&crc32fast::hash(&self.key).to_le_bytes());
-        let mut b64 = STANDARD.encode(&*raw);
-        let text = format!("{PREFIX}{:02}:{b64}:", self.transform);
-        b64.zeroize();
-        Zeroizing::new(text)
+        keytext::encode(PREFIX, self.transform, &self.key)
     }
 
     pub fn transform(&self) -> u8 {
