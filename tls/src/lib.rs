@@ -61,6 +61,9 @@ fn builder(method: SslMethod) -> Result<SslContextBuilder, ErrorStack> {
     b.set_options(SslOptions::NO_TICKET);
     b.set_num_tickets(0)?;
     b.set_session_cache_mode(SslSessionCacheMode::OFF);
+    // A read takes whatever the socket has, not one record header and then its body: two
+    // system calls a record halved 4K IOPS over TLS.
+    b.set_read_ahead(true);
     Ok(b)
 }
 
