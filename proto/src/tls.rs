@@ -40,6 +40,13 @@ impl PskHash {
         self as u8
     }
 
+    /// The hash whose output is `len` bytes (a key's, a binder's).
+    pub fn from_len(len: usize) -> Option<PskHash> {
+        [PskHash::Sha256, PskHash::Sha384]
+            .into_iter()
+            .find(|h| h.len() == len)
+    }
+
     /// The key and output length: 32 or 48 bytes.
     #[allow(clippy::len_without_is_empty)]
     pub fn len(self) -> usize {
@@ -131,11 +138,10 @@ impl ConfiguredPsk {
     /// The hash of every PSK derived from this key: the configured one, else the one its
     /// length implies.
     pub fn psk_hash(&self) -> PskHash {
-        self.hash.unwrap_or(if self.key.len() == 48 {
-            PskHash::Sha384
-        } else {
-            PskHash::Sha256
-        })
+        // A key is 32 or 48 bytes (`new`).
+        self.hash
+            .or(PskHash::from_len(self.key.len()))
+            .unwrap_or(PskHash::Sha256)
     }
 
     /// The retained PSK of host `hostnqn`: HKDF-Expand-Label(HKDF-Extract(0, key), "HostNQN",

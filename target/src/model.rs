@@ -184,10 +184,21 @@ impl TlsMode {
 
     /// The discovery log's TREQ secure channel bits.
     pub fn treq(self) -> u8 {
+        use fabrik_proto::fabrics::discovery::treq;
         match self {
-            TlsMode::None => 0,
-            TlsMode::Required => 1,
-            TlsMode::Allowed => 2,
+            TlsMode::None => treq::NOT_SPECIFIED,
+            TlsMode::Required => treq::REQUIRED,
+            TlsMode::Allowed => treq::NOT_REQUIRED,
+        }
+    }
+
+    /// The mode a port's TREQ says.
+    pub fn from_treq(bits: u8) -> TlsMode {
+        use fabrik_proto::fabrics::discovery::treq;
+        match bits & treq::SECURE_CHANNEL_MASK {
+            treq::REQUIRED => TlsMode::Required,
+            treq::NOT_REQUIRED => TlsMode::Allowed,
+            _ => TlsMode::None,
         }
     }
 }

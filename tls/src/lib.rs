@@ -112,18 +112,16 @@ pub fn accepted_identity(ssl: &SslRef) -> Option<&[u8]> {
     Some(identity)
 }
 
-type ServerData = Lookup;
-type ClientData = (Vec<u8>, Psk);
-/// The identity the ClientHello callback found a PSK for, and that PSK.
+/// An identity and its PSK: the client's, and the one the server's ClientHello callback chose.
 type Chosen = (Vec<u8>, Psk);
 
-fn server_index() -> Result<Index<SslContext, ServerData>, ErrorStack> {
-    static INDEX: OnceLock<Index<SslContext, ServerData>> = OnceLock::new();
+fn server_index() -> Result<Index<SslContext, Lookup>, ErrorStack> {
+    static INDEX: OnceLock<Index<SslContext, Lookup>> = OnceLock::new();
     cached(&INDEX, SslContext::new_ex_index)
 }
 
-fn client_index() -> Result<Index<SslContext, ClientData>, ErrorStack> {
-    static INDEX: OnceLock<Index<SslContext, ClientData>> = OnceLock::new();
+fn client_index() -> Result<Index<SslContext, Chosen>, ErrorStack> {
+    static INDEX: OnceLock<Index<SslContext, Chosen>> = OnceLock::new();
     cached(&INDEX, SslContext::new_ex_index)
 }
 
@@ -164,9 +162,7 @@ fn look_up_offered(ssl: &mut SslRef) -> Option<Chosen> {
     offered(&ext)
         .into_iter()
         .find_map(|(identity, binder_len)| {
-            let bound = [PskHash::Sha256, PskHash::Sha384]
-                .into_iter()
-                .find(|h| h.len() == binder_len)?;
+            let bound = PskHash::from_len(binder_len)?;
             let psk = lookup(ssl, identity)?;
             Some((identity.to_vec(), Psk { hash: bound, ..psk }))
         })

@@ -4,7 +4,7 @@
 use anyhow::{Context, Result};
 use clap::Args;
 use fabrik_initiator::proto::fabrics::discovery::{
-    adrfam, subtype, trtype, DiscoveryLogEntry, Tsas,
+    adrfam, sectype, subtype, trtype, DiscoveryLogEntry, Tsas,
 };
 use fabrik_initiator::proto::fabrics::Transport;
 use fabrik_initiator::{discover_with, ConnectOptions, DiscoveryLog};
@@ -91,10 +91,10 @@ fn log_json(log: &DiscoveryLog) -> serde_json::Value {
 /// NVMe/TCP's security type (nvme-cli's names); null for other transports.
 fn sectype_name(e: &DiscoveryLogEntry) -> serde_json::Value {
     match e.tsas {
-        Tsas::Tcp { sectype } => match sectype {
-            0 => "none",
-            1 => "tls12",
-            2 => "tls13",
+        Tsas::Tcp { sectype: s } => match s {
+            sectype::NONE => "none",
+            sectype::TLS12 => "tls12",
+            sectype::TLS13 => "tls13",
             _ => "reserved",
         }
         .into(),

@@ -24,6 +24,13 @@ pub mod subtype {
     pub const NVM: u8 = 2;
     pub const CURRENT_DISCOVERY: u8 = 3;
 }
+/// TREQ bits 1:0, the secure channel an entry's port asks for.
+pub mod treq {
+    pub const NOT_SPECIFIED: u8 = 0;
+    pub const REQUIRED: u8 = 1;
+    pub const NOT_REQUIRED: u8 = 2;
+    pub const SECURE_CHANNEL_MASK: u8 = 3;
+}
 
 /// GENCTR 0..8, NUMREC 8..16, RECFMT 16..18.
 #[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
@@ -148,6 +155,8 @@ impl Tsas {
 /// TCP TSAS security types.
 pub mod sectype {
     pub const NONE: u8 = 0;
+    pub const TLS12: u8 = 1;
+    pub const TLS13: u8 = 2;
 }
 /// RDMA TSAS values (QPTYPE, PRTYPE, CMS).
 pub mod rdma {

@@ -192,12 +192,7 @@ impl Manager {
             address: p.addr.ip().to_string(),
             service_id: p.addr.port(),
             state: "listening".into(),
-            tls: match p.caps.treq & 3 {
-                1 => "required",
-                2 => "allowed",
-                _ => "none",
-            }
-            .into(),
+            tls: crate::model::TlsMode::from_treq(p.caps.treq).name().into(),
             controllers: self
                 .target
                 .controllers()

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use fabrik_proto::fabrics::discovery::{sectype, treq};
 use fabrik_proto::tcp::pdu::{fes, pdu_type};
 use fabrik_proto::tcp::{
     C2HData, CapsuleCmd, CapsuleResp, Decoder, Digests, H2CData, IcReq, IcResp, Pdu, PduError,
@@ -59,8 +60,10 @@ const FEW_SEGMENTS: usize = 8;
 pub const CAPS: TransportCaps = TransportCaps {
     keyed_sgls: false,
     in_capsule_data: limits::IO_INLINE_DATA,
-    tsas: fabrik_proto::fabrics::discovery::Tsas::Tcp { sectype: 0 },
-    treq: 0,
+    tsas: fabrik_proto::fabrics::discovery::Tsas::Tcp {
+        sectype: sectype::NONE,
+    },
+    treq: treq::NOT_SPECIFIED,
 };
 
 /// A port's TLS: whether hosts must or may use it, and the keys it is served with.
@@ -89,7 +92,7 @@ impl TcpListenerPort {
         let caps = match &tls {
             Some(t) => TransportCaps {
                 tsas: fabrik_proto::fabrics::discovery::Tsas::Tcp {
-                    sectype: SECTYPE_TLS13,
+                    sectype: sectype::TLS13,
                 },
                 treq: t.mode.treq(),
                 ..CAPS
@@ -108,9 +111,6 @@ impl TcpListenerPort {
         })
     }
 }
-
-/// SECTYPE of a TLS 1.3 port (NVMF_TCP_SECTYPE_TLS13).
-pub const SECTYPE_TLS13: u8 = 2;
 
 impl Listener for TcpListenerPort {
     fn port(&self) -> &Port {
