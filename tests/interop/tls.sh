@@ -143,7 +143,6 @@ s_kernel_host_sha384() {  # a SHA-384 key: identity NVMe1R02
   # tlshd 1.0 binds every key to SHA-256 (its SHA-384 suites are AES-256-GCM and ChaCha20):
   # fabrikd takes the hash of the host's binder, and the suite is then ChaCha20-Poly1305.
   echo "  tlshd's session: $(grep -o 'Session description: .*' $OUT/tlshd.log | tail -1)"
-  assert "tlshd's handshake succeeded" eval 'tail -3 $OUT/tlshd.log | grep -q "was successful\|Session description"' || return 1
   assert "fabrikd accepted the SHA-384 identity" grep -q "identity=NVMe1R02 $HOSTNQN4" $LOGF || return 1
   nvme disconnect -n "$SUBNQN" > /dev/null
   assert "disconnected" no_ctrl_of "$SUBNQN"
