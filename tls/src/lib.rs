@@ -37,9 +37,9 @@ impl std::fmt::Debug for Psk {
     }
 }
 
-/// How a server finds the PSK of an identity a ClientHello offers (None: it has none). The
-/// `SslRef` is the connection's, to leave what the server wants to know later in its ex-data.
-pub type Lookup = Arc<dyn Fn(&mut SslRef, &[u8]) -> Option<Psk> + Send + Sync>;
+/// How a server finds the PSK of an identity a ClientHello offers (None: it has none); the
+/// identity it took is `accepted_identity` once the handshake is done.
+pub type Lookup = Arc<dyn Fn(&[u8]) -> Option<Psk> + Send + Sync>;
 
 /// The TLS 1.3 suites of each PSK hash, as tlshd (GnuTLS) offers them: a PSK's hash must be
 /// the suite's.
@@ -163,7 +163,7 @@ fn look_up_offered(ssl: &mut SslRef) -> Option<Chosen> {
         .into_iter()
         .find_map(|(identity, binder_len)| {
             let bound = PskHash::from_len(binder_len)?;
-            let psk = lookup(ssl, identity)?;
+            let psk = lookup(identity)?;
             Some((identity.to_vec(), Psk { hash: bound, ..psk }))
         })
 }

@@ -16,7 +16,7 @@ fn psk(hash: PskHash, fill: u8) -> Psk {
 
 /// A server that knows identity `known` with `key`.
 fn server(known: &'static [u8], key: Psk) -> SslContext {
-    server_context(Arc::new(move |_ssl: &mut SslRef, id: &[u8]| {
+    server_context(Arc::new(move |id: &[u8]| {
         (id == known).then(|| key.clone())
     }))
     .unwrap()

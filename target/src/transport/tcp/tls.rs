@@ -128,7 +128,7 @@ pub enum HandshakeError {
 impl TlsServer {
     pub fn new(keys: TlsKeys) -> anyhow::Result<TlsServer> {
         let keys = Arc::new(keys);
-        let ctx = fabrik_tls::server_context(Arc::new(move |_ssl, identity| {
+        let ctx = fabrik_tls::server_context(Arc::new(move |identity| {
             let shown = String::from_utf8_lossy(identity);
             let found = PskIdentity::parse(identity)
                 .map_err(|e| e.to_string())
