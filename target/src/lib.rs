@@ -16,6 +16,7 @@
 //! - `secrets`: secrets at rest, sealed with the box's key
 //! - `reactor`: the I/O threads (each claims its own stripe of the counters)
 //! - `backend`: drives (file, block device, RAM, null) and the lost-write guard
+//! - `raid`: volumes (RAID 0, 1, 10, 5, 6) over drives, drives themselves
 //! - `model`: namespaces and ports
 //! - `controller`: controllers, their queues, and the subsystems that register them
 //! - `transport`: the NVMe/TCP and NVMe/RDMA listeners that feed controller queues
@@ -37,6 +38,7 @@ pub mod model;
 pub mod module;
 pub mod numa;
 pub mod qos;
+pub mod raid;
 pub mod reactor;
 pub mod secrets;
 pub mod state;

@@ -13,7 +13,7 @@ pub mod ram;
 mod reactor_ring;
 pub(crate) mod read_buf;
 #[cfg(test)]
-mod testkit;
+pub(crate) mod testkit;
 mod uring;
 
 pub use engine::IoMode;

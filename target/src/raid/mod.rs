@@ -1,0 +1,19 @@
+//! Protected volumes: RAID 0, 1, 10, 5 and 6 over the box's drives, each a `Drive` that a
+//! namespace serves like any other.
+//!
+//! - `gf`: parity (P, Q over GF(2^8)) and recovery of one or two lost strips;
+//! - `layout`: where a volume's bytes lie on its members;
+//! - `meta`: the superblock and write-intent bitmap on each member (the write hole);
+//! - `volume`: the I/O: reads, degraded reads, full-stripe and read-modify-write writes,
+//!   member failure, resync.
+
+pub mod gf;
+pub mod layout;
+pub mod meta;
+pub mod volume;
+
+pub use layout::{Layout, Level};
+pub use volume::{MemberSpec, Volume};
+
+#[cfg(test)]
+mod tests;
