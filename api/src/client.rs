@@ -331,6 +331,27 @@ impl Client {
     pub async fn decompose(&self, id: &str) -> Result<(), ClientError> {
         self.delete(&format!("/compositions/{}", seg(id))).await
     }
+
+    pub async fn volumes(&self) -> Result<Vec<Volume>, ClientError> {
+        self.get("/volumes").await
+    }
+
+    pub async fn volume(&self, name: &str) -> Result<Volume, ClientError> {
+        self.get(&format!("/volumes/{}", seg(name))).await
+    }
+
+    pub async fn create_volume(&self, req: &VolumeRequest) -> Result<Volume, ClientError> {
+        self.post("/volumes", req).await
+    }
+
+    pub async fn delete_volume(&self, name: &str) -> Result<(), ClientError> {
+        self.delete(&format!("/volumes/{}", seg(name))).await
+    }
+
+    pub async fn fail_volume_member(&self, name: &str, drive: &str) -> Result<Volume, ClientError> {
+        let path = format!("/volumes/{}/members/{}/fail", seg(name), seg(drive));
+        self.post(&path, &serde_json::json!({})).await
+    }
 }
 
 /// Percent-encodes a path segment (NQNs carry ':' which is fine, but not '/', '?', '#', ' ').

@@ -97,6 +97,15 @@ pub trait Management: Send + Sync + 'static {
     /// Makes the other module take this one's configuration (resolving a divergence).
     fn push_module_config(&self) -> MgmtResult<Module>;
 
+    fn volumes(&self) -> Vec<Volume>;
+    fn volume(&self, name: &str) -> MgmtResult<Volume>;
+    /// Makes a volume over drives that no subsystem exports (their data is erased).
+    fn create_volume(&self, req: VolumeRequest) -> MgmtResult<Volume>;
+    /// Refused (409) while a composition uses it. Its drives go back to subsystems of their own.
+    fn delete_volume(&self, name: &str) -> MgmtResult<()>;
+    /// Fails a member, as an error from it would (fault injection, or a drive to be pulled).
+    fn fail_volume_member(&self, name: &str, drive: &str) -> MgmtResult<Volume>;
+
     fn compositions(&self) -> Vec<Composition>;
     fn composition(&self, id: &str) -> MgmtResult<Composition>;
     fn compose(&self, req: CompositionRequest) -> MgmtResult<Composition>;

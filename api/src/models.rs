@@ -31,6 +31,9 @@ pub struct Drive {
     /// Its I/O limits, whoever the host (null: none).
     #[serde(default)]
     pub qos: Option<QosLimits>,
+    /// The volume it is a member or spare of (then no subsystem exports it alone).
+    #[serde(default)]
+    pub volume: Option<String>,
 }
 
 /// Drive health: from the device's SMART log for NVMe drives (`source` "smart"), else what
@@ -540,4 +543,61 @@ mod tests {
             assert_eq!(serde_json::from_value::<AnaState>(json).unwrap(), state);
         }
     }
+}
+
+/// A protected volume: RAID over drives, served as namespace 1 of its own subsystem
+/// (`nqn.2024-01.io.fabrik:<box>:vol-<name>`) and composed to hosts like a drive, by its ID
+/// `vol-<name>`.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct Volume {
+    pub name: String,
+    /// The ID compositions and metrics name it by: `vol-<name>`.
+    pub id: String,
+    pub nqn: String,
+    /// raid0, raid1, raid10, raid5 or raid6.
+    pub level: String,
+    pub strip_kib: u64,
+    pub capacity_bytes: u64,
+    pub block_size: u32,
+    /// optimal, degraded (a member lost, data whole), or failed (more lost than the level
+    /// makes up for: I/O fails).
+    pub state: String,
+    /// In layout order.
+    pub members: Vec<VolumeMember>,
+    /// Drives kept to rebuild onto.
+    pub spares: Vec<String>,
+    /// Regions of stripes marked in the write-intent bitmap now.
+    pub dirty_regions: u64,
+    /// Regions that were being written when fabrikd stopped and could not be resynced because
+    /// the volume came up degraded: their data may be wrong (0 is what you want).
+    pub unsynced_regions: u64,
+    /// Strip pieces read by rebuilding them from the rest of their stripe, since start.
+    pub reconstructed_reads: u64,
+}
+
+/// A member of a volume.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct VolumeMember {
+    pub drive: String,
+    /// active or failed.
+    pub state: String,
+}
+
+/// Makes a volume.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct VolumeRequest {
+    /// Letters, digits, '-' and '_', at most 32.
+    #[schema(max_length = 32)]
+    pub name: String,
+    /// raid0, raid1, raid10, raid5 or raid6.
+    pub level: String,
+    /// Member drives, in layout order. Their data is erased: a new volume reads zeros.
+    pub drives: Vec<String>,
+    /// Strip size in KiB: a power of two from 4 to 16384 [default: 64].
+    #[serde(default)]
+    pub strip_kib: Option<u64>,
+    /// Drives kept to rebuild onto.
+    #[serde(default)]
+    pub spares: Vec<String>,
 }

@@ -16,7 +16,9 @@ use crate::error::ApiError;
 use crate::http::LocalAdmin;
 use crate::management::Management;
 use crate::models::*;
-use crate::routes::{self, ana, compositions, controllers, drives, hosts, ports, subsystems};
+use crate::routes::{
+    self, ana, compositions, controllers, drives, hosts, ports, subsystems, volumes,
+};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -30,6 +32,7 @@ use crate::routes::{self, ana, compositions, controllers, drives, hosts, ports, 
         ports::list, ports::get, ports::create, ports::delete,
         controllers::list, controllers::get, controllers::disconnect,
         compositions::list, compositions::get, compositions::create, compositions::delete,
+        volumes::list, volumes::get, volumes::create, volumes::delete, volumes::fail_member,
         ana::list, ana::get, ana::set, ana::module, ana::set_module,
         ana::config, ana::apply_config, ana::push_config,
     ),
@@ -152,6 +155,12 @@ pub fn router(m: Arc<dyn Management>, auth: Auth) -> Router {
         .route(
             "/compositions/{id}",
             get(compositions::get).delete(compositions::delete),
+        )
+        .route("/volumes", get(volumes::list).post(volumes::create))
+        .route("/volumes/{name}", get(volumes::get).delete(volumes::delete))
+        .route(
+            "/volumes/{name}/members/{drive}/fail",
+            post(volumes::fail_member),
         )
         .with_state(m as routes::Mgmt)
         .layer(axum::middleware::from_fn_with_state(

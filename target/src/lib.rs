@@ -60,6 +60,79 @@ use controller::TargetState;
 use model::Transport;
 use state::State;
 
+/// Assembles the volumes of the state (making those whose making a crash cut short), each
+/// telling `failures` of a member failing; members failed at assembly are recorded in `st`.
+async fn open_volumes(
+    st: &mut State,
+    drives: &BTreeMap<String, Arc<Guarded>>,
+    failures: &management::MemberFailures,
+) -> anyhow::Result<BTreeMap<String, Arc<raid::Volume>>> {
+    let mut out = BTreeMap::new();
+    let mut lost = Vec::new();
+    for v in &mut st.volumes {
+        let specs: Vec<raid::MemberSpec> = v
+            .drives
+            .iter()
+            .map(|d| raid::MemberSpec {
+                id: d.clone(),
+                drive: drives[d].clone() as Arc<dyn Drive>,
+                failed: v.failed.contains(d),
+            })
+            .collect();
+        let bytes = specs
+            .iter()
+            .map(|m| m.drive.info().capacity)
+            .min()
+            .unwrap_or(0);
+        let layout = raid::Layout::new(
+            v.level,
+            v.drives.len(),
+            v.strip_kib * 1024,
+            bytes,
+            raid::meta::DATA_OFFSET,
+        )
+        .map_err(|e| anyhow::anyhow!("volume {}: {e}", v.name))?;
+        let (tx, name) = (failures.clone(), v.name.clone());
+        let on_failed: raid::volume::OnMemberFailed = Box::new(move |i, why| {
+            let _ = tx.send((name.clone(), i, why.to_string()));
+        });
+        let volume = if v.created {
+            raid::Volume::assemble(&v.name, &v.uuid, layout, specs, on_failed).await
+        } else {
+            tracing::warn!(volume = %v.name, "the volume's making was cut short: making it again");
+            raid::Volume::create(&v.name, &v.uuid, layout, specs, on_failed).await
+        }
+        .map_err(|e| anyhow::anyhow!("volume {}: {e}", v.name))?;
+        if !v.created {
+            v.created = true;
+            lost.push(v.name.clone());
+        }
+        for (m, d) in volume.members().iter().zip(&v.drives) {
+            if m.is_failed() && !v.failed.contains(d) {
+                v.failed.push(d.clone());
+            }
+        }
+        if volume.is_failed() {
+            tracing::error!(volume = %v.name, "too many members are lost: the volume's I/O fails");
+        } else if volume.is_degraded() {
+            tracing::warn!(volume = %v.name, "the volume serves degraded");
+        }
+        let volume = Arc::new(volume);
+        raid::volume::spawn_cleaner(&volume, raid::volume::CLEAN_EVERY);
+        out.insert(v.id(), volume);
+    }
+    // A volume made here was never served: its subsystem comes now.
+    for name in lost {
+        let nqn = state::volume_nqn(&st.box_name, &name);
+        let v = st.volumes.iter().find(|v| v.name == name);
+        if let (false, Some(v)) = (st.subsystems.iter().any(|s| s.nqn == nqn), v) {
+            let sub = state::volume_subsystem(&st.box_name, v);
+            st.subsystems.push(sub);
+        }
+    }
+    Ok(out)
+}
+
 /// The append-only log of management changes, in the data directory (see `fabrik_api::access`).
 pub const AUDIT_LOG: &str = "audit.log";
 
@@ -94,6 +167,7 @@ impl Target {
             },
             None => State::seed(&config),
         };
+        let mut persisted = persisted;
         persisted.validate()?;
         // Every drive behind a guard that remembers a lost write (backend::guard); a new
         // fault goes to the state file through `faults`.
@@ -123,6 +197,8 @@ impl Target {
             );
             drives.insert(spec.id.clone(), Arc::new(guard));
         }
+        let (member_tx, mut member_failures) = tokio::sync::mpsc::unbounded_channel();
+        let volumes = open_volumes(&mut persisted, &drives, &member_tx).await?;
         if let Some(path) = &state_path {
             state::save(path, &persisted)
                 .with_context(|| format!("cannot write the state file {}", path.display()))?;
@@ -164,6 +240,10 @@ impl Target {
                 state_path,
                 stop.clone(),
                 peer,
+                management::VolumeSet {
+                    live: volumes,
+                    failures: Some(member_tx),
+                },
             )
             .with_tls(tls),
         );
@@ -192,6 +272,18 @@ impl Target {
                     let Some(m) = manager.upgrade() else { break };
                     let _ =
                         tokio::task::spawn_blocking(move || m.record_fault(&drive, fault)).await;
+                }
+            }
+        });
+        tokio::spawn({
+            let manager = Arc::downgrade(&manager);
+            async move {
+                while let Some((volume, member, _why)) = member_failures.recv().await {
+                    let Some(m) = manager.upgrade() else { break };
+                    let _ = tokio::task::spawn_blocking(move || {
+                        m.record_member_failure(&volume, member)
+                    })
+                    .await;
                 }
             }
         });
@@ -302,6 +394,7 @@ impl Target {
                 }
             }
         }
+        self.manager.close_volumes().await;
     }
 }
 

@@ -15,6 +15,9 @@ mod module;
 mod ports;
 pub mod sync;
 mod views;
+mod volumes;
+
+pub use volumes::{MemberFailures, VolumeSet};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -58,6 +61,12 @@ pub struct Manager {
     peer: Option<sync::Peer>,
     /// The TLS PSKs NVMe/TCP ports with TLS are served with (fabrikd's `--tls-psk`).
     tls: Option<Arc<crate::transport::tcp::tls::TlsServer>>,
+    /// Volumes served, by ID (`vol-<name>`).
+    volumes: Mutex<BTreeMap<String, Arc<crate::raid::Volume>>>,
+    /// Serializes making and deleting volumes.
+    volume_change: Mutex<()>,
+    /// Where volumes tell of members failing (recorded in the state).
+    member_failures: Option<MemberFailures>,
 }
 
 fn not_found(what: impl Into<String>) -> MgmtError {
@@ -87,6 +96,7 @@ impl Manager {
         path: Option<PathBuf>,
         stop: CancellationToken,
         peer: Option<sync::Peer>,
+        volumes: VolumeSet,
     ) -> Manager {
         let m = Manager {
             target,
@@ -101,6 +111,9 @@ impl Manager {
             changing: Mutex::new(()),
             peer,
             tls: None,
+            volumes: Mutex::new(volumes.live),
+            volume_change: Mutex::new(()),
+            member_failures: volumes.failures,
         };
         let empty = State {
             subsystems: Vec::new(),
@@ -223,16 +236,23 @@ impl Manager {
             }
             for (nsid, drive) in want {
                 if live.namespace(nsid).is_none() {
-                    if let Some(d) = self.drives.get(drive) {
+                    let found: Option<(Arc<dyn Drive>, String)> = match self.drives.get(drive) {
+                        Some(d) => Some((d.clone(), drive.to_string())),
+                        // A volume is another volume when made again under its name.
+                        None => new.volumes.iter().find(|v| v.id() == drive).and_then(|v| {
+                            let live = self.live_volume(drive)?;
+                            Some((live as Arc<dyn Drive>, format!("{drive}:{}", v.uuid)))
+                        }),
+                    };
+                    if let Some((d, seed)) = found {
                         let identity = match d.info().kind {
                             BackendKind::Ram | BackendKind::Null => {
-                                format!("{}:{drive}:boot-{}", new.box_name, self.boot_id)
+                                format!("{}:{seed}:boot-{}", new.box_name, self.boot_id)
                             }
-                            _ => format!("{}:{drive}", new.box_name),
+                            _ => format!("{}:{seed}", new.box_name),
                         };
                         let group = crate::module::ana_group_of(self.target.module, drive);
-                        let ns =
-                            Namespace::new(nsid, drive, d.clone(), &identity).in_ana_group(group);
+                        let ns = Namespace::new(nsid, drive, d, &identity).in_ana_group(group);
                         if let Some(l) = self.target.drive_limiter(drive) {
                             let _ = ns.qos.set(l);
                         }
@@ -775,6 +795,26 @@ impl Management for Manager {
         Ok(())
     }
 
+    fn volumes(&self) -> Vec<api::Volume> {
+        self.list_volumes()
+    }
+
+    fn volume(&self, name: &str) -> MgmtResult<api::Volume> {
+        self.volume_by_name(name)
+    }
+
+    fn create_volume(&self, req: api::VolumeRequest) -> MgmtResult<api::Volume> {
+        self.make_volume(req)
+    }
+
+    fn delete_volume(&self, name: &str) -> MgmtResult<()> {
+        self.remove_volume(name)
+    }
+
+    fn fail_volume_member(&self, name: &str, drive: &str) -> MgmtResult<api::Volume> {
+        self.fail_member(name, drive)
+    }
+
     fn compositions(&self) -> Vec<api::Composition> {
         let st = self.state();
         let access = st.access();
@@ -816,7 +856,8 @@ impl Management for Manager {
                 if !seen.insert(d) {
                     return Err(invalid(format!("drive {d:?} is listed twice")));
                 }
-                if !st.drives.iter().any(|x| &x.id == d) {
+                let volume = st.volumes.iter().any(|v| v.created && &v.id() == d);
+                if !volume && !st.drives.iter().any(|x| &x.id == d) {
                     return Err(not_found(format!("no drive {d:?}")));
                 }
                 let Some(sub) = st.subsystem_of_drive(d) else {
@@ -903,6 +944,16 @@ fn find_sub<'a>(st: &'a mut State, nqn: &str) -> MgmtResult<&'a mut SubsystemSta
 fn claim_drive(st: &State, drive: &str) -> MgmtResult<()> {
     if !st.drives.iter().any(|d| d.id == drive) {
         return Err(not_found(format!("no drive {drive:?}")));
+    }
+    if let Some(v) = st
+        .volumes
+        .iter()
+        .find(|v| v.all_drives().any(|d| d == drive))
+    {
+        return Err(conflict(format!(
+            "drive {drive:?} is in volume {}: delete the volume first",
+            v.name
+        )));
     }
     if let Some(s) = st.subsystem_of_drive(drive) {
         return Err(conflict(format!(

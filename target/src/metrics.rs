@@ -268,6 +268,7 @@ mod tests {
             None,
             CancellationToken::new(),
             None,
+            Default::default(),
         );
         let snap = snapshot(&manager);
         assert_eq!(snap.drives.len(), 2);

@@ -26,9 +26,14 @@ use crate::config::{parse_backend, Config, DriveSpec};
 use crate::model::reservation::Reservations;
 use crate::model::{self, TlsMode, Transport};
 use crate::secrets::SecretText;
+use volumes::check_name;
 
 mod hosts;
+mod volumes;
 pub use hosts::{check_qos, HostKeys, HostState};
+pub use volumes::{
+    check_name as check_volume_name, volume_id, volume_nqn, volume_subsystem, VolumeState,
+};
 
 /// Bounds on what the management API may add (`State::check_limits`).
 pub mod limits {
@@ -87,6 +92,10 @@ pub struct State {
     /// I/O limits of drives (each drive's namespace, whoever the host), by drive.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub drive_qos: BTreeMap<String, fabrik_api::models::QosLimits>,
+    /// Protected volumes over the drives (`raid`). Not shared with the other I/O module: a
+    /// volume is served by one module alone (a box with two refuses them for now).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<VolumeState>,
 }
 
 /// A host of the config file (checked when the file was read).
@@ -374,6 +383,7 @@ impl State {
             peer_behind: false,
             reservations: BTreeMap::new(),
             drive_qos: BTreeMap::new(),
+            volumes: Vec::new(),
         }
     }
 
@@ -487,6 +497,28 @@ impl State {
                 bail!("drive {:?} appears twice", d.id);
             }
         }
+        let mut in_volume = BTreeSet::new();
+        let mut volume_ids = Vec::new();
+        for v in &self.volumes {
+            check_name(&v.name).map_err(anyhow::Error::msg)?;
+            for d in v.all_drives() {
+                if !ids.contains(d) {
+                    bail!("volume {}: unknown drive {d:?}", v.name);
+                }
+                if !in_volume.insert(d) {
+                    bail!("drive {d:?} is in two volumes (or twice in one)");
+                }
+            }
+            if let Some(f) = v.failed.iter().find(|f| !v.drives.contains(f)) {
+                bail!("volume {}: failed drive {f:?} is no member", v.name);
+            }
+            volume_ids.push(v.id());
+        }
+        for id in &volume_ids {
+            if !ids.insert(id.as_str()) {
+                bail!("volume ID {id:?} is taken (a drive or another volume)");
+            }
+        }
         let mut exported = BTreeSet::new();
         let mut nqns = BTreeSet::new();
         for s in &self.subsystems {
@@ -508,6 +540,13 @@ impl State {
                 }
                 if !exported.insert(ns.drive.as_str()) {
                     bail!("drive {:?} is exported by two subsystems", ns.drive);
+                }
+                if in_volume.contains(ns.drive.as_str()) {
+                    bail!(
+                        "drive {:?} is in a volume and exported by {}",
+                        ns.drive,
+                        s.nqn
+                    );
                 }
             }
         }

@@ -7,6 +7,7 @@ pub mod drives;
 pub mod hosts;
 pub mod ports;
 pub mod subsystems;
+pub mod volumes;
 
 use std::sync::Arc;
 

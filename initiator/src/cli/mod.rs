@@ -33,6 +33,7 @@ mod rw;
 mod smart_log;
 mod tls_identity;
 mod topo;
+mod volumes;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -90,6 +91,8 @@ enum Command {
     Decompose(admin::DecomposeArgs),
     /// List compositions (management API).
     Compositions(admin::ListArgs),
+    /// List protected volumes (RAID), or make, fail a member of, delete one (management API).
+    Volumes(volumes::VolumesArgs),
     /// List subsystems, their namespaces and allowed hosts (management API).
     Subsystems(admin::ListArgs),
     /// List live controllers, or disconnect one (management API).
@@ -125,6 +128,7 @@ pub async fn run() -> Result<()> {
         Command::Place(args) => place::run(args).await,
         Command::Drives(args) => admin::drives(args).await,
         Command::Hosts(args) => hosts::run(args).await,
+        Command::Volumes(args) => volumes::run(args).await,
         Command::TlsIdentity(args) => tls_identity::run(args).await,
         Command::Compose(args) => admin::compose(args).await,
         Command::Decompose(args) => admin::decompose(args).await,

@@ -44,6 +44,11 @@ impl Manager {
                 .map(|c| c.host_nqn.clone())
                 .collect(),
             qos: st.drive_qos.get(&d.id).cloned(),
+            volume: st
+                .volumes
+                .iter()
+                .find(|v| v.all_drives().any(|x| x == d.id))
+                .map(|v| v.name.clone()),
         }
     }
 

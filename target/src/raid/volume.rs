@@ -854,13 +854,17 @@ impl Drive for Volume {
     }
 }
 
+/// How often the bitmap's idle regions are cleaned: a region stays marked at least this long
+/// after its last write (md's bitmap waits 5 s by default).
+pub const CLEAN_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Keeps the bitmap clean while the volume lives: every `every`, regions without writes are
 /// flushed and cleared.
 pub fn spawn_cleaner(volume: &Arc<Volume>, every: std::time::Duration) {
     let weak = Arc::downgrade(volume);
     tokio::spawn(async move {
         loop {
-            tokio::time::sleep(every).await;
+            crate::timer::sleep(every).await;
             let Some(v) = weak.upgrade() else { break };
             if let Err(e) = v.clean_intent().await {
                 tracing::warn!(volume = %v.name, "cleaning the write-intent bitmap: {e}");

@@ -1,0 +1,93 @@
+//! Volumes as the state keeps them: the layout (level, strip, members in order), which members
+//! failed, and the subsystems their drives were served by before, given back on delete.
+
+use serde::{Deserialize, Serialize};
+
+use super::SubsystemState;
+use crate::raid::Level;
+
+/// Longest volume name.
+pub const NAME_LEN: usize = 32;
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct VolumeState {
+    pub name: String,
+    /// Random per volume, on each member's superblock.
+    pub uuid: String,
+    pub level: Level,
+    pub strip_kib: u64,
+    /// Member drives, in layout order.
+    pub drives: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spares: Vec<String>,
+    /// Members failed (by drive ID): never read again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failed: Vec<String>,
+    /// False until its members were initialized: a volume whose making a crash cut short is
+    /// made again at the next start.
+    pub created: bool,
+    /// The subsystems that served its drives alone before, restored when it is deleted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub took: Vec<SubsystemState>,
+}
+
+impl VolumeState {
+    /// What compositions, namespaces and metrics name it by.
+    pub fn id(&self) -> String {
+        volume_id(&self.name)
+    }
+
+    /// Every drive it holds, spares too.
+    pub fn all_drives(&self) -> impl Iterator<Item = &str> {
+        self.drives.iter().chain(&self.spares).map(String::as_str)
+    }
+}
+
+pub fn volume_id(name: &str) -> String {
+    format!("vol-{name}")
+}
+
+/// Checks a volume name: letters, digits, '-' and '_', at most `NAME_LEN`.
+pub fn check_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > NAME_LEN {
+        return Err(format!("a volume name has 1 to {NAME_LEN} characters"));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || *c == '-' || *c == '_'))
+    {
+        return Err(format!(
+            "a volume name has letters, digits, '-' and '_' only, not {c:?}"
+        ));
+    }
+    Ok(())
+}
+
+/// The subsystem that serves volume `v` of box `box_name`: any host may connect (until
+/// composed), the volume is namespace 1.
+pub fn volume_subsystem(box_name: &str, v: &VolumeState) -> SubsystemState {
+    let nqn = volume_nqn(box_name, &v.name);
+    let h = crate::model::stable_id(&nqn, b"serial");
+    SubsystemState {
+        serial: super::serial_number(box_name, &format!("V{:02X}{:02X}{:02X}", h[0], h[1], h[2])),
+        model: format!("fabrik {} volume", v.level.name()),
+        nqn,
+        allow_any_host: true,
+        hosts: Vec::new(),
+        namespaces: vec![super::NamespaceState {
+            nsid: 1,
+            drive: v.id(),
+        }],
+        require_auth: false,
+    }
+}
+
+/// The subsystem NQN of volume `name`.
+pub fn volume_nqn(box_name: &str, name: &str) -> String {
+    format!(
+        "{}:{box_name}:{}",
+        crate::config::NQN_PREFIX,
+        volume_id(name)
+    )
+}

@@ -1,0 +1,278 @@
+//! Protected volumes end to end: made through REST, served over NVMe/TCP as namespace 1 of
+//! their own subsystem, a member failed mid-I/O with no error for the host and the data whole,
+//! kept across a restart (degraded, the failure remembered), deleted with the drives back in
+//! their subsystems; and the API's refusals.
+
+mod common;
+
+use common::api::*;
+use fabrik_api::models::{Volume, VolumeRequest};
+use fabrik_initiator::HostIdentity;
+use fabrik_target::backend::BackendKind;
+
+const BLOCK: usize = 4096;
+/// Past the first 16 MiB, where `BackgroundIo` writes.
+const BEYOND_BACKGROUND: u64 = 4096;
+
+fn r5_request() -> VolumeRequest {
+    VolumeRequest {
+        name: "r5".into(),
+        level: "raid5".into(),
+        drives: ["00", "01", "02", "03", "04"].map(String::from).to_vec(),
+        strip_kib: Some(64),
+        spares: vec!["05".into()],
+    }
+}
+
+fn member_states(v: &Volume) -> Vec<(&str, &str)> {
+    v.members
+        .iter()
+        .map(|m| (m.drive.as_str(), m.state.as_str()))
+        .collect()
+}
+
+/// Writes `count` chunks of `blocks` blocks spread over the volume and returns them.
+async fn write_spread(
+    ctrl: &fabrik_initiator::Controller,
+    base: u64,
+    count: u64,
+    blocks: u32,
+    seed: u64,
+) -> Vec<(u64, bytes::Bytes)> {
+    let mut out = Vec::new();
+    for i in 0..count {
+        // Odd offsets: most writes are parts of stripes (read-modify-write), some whole.
+        let slba = base + i * 97 + 3 * (i % 2);
+        let data = common::random_data(blocks as usize * BLOCK, seed + i);
+        ctrl.write(1, slba, data.clone(), i % 5 == 0).await.unwrap();
+        out.push((slba, data));
+    }
+    out
+}
+
+async fn verify(ctrl: &fabrik_initiator::Controller, written: &[(u64, bytes::Bytes)], what: &str) {
+    for (slba, data) in written {
+        let got = ctrl
+            .read(1, *slba, (data.len() / BLOCK) as u32)
+            .await
+            .unwrap();
+        common::assert_same_data(&got, data, &format!("{what}: LBA {slba}"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_raid5_volume_survives_a_member_failure_and_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = common::config(dir.path(), BackendKind::File, 8, 32 * MIB);
+    let api = start_with(cfg.clone()).await;
+    let v = api.admin.create_volume(&r5_request()).await.unwrap();
+    assert_eq!(v.nqn, "nqn.2024-01.io.fabrik:testbox:vol-r5");
+    assert_eq!(v.state, "optimal");
+    assert_eq!(v.spares, ["05"]);
+    // 4 data strips of (32 - 4) MiB each.
+    assert_eq!(v.capacity_bytes, 4 * 28 * MIB);
+    // Its drives are no longer exported alone; the volume's subsystem is.
+    let d = api.admin.drive("02").await.unwrap();
+    assert!(d.subsystems.is_empty(), "{:?}", d.subsystems);
+    assert_eq!(d.volume.as_deref(), Some("r5"));
+    assert!(api.admin.subsystem(&nqn("02")).await.is_err());
+    let host = HostIdentity::random();
+    assert!(connect(api.nvme(), &nqn("02"), &host).await.is_err());
+
+    let ctrl = connect(api.nvme(), &v.nqn, &host).await.unwrap();
+    let ns = ctrl.identify_namespace(1).await.unwrap();
+    assert_eq!(ns.nsze * BLOCK as u64, v.capacity_bytes);
+    let mut written = write_spread(&ctrl, BEYOND_BACKGROUND, 40, 8, 100).await;
+    // A whole 1 MiB of stripes, and a write across a stripe boundary.
+    let big = common::random_data(1 << 20, 7);
+    ctrl.write(1, 16384, big.clone(), false).await.unwrap();
+    written.push((16384, big));
+    verify(&ctrl, &written, "healthy").await;
+
+    // A member fails while another host writes and reads: neither sees an error.
+    let background = common::BackgroundIo::start(api.nvme(), &v.nqn).await;
+    let since = background.rounds();
+    let v = api.admin.fail_volume_member("r5", "03").await.unwrap();
+    assert_eq!(v.state, "degraded");
+    assert!(member_states(&v).contains(&("03", "failed")));
+    assert_problem(
+        api.admin.fail_volume_member("r5", "03").await,
+        409,
+        "failed already",
+    );
+    background.finish(since).await;
+    verify(&ctrl, &written, "degraded").await;
+    let more = write_spread(&ctrl, BEYOND_BACKGROUND + 8192, 20, 3, 500).await;
+    verify(&ctrl, &more, "written degraded").await;
+    written.extend(more);
+    ctrl.flush(1).await.unwrap();
+    assert!(api.admin.volume("r5").await.unwrap().reconstructed_reads > 0);
+    ctrl.shutdown().await.unwrap();
+    api.stop().await;
+
+    // Restarted: assembled degraded, the failed member still failed (never read again).
+    let api = start_with(cfg).await;
+    let v = api.admin.volume("r5").await.unwrap();
+    assert_eq!(v.state, "degraded");
+    assert!(member_states(&v).contains(&("03", "failed")));
+    assert_eq!(v.unsynced_regions, 0);
+    let ctrl = connect(api.nvme(), &v.nqn, &host).await.unwrap();
+    verify(&ctrl, &written, "after the restart").await;
+    ctrl.shutdown().await.unwrap();
+
+    // Deleted: the drives are back in their own subsystems.
+    api.admin.delete_volume("r5").await.unwrap();
+    assert!(api.admin.volumes().await.unwrap().is_empty());
+    let d = api.admin.drive("03").await.unwrap();
+    assert_eq!(d.subsystems, [nqn("03")]);
+    assert_eq!(d.volume, None);
+    connect_and_close(api.nvme(), &nqn("05"), &host).await;
+    api.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_level_serves_and_raid6_survives_two_failures() {
+    let dir = tempfile::tempdir().unwrap();
+    let api = start_with(common::config(dir.path(), BackendKind::Ram, 12, 16 * MIB)).await;
+    let host = HostIdentity::random();
+    let levels = [
+        ("m1", "raid1", &["00", "01"][..]),
+        ("m10", "raid10", &["02", "03", "04", "05"][..]),
+        ("s0", "raid0", &["06", "07"][..]),
+        ("p6", "raid6", &["08", "09", "10", "11"][..]),
+    ];
+    for (name, level, drives) in levels {
+        let v = api
+            .admin
+            .create_volume(&VolumeRequest {
+                name: name.into(),
+                level: level.into(),
+                drives: drives.iter().map(|d| d.to_string()).collect(),
+                strip_kib: Some(16),
+                spares: vec![],
+            })
+            .await
+            .unwrap();
+        let ctrl = connect(api.nvme(), &v.nqn, &host).await.unwrap();
+        let written = write_spread(&ctrl, 0, 16, 5, 9).await;
+        verify(&ctrl, &written, level).await;
+        if level == "raid6" {
+            api.admin.fail_volume_member(name, "08").await.unwrap();
+            api.admin.fail_volume_member(name, "10").await.unwrap();
+            verify(&ctrl, &written, "raid6 without two members").await;
+            let more = write_spread(&ctrl, 0, 8, 2, 77).await;
+            verify(&ctrl, &more, "raid6 written without two members").await;
+            let v = api.admin.fail_volume_member(name, "11").await.unwrap();
+            assert_eq!(v.state, "failed");
+            assert!(ctrl.read(1, 0, 1).await.is_err(), "past its redundancy");
+            // Its Flush fails, so a shutdown never reports complete.
+            assert!(ctrl.shutdown().await.is_err());
+            continue;
+        }
+        ctrl.shutdown().await.unwrap();
+    }
+    api.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn volume_requests_are_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let api = start_with(common::config(dir.path(), BackendKind::Ram, 8, 16 * MIB)).await;
+    let a = &api.admin;
+    let req = |f: &dyn Fn(&mut VolumeRequest)| {
+        let mut r = r5_request();
+        f(&mut r);
+        r
+    };
+    assert_problem(
+        a.create_volume(&req(&|r| r.level = "raid4".into())).await,
+        422,
+        "unknown level",
+    );
+    assert_problem(
+        a.create_volume(&req(&|r| r.drives.truncate(2))).await,
+        422,
+        "at least 3",
+    );
+    assert_problem(
+        a.create_volume(&req(&|r| r.strip_kib = Some(48))).await,
+        422,
+        "power of two",
+    );
+    assert_problem(
+        a.create_volume(&req(&|r| r.name = "a/b".into())).await,
+        422,
+        "letters",
+    );
+    assert_problem(
+        a.create_volume(&req(&|r| r.drives[1] = "00".into())).await,
+        422,
+        "twice",
+    );
+    assert_problem(
+        a.create_volume(&req(&|r| r.drives[4] = "99".into())).await,
+        404,
+        "no drive",
+    );
+    assert_problem(
+        api.anon.create_volume(&req(&|r| r.spares.clear())).await,
+        401,
+        "",
+    );
+    // A composed drive stays with its host.
+    let host = HostIdentity::random();
+    a.compose(&fabrik_api::models::CompositionRequest {
+        host_nqn: host.nqn.clone(),
+        drives: vec!["04".into()],
+        ports: None,
+        shared: false,
+    })
+    .await
+    .unwrap();
+    assert_problem(
+        a.create_volume(&req(&|r| r.spares.clear())).await,
+        409,
+        "composed",
+    );
+    let ok = req(&|r| {
+        r.spares = vec!["06".into()];
+        r.drives[4] = "05".into();
+    });
+    let v = a.create_volume(&ok).await.unwrap();
+    assert_problem(a.create_volume(&ok).await, 409, "exists");
+    let again = req(&|r| {
+        r.name = "other".into();
+        r.drives = vec!["06".into(), "07".into(), "00".into()];
+        r.spares.clear();
+    });
+    assert_problem(a.create_volume(&again).await, 409, "in volume r5");
+    // A member cannot be exported alone while in the volume.
+    let add = fabrik_api::models::NamespaceRequest {
+        drive: "01".into(),
+        nsid: None,
+    };
+    let path = format!("/subsystems/{}/namespaces", v.nqn);
+    let added: Result<serde_json::Value, _> = a.post(&path, &add).await;
+    assert_problem(added, 409, "in volume r5");
+    assert_problem(a.fail_volume_member("r5", "07").await, 404, "no member");
+    assert_problem(a.fail_volume_member("nope", "01").await, 404, "no volume");
+    // Composed like a drive, by its ID; then it cannot be deleted.
+    let c = a
+        .compose(&fabrik_api::models::CompositionRequest {
+            host_nqn: host.nqn.clone(),
+            drives: vec![v.id.clone()],
+            ports: None,
+            shared: false,
+        })
+        .await
+        .unwrap();
+    connect_and_close(api.nvme(), &v.nqn, &host).await;
+    assert!(connect(api.nvme(), &v.nqn, &HostIdentity::random())
+        .await
+        .is_err());
+    assert_problem(a.delete_volume("r5").await, 409, "decompose");
+    a.decompose(&c.id).await.unwrap();
+    a.delete_volume("r5").await.unwrap();
+    assert_problem(a.delete_volume("r5").await, 404, "no volume");
+    api.stop().await;
+}
