@@ -348,6 +348,29 @@ impl Client {
         self.delete(&format!("/volumes/{}", seg(name))).await
     }
 
+    pub async fn add_volume_spare(&self, name: &str, drive: &str) -> Result<Volume, ClientError> {
+        let req = SpareRequest {
+            drive: drive.into(),
+        };
+        self.post(&format!("/volumes/{}/spares", seg(name)), &req)
+            .await
+    }
+
+    pub async fn set_volume_rebuild_limit(
+        &self,
+        name: &str,
+        mib_per_sec: Option<u64>,
+    ) -> Result<Volume, ClientError> {
+        let req = RebuildLimit { mib_per_sec };
+        let path = format!("/volumes/{}/rebuild-limit", seg(name));
+        self.put(&path, &req).await
+    }
+
+    pub async fn scrub_volume(&self, name: &str) -> Result<Volume, ClientError> {
+        let path = format!("/volumes/{}/scrub", seg(name));
+        self.post(&path, &serde_json::json!({})).await
+    }
+
     pub async fn fail_volume_member(&self, name: &str, drive: &str) -> Result<Volume, ClientError> {
         let path = format!("/volumes/{}/members/{}/fail", seg(name), seg(drive));
         self.post(&path, &serde_json::json!({})).await

@@ -105,6 +105,11 @@ pub trait Management: Send + Sync + 'static {
     fn delete_volume(&self, name: &str) -> MgmtResult<()>;
     /// Fails a member, as an error from it would (fault injection, or a drive to be pulled).
     fn fail_volume_member(&self, name: &str, drive: &str) -> MgmtResult<Volume>;
+    /// Adds a spare; a volume with a failed member starts rebuilding onto it.
+    fn add_volume_spare(&self, name: &str, req: SpareRequest) -> MgmtResult<Volume>;
+    fn set_volume_rebuild_limit(&self, name: &str, req: RebuildLimit) -> MgmtResult<Volume>;
+    /// Starts a scrub; 409 while one runs or a member is lost.
+    fn scrub_volume(&self, name: &str) -> MgmtResult<Volume>;
 
     fn compositions(&self) -> Vec<Composition>;
     fn composition(&self, id: &str) -> MgmtResult<Composition>;

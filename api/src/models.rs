@@ -573,6 +573,60 @@ pub struct Volume {
     pub unsynced_regions: u64,
     /// Strip pieces read by rebuilding them from the rest of their stripe, since start.
     pub reconstructed_reads: u64,
+    /// The rebuild under way (a spare in a failed member's place).
+    pub rebuild: Option<VolumeRebuild>,
+    /// How fast a rebuild may write, MiB/s (null: as fast as it can).
+    pub rebuild_limit_mib_per_sec: Option<u64>,
+    /// The last scrub (or the one running), since start.
+    pub scrub: Option<VolumeScrub>,
+}
+
+/// A rebuild under way.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct VolumeRebuild {
+    /// The drive being rebuilt (a spare, now a member).
+    pub drive: String,
+    /// 0 to 1.
+    pub progress: f64,
+    pub rebuilt_bytes: u64,
+    pub total_bytes: u64,
+    /// Since it started.
+    pub mib_per_sec: f64,
+    /// At that speed.
+    pub eta_seconds: Option<u64>,
+}
+
+/// What a scrub found: stripes whose parity (or mirror copies) disagreed with the data, and
+/// were written again.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct VolumeScrub {
+    /// running, clean (done, nothing found), repaired (done, mismatches written again), or
+    /// stopped (see `error`).
+    pub state: String,
+    pub checked_stripes: u64,
+    pub total_stripes: u64,
+    pub mismatches: u64,
+    pub repaired: u64,
+    /// Unix seconds.
+    pub started: u64,
+    pub finished: Option<u64>,
+    pub error: Option<String>,
+}
+
+/// A drive to keep as a spare of a volume.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SpareRequest {
+    pub drive: String,
+}
+
+/// How fast a volume's rebuilds may write.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, ToSchema, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RebuildLimit {
+    /// MiB/s, at least 1 (null: no limit).
+    #[schema(minimum = 1, maximum = 1048576)]
+    pub mib_per_sec: Option<u64>,
 }
 
 /// A member of a volume.

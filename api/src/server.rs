@@ -33,6 +33,7 @@ use crate::routes::{
         controllers::list, controllers::get, controllers::disconnect,
         compositions::list, compositions::get, compositions::create, compositions::delete,
         volumes::list, volumes::get, volumes::create, volumes::delete, volumes::fail_member,
+        volumes::add_spare, volumes::set_rebuild_limit, volumes::scrub,
         ana::list, ana::get, ana::set, ana::module, ana::set_module,
         ana::config, ana::apply_config, ana::push_config,
     ),
@@ -162,6 +163,12 @@ pub fn router(m: Arc<dyn Management>, auth: Auth) -> Router {
             "/volumes/{name}/members/{drive}/fail",
             post(volumes::fail_member),
         )
+        .route("/volumes/{name}/spares", post(volumes::add_spare))
+        .route(
+            "/volumes/{name}/rebuild-limit",
+            put(volumes::set_rebuild_limit),
+        )
+        .route("/volumes/{name}/scrub", post(volumes::scrub))
         .with_state(m as routes::Mgmt)
         .layer(axum::middleware::from_fn_with_state(
             Arc::new(auth),

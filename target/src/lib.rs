@@ -65,7 +65,7 @@ use state::State;
 async fn open_volumes(
     st: &mut State,
     drives: &BTreeMap<String, Arc<Guarded>>,
-    failures: &management::MemberFailures,
+    events: &management::VolumeEvents,
 ) -> anyhow::Result<BTreeMap<String, Arc<raid::Volume>>> {
     let mut out = BTreeMap::new();
     let mut lost = Vec::new();
@@ -76,7 +76,7 @@ async fn open_volumes(
             .map(|d| raid::MemberSpec {
                 id: d.clone(),
                 drive: drives[d].clone() as Arc<dyn Drive>,
-                failed: v.failed.contains(d),
+                state: v.member_state(d),
             })
             .collect();
         let bytes = specs
@@ -92,10 +92,7 @@ async fn open_volumes(
             raid::meta::DATA_OFFSET,
         )
         .map_err(|e| anyhow::anyhow!("volume {}: {e}", v.name))?;
-        let (tx, name) = (failures.clone(), v.name.clone());
-        let on_failed: raid::volume::OnMemberFailed = Box::new(move |i, why| {
-            let _ = tx.send((name.clone(), i, why.to_string()));
-        });
+        let on_failed = management::on_member_failed(Some(events.clone()), &v.name);
         let volume = if v.created {
             raid::Volume::assemble(&v.name, &v.uuid, layout, specs, on_failed).await
         } else {
@@ -117,6 +114,10 @@ async fn open_volumes(
         } else if volume.is_degraded() {
             tracing::warn!(volume = %v.name, "the volume serves degraded");
         }
+        let limit = v.rebuild_mib_per_sec.map_or(0, |m| m << 20);
+        volume
+            .rebuild_limit
+            .store(limit, std::sync::atomic::Ordering::Relaxed);
         let volume = Arc::new(volume);
         raid::volume::spawn_cleaner(&volume, raid::volume::CLEAN_EVERY);
         out.insert(v.id(), volume);
@@ -197,8 +198,8 @@ impl Target {
             );
             drives.insert(spec.id.clone(), Arc::new(guard));
         }
-        let (member_tx, mut member_failures) = tokio::sync::mpsc::unbounded_channel();
-        let volumes = open_volumes(&mut persisted, &drives, &member_tx).await?;
+        let (volume_tx, mut volume_events) = tokio::sync::mpsc::unbounded_channel();
+        let volumes = open_volumes(&mut persisted, &drives, &volume_tx).await?;
         if let Some(path) = &state_path {
             state::save(path, &persisted)
                 .with_context(|| format!("cannot write the state file {}", path.display()))?;
@@ -242,7 +243,7 @@ impl Target {
                 peer,
                 management::VolumeSet {
                     live: volumes,
-                    failures: Some(member_tx),
+                    events: Some(volume_tx),
                 },
             )
             .with_tls(tls),
@@ -275,15 +276,17 @@ impl Target {
                 }
             }
         });
+        {
+            // Rebuilds cut short by the stop, and failed members with spares.
+            let m = manager.clone();
+            tokio::task::spawn_blocking(move || m.start_rebuilds());
+        }
         tokio::spawn({
             let manager = Arc::downgrade(&manager);
             async move {
-                while let Some((volume, member, _why)) = member_failures.recv().await {
+                while let Some(event) = volume_events.recv().await {
                     let Some(m) = manager.upgrade() else { break };
-                    let _ = tokio::task::spawn_blocking(move || {
-                        m.record_member_failure(&volume, member)
-                    })
-                    .await;
+                    let _ = tokio::task::spawn_blocking(move || m.volume_event(event)).await;
                 }
             }
         });

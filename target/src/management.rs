@@ -17,7 +17,7 @@ pub mod sync;
 mod views;
 mod volumes;
 
-pub use volumes::{MemberFailures, VolumeSet};
+pub use volumes::{on_member_failed, VolumeEvent, VolumeEvents, VolumeSet};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -65,8 +65,10 @@ pub struct Manager {
     volumes: Mutex<BTreeMap<String, Arc<crate::raid::Volume>>>,
     /// Serializes making and deleting volumes.
     volume_change: Mutex<()>,
-    /// Where volumes tell of members failing (recorded in the state).
-    member_failures: Option<MemberFailures>,
+    /// Rebuilds and scrubs under way.
+    volume_work: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Where volumes tell of members failing and rebuilds ending (`volume_event`).
+    volume_events: Option<VolumeEvents>,
 }
 
 fn not_found(what: impl Into<String>) -> MgmtError {
@@ -113,7 +115,8 @@ impl Manager {
             tls: None,
             volumes: Mutex::new(volumes.live),
             volume_change: Mutex::new(()),
-            member_failures: volumes.failures,
+            volume_work: Mutex::new(Vec::new()),
+            volume_events: volumes.events,
         };
         let empty = State {
             subsystems: Vec::new(),
@@ -813,6 +816,22 @@ impl Management for Manager {
 
     fn fail_volume_member(&self, name: &str, drive: &str) -> MgmtResult<api::Volume> {
         self.fail_member(name, drive)
+    }
+
+    fn add_volume_spare(&self, name: &str, req: api::SpareRequest) -> MgmtResult<api::Volume> {
+        self.add_spare(name, req)
+    }
+
+    fn set_volume_rebuild_limit(
+        &self,
+        name: &str,
+        req: api::RebuildLimit,
+    ) -> MgmtResult<api::Volume> {
+        self.set_rebuild_limit(name, req)
+    }
+
+    fn scrub_volume(&self, name: &str) -> MgmtResult<api::Volume> {
+        self.start_scrub(name)
     }
 
     fn compositions(&self) -> Vec<api::Composition> {

@@ -65,10 +65,11 @@ async fn a_raid5_volume_survives_a_member_failure_and_a_restart() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = common::config(dir.path(), BackendKind::File, 8, 32 * MIB);
     let api = start_with(cfg.clone()).await;
-    let v = api.admin.create_volume(&r5_request()).await.unwrap();
+    let mut no_spare = r5_request();
+    no_spare.spares.clear();
+    let v = api.admin.create_volume(&no_spare).await.unwrap();
     assert_eq!(v.nqn, "nqn.2024-01.io.fabrik:testbox:vol-r5");
     assert_eq!(v.state, "optimal");
-    assert_eq!(v.spares, ["05"]);
     // 4 data strips of (32 - 4) MiB each.
     assert_eq!(v.capacity_bytes, 4 * 28 * MIB);
     // Its drives are no longer exported alone; the volume's subsystem is.
@@ -274,5 +275,113 @@ async fn volume_requests_are_checked() {
     a.decompose(&c.id).await.unwrap();
     a.delete_volume("r5").await.unwrap();
     assert_problem(a.delete_volume("r5").await, 404, "no volume");
+    api.stop().await;
+}
+
+/// Polls the volume until `done` holds (at most 30 s).
+async fn wait_volume(api: &Api, name: &str, what: &str, done: impl Fn(&Volume) -> bool) -> Volume {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let v = api.admin.volume(name).await.unwrap();
+        if done(&v) {
+            return v;
+        }
+        assert!(std::time::Instant::now() < deadline, "{what}: {v:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
+/// The contract's RAID 5 with its spare: a member failed under a host's verified I/O is
+/// replaced by the spare, rebuilt (progress, limit, ETA in the view) while the host goes on;
+/// a scrub afterwards is clean; a spare added later takes the next failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_member_is_rebuilt_onto_the_spare_while_hosts_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let api = start_with(common::config(dir.path(), BackendKind::Ram, 8, 32 * MIB)).await;
+    let v = api.admin.create_volume(&r5_request()).await.unwrap();
+    let host = HostIdentity::random();
+    let ctrl = connect(api.nvme(), &v.nqn, &host).await.unwrap();
+    let written = write_spread(&ctrl, BEYOND_BACKGROUND, 30, 16, 40).await;
+    // Slow, so the host's I/O meets it and its progress shows.
+    let v = api
+        .admin
+        .set_volume_rebuild_limit("r5", Some(8))
+        .await
+        .unwrap();
+    assert_eq!(v.rebuild_limit_mib_per_sec, Some(8));
+    assert_problem(
+        api.admin.set_volume_rebuild_limit("r5", Some(0)).await,
+        422,
+        "1 to",
+    );
+
+    let background = common::BackgroundIo::start(api.nvme(), &v.nqn).await;
+    let since = background.rounds();
+    api.admin.fail_volume_member("r5", "01").await.unwrap();
+    let v = wait_volume(&api, "r5", "rebuild starts", |v| v.rebuild.is_some()).await;
+    assert_eq!(v.state, "rebuilding");
+    assert!(member_states(&v).contains(&("05", "rebuilding")), "{v:?}");
+    assert!(v.spares.is_empty());
+    assert_problem(api.admin.scrub_volume("r5").await, 409, "rebuilding");
+    let v = wait_volume(&api, "r5", "progress", |v| {
+        v.rebuild.as_ref().is_some_and(|r| r.progress > 0.05)
+    })
+    .await;
+    let r = v.rebuild.unwrap();
+    assert_eq!(r.drive, "05");
+    assert_eq!(r.total_bytes, 28 * MIB);
+    assert!(r.mib_per_sec < 12.0, "limited to 8 MiB/s: {r:?}");
+    assert!(r.eta_seconds.is_some_and(|s| s > 0), "{r:?}");
+    // Faster now; done while the host reads and writes.
+    api.admin
+        .set_volume_rebuild_limit("r5", None)
+        .await
+        .unwrap();
+    let v = wait_volume(&api, "r5", "rebuild done", |v| v.state == "optimal").await;
+    background.finish(since).await;
+    assert_eq!(
+        member_states(&v),
+        [
+            ("00", "active"),
+            ("05", "active"),
+            ("02", "active"),
+            ("03", "active"),
+            ("04", "active")
+        ]
+    );
+    assert_eq!(
+        api.admin.drive("01").await.unwrap().volume,
+        None,
+        "the failed drive left"
+    );
+    verify(&ctrl, &written, "after the rebuild").await;
+
+    // Scrub: clean.
+    let v = api.admin.scrub_volume("r5").await.unwrap();
+    assert!(v.scrub.is_some());
+    let v = wait_volume(&api, "r5", "scrub", |v| {
+        v.scrub.as_ref().is_some_and(|s| s.state != "running")
+    })
+    .await;
+    let s = v.scrub.unwrap();
+    assert_eq!((s.state.as_str(), s.mismatches), ("clean", 0), "{s:?}");
+    assert_eq!(s.checked_stripes, s.total_stripes);
+
+    // Without a spare a failure leaves it degraded; a spare added then is rebuilt onto.
+    api.admin.fail_volume_member("r5", "02").await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(api.admin.volume("r5").await.unwrap().state, "degraded");
+    assert_problem(
+        api.admin.add_volume_spare("r5", "00").await,
+        409,
+        "in volume r5",
+    );
+    let v = api.admin.add_volume_spare("r5", "06").await.unwrap();
+    assert!(member_states(&v).contains(&("06", "rebuilding")), "{v:?}");
+    wait_volume(&api, "r5", "second rebuild", |v| v.state == "optimal").await;
+    // Two members replaced since the data was written: it is all there.
+    api.admin.fail_volume_member("r5", "04").await.unwrap();
+    verify(&ctrl, &written, "rebuilt twice, degraded again").await;
+    ctrl.shutdown().await.unwrap();
     api.stop().await;
 }

@@ -6,7 +6,7 @@ use axum::Json;
 
 use super::{blocking, read, Encoded, Mgmt};
 use crate::error::{ApiError, JsonBody, PathParam};
-use crate::models::{Problem, Volume, VolumeRequest};
+use crate::models::{Problem, RebuildLimit, SpareRequest, Volume, VolumeRequest};
 
 #[utoipa::path(get, path = "/api/v1/volumes", tag = "volumes",
     responses((status = 200, description = "Every volume", body = Vec<Volume>)))]
@@ -77,5 +77,66 @@ pub async fn fail_member(
 ) -> Result<Json<Volume>, ApiError> {
     Ok(Json(
         blocking(&m, move |m| m.fail_volume_member(&name, &drive)).await?,
+    ))
+}
+
+/// Adds a spare: a drive no subsystem exports but alone. A volume with a failed member starts
+/// rebuilding onto it at once.
+#[utoipa::path(post, path = "/api/v1/volumes/{name}/spares", tag = "volumes", request_body = SpareRequest,
+    params(("name" = String, Path, description = "Volume name")),
+    security(("bearer" = [])),
+    responses((status = 200, body = Volume),
+        (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Body is not application/json", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No or wrong token", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such volume or drive", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The drive is exported with others, composed or in a volume", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "The drive is too small or has another block size", body = Problem, content_type = "application/problem+json")))]
+pub async fn add_spare(
+    State(m): State<Mgmt>,
+    PathParam(name): PathParam<String>,
+    JsonBody(req): JsonBody<SpareRequest>,
+) -> Result<Json<Volume>, ApiError> {
+    Ok(Json(
+        blocking(&m, move |m| m.add_volume_spare(&name, req)).await?,
+    ))
+}
+
+/// Limits how fast rebuilds write (hosts' I/O keeps the rest of the drives' time).
+#[utoipa::path(put, path = "/api/v1/volumes/{name}/rebuild-limit", tag = "volumes", request_body = RebuildLimit,
+    params(("name" = String, Path, description = "Volume name")),
+    security(("bearer" = [])),
+    responses((status = 200, body = Volume),
+        (status = 400, description = "Malformed JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Body is not application/json", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No or wrong token", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such volume", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "A limit of 0 or past 1 TiB/s", body = Problem, content_type = "application/problem+json")))]
+pub async fn set_rebuild_limit(
+    State(m): State<Mgmt>,
+    PathParam(name): PathParam<String>,
+    JsonBody(req): JsonBody<RebuildLimit>,
+) -> Result<Json<Volume>, ApiError> {
+    Ok(Json(
+        blocking(&m, move |m| m.set_volume_rebuild_limit(&name, req)).await?,
+    ))
+}
+
+/// Starts a scrub: every stripe's parity (or mirror copies) checked against the data, and
+/// written again where they disagree. Its progress and result are in the volume's `scrub`.
+#[utoipa::path(post, path = "/api/v1/volumes/{name}/scrub", tag = "volumes",
+    params(("name" = String, Path, description = "Volume name")),
+    security(("bearer" = [])),
+    responses((status = 202, description = "Started", body = Volume),
+        (status = 401, description = "No or wrong token", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such volume", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "A scrub runs, or a member is lost", body = Problem, content_type = "application/problem+json")))]
+pub async fn scrub(
+    State(m): State<Mgmt>,
+    PathParam(name): PathParam<String>,
+) -> Result<(StatusCode, Json<Volume>), ApiError> {
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(blocking(&m, move |m| m.scrub_volume(&name)).await?),
     ))
 }

@@ -38,6 +38,16 @@ enum VolumesAction {
     Fail { name: String, drive: String },
     /// Delete a volume: its drives go back to the subsystems they had.
     Delete { name: String },
+    /// Add a spare (a volume with a failed member is rebuilt onto it at once).
+    Spare { name: String, drive: String },
+    /// Limit how fast rebuilds write, in MiB/s (none given: no limit).
+    RebuildLimit {
+        name: String,
+        mib_per_sec: Option<u64>,
+    },
+    /// Check every stripe's parity (or mirror copies) against the data, repairing where they
+    /// disagree; `show` tells the result.
+    Scrub { name: String },
 }
 
 pub async fn run(args: VolumesArgs) -> Result<()> {
@@ -84,6 +94,13 @@ pub async fn run(args: VolumesArgs) -> Result<()> {
         Some(VolumesAction::Fail { name, drive }) => {
             client.fail_volume_member(&name, &drive).await?
         }
+        Some(VolumesAction::Spare { name, drive }) => {
+            client.add_volume_spare(&name, &drive).await?
+        }
+        Some(VolumesAction::RebuildLimit { name, mib_per_sec }) => {
+            client.set_volume_rebuild_limit(&name, mib_per_sec).await?
+        }
+        Some(VolumesAction::Scrub { name }) => client.scrub_volume(&name).await?,
         Some(VolumesAction::Delete { name }) => {
             client.delete_volume(&name).await?;
             println!("volume {name} deleted");
@@ -103,6 +120,29 @@ pub async fn run(args: VolumesArgs) -> Result<()> {
         volume.nqn
     );
     println!("members: {}", members(&volume));
+    if !volume.spares.is_empty() {
+        println!("spares: {}", volume.spares.join(" "));
+    }
+    if let Some(r) = &volume.rebuild {
+        let eta = r.eta_seconds.map_or("-".into(), |s| format!("{s} s"));
+        println!(
+            "rebuilding {}: {:.1} % at {:.0} MiB/s, {eta} left",
+            r.drive,
+            r.progress * 100.0,
+            r.mib_per_sec
+        );
+    }
+    if let Some(s) = &volume.scrub {
+        println!(
+            "scrub: {} ({} of {} stripes, {} mismatches, {} repaired){}",
+            s.state,
+            s.checked_stripes,
+            s.total_stripes,
+            s.mismatches,
+            s.repaired,
+            s.error.as_ref().map_or(String::new(), |e| format!(": {e}"))
+        );
+    }
     if volume.unsynced_regions > 0 {
         println!(
             "warning: {} regions written at a crash could not be resynced (degraded): data there may be wrong",

@@ -14,21 +14,35 @@ use fabrik_api::{MgmtError, MgmtResult};
 
 use super::{conflict, invalid, not_found, Manager};
 use crate::backend::Drive;
+use crate::raid::volume::MemberState;
 use crate::raid::{Layout, Level, MemberSpec, Volume};
-use crate::state::{self, State, VolumeState};
+use crate::state::{self, State, SubsystemState, VolumeState};
 
 /// Strip size when the request names none.
 const DEFAULT_STRIP_KIB: u64 = 64;
 
-/// Told when a member of a volume fails: the volume's name, the member's place, why.
-pub type MemberFailures = tokio::sync::mpsc::UnboundedSender<(String, usize, String)>;
+/// What volumes tell the manager, in the background (`Manager::volume_event` takes it).
+#[derive(Debug)]
+pub enum VolumeEvent {
+    /// Member `member` of `volume` failed.
+    MemberFailed { volume: String, member: usize },
+    /// The rebuild of member `member` ended.
+    RebuildEnded {
+        volume: String,
+        member: usize,
+        result: Result<(), String>,
+    },
+}
+
+/// Where volume events go.
+pub type VolumeEvents = tokio::sync::mpsc::UnboundedSender<VolumeEvent>;
 
 /// The volumes a manager starts with (assembled at start, by ID) and where their members'
 /// failures go.
 #[derive(Default)]
 pub struct VolumeSet {
     pub live: std::collections::BTreeMap<String, Arc<Volume>>,
-    pub failures: Option<MemberFailures>,
+    pub events: Option<VolumeEvents>,
 }
 
 impl Manager {
@@ -44,12 +58,7 @@ impl Manager {
 
     /// What tells this manager of a member failing in volume `name`.
     pub(crate) fn on_member_failed(&self, name: &str) -> crate::raid::volume::OnMemberFailed {
-        let (tx, name) = (self.member_failures.clone(), name.to_string());
-        Box::new(move |i, why| {
-            if let Some(tx) = &tx {
-                let _ = tx.send((name.clone(), i, why.to_string()));
-            }
-        })
+        on_member_failed(self.volume_events.clone(), name)
     }
 
     /// Records that member `i` of volume `name` failed (the volume knows already).
@@ -59,6 +68,9 @@ impl Manager {
             let Some(drive) = v.drives.get(i).cloned() else {
                 return Ok(());
             };
+            if v.rebuilding.as_ref() == Some(&drive) {
+                v.rebuilding = None;
+            }
             if !v.failed.contains(&drive) {
                 v.failed.push(drive);
             }
@@ -74,20 +86,40 @@ impl Manager {
 
     pub(super) fn volume_view(&self, v: &VolumeState) -> api::Volume {
         let live = self.live_volume(&v.id());
-        let members = v
-            .drives
+        // The live volume knows best (a spare may have just taken a place).
+        let members: Vec<api::VolumeMember> = match &live {
+            Some(l) => l
+                .members()
+                .iter()
+                .map(|m| api::VolumeMember {
+                    drive: m.id(),
+                    state: match m.state() {
+                        MemberState::Failed => "failed",
+                        MemberState::Rebuilding => "rebuilding",
+                        MemberState::Active => "active",
+                    }
+                    .into(),
+                })
+                .collect(),
+            None => v
+                .drives
+                .iter()
+                .map(|d| api::VolumeMember {
+                    drive: d.clone(),
+                    state: if v.failed.contains(d) {
+                        "failed"
+                    } else {
+                        "active"
+                    }
+                    .into(),
+                })
+                .collect(),
+        };
+        let spares = v
+            .spares
             .iter()
-            .enumerate()
-            .map(|(i, d)| api::VolumeMember {
-                drive: d.clone(),
-                state: match live.as_ref().map(|l| l.members()[i].is_failed()) {
-                    Some(true) => "failed",
-                    Some(false) => "active",
-                    None if v.failed.contains(d) => "failed",
-                    None => "active",
-                }
-                .into(),
-            })
+            .filter(|s| !members.iter().any(|m| &m.drive == *s))
+            .cloned()
             .collect();
         let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
         api::Volume {
@@ -100,19 +132,242 @@ impl Manager {
             block_size: live.as_ref().map_or(0, |l| l.info().block_size),
             state: match &live {
                 Some(l) if l.is_failed() => "failed",
+                Some(l) if l.rebuild_progress().is_some() => "rebuilding",
                 Some(l) if l.is_degraded() => "degraded",
                 Some(_) => "optimal",
                 None => "failed",
             }
             .into(),
             members,
-            spares: v.spares.clone(),
+            spares,
             dirty_regions: live.as_ref().map_or(0, |l| l.dirty_regions() as u64),
             unsynced_regions: live.as_ref().map_or(0, |l| load(&l.unsynced_regions)),
             reconstructed_reads: live
                 .as_ref()
                 .map_or(0, |l| load(&l.stats.reconstructed_reads)),
+            rebuild: live.as_ref().and_then(|l| rebuild_view(l)),
+            rebuild_limit_mib_per_sec: v.rebuild_mib_per_sec,
+            scrub: live
+                .as_ref()
+                .and_then(|l| l.scrub_report())
+                .map(|r| api::VolumeScrub {
+                    state: match (&r.error, r.running, r.mismatches) {
+                        (_, true, _) => "running",
+                        (Some(_), _, _) => "stopped",
+                        (None, _, 0) => "clean",
+                        (None, _, _) => "repaired",
+                    }
+                    .into(),
+                    checked_stripes: r.checked_stripes,
+                    total_stripes: r.total_stripes,
+                    mismatches: r.mismatches,
+                    repaired: r.repaired,
+                    started: r.started,
+                    finished: r.finished,
+                    error: r.error,
+                }),
         }
+    }
+
+    /// What volumes tell in the background.
+    pub fn volume_event(&self, event: VolumeEvent) {
+        match event {
+            VolumeEvent::MemberFailed { volume, member } => {
+                self.record_member_failure(&volume, member);
+                self.start_rebuild(&volume);
+            }
+            VolumeEvent::RebuildEnded {
+                volume,
+                member,
+                result,
+            } => {
+                if let Err(e) = &result {
+                    tracing::error!(volume, member, "rebuild stopped: {e}");
+                    return;
+                }
+                let done = self.mutate(|st| {
+                    let v = find_volume(st, &volume)?;
+                    if v.rebuilding.as_ref() == v.drives.get(member) {
+                        v.rebuilding = None;
+                    }
+                    Ok(())
+                });
+                if let Err(e) = done {
+                    tracing::error!(volume, "the rebuilt member is not in the state file: {e}");
+                }
+            }
+        }
+    }
+
+    /// Starts every rebuild there is to do (at start: members recorded as rebuilding, and
+    /// failed members with a spare to take their place).
+    pub fn start_rebuilds(&self) {
+        let st = self.state();
+        for v in &st.volumes {
+            let Some(live) = self.live_volume(&v.id()) else {
+                continue;
+            };
+            let rebuilding = live
+                .members()
+                .iter()
+                .position(|m| m.state() == MemberState::Rebuilding);
+            match rebuilding {
+                Some(i) => self.spawn_rebuild(&v.name, i, live),
+                None => self.start_rebuild(&v.name),
+            }
+        }
+    }
+
+    /// Puts the first spare in a failed member's place and rebuilds it, if the volume has both
+    /// and no rebuild runs.
+    fn start_rebuild(&self, name: &str) {
+        let _change = self.volume_change.lock().unwrap();
+        let st = self.state();
+        let Some(v) = st.volumes.iter().find(|v| v.name == name) else {
+            return;
+        };
+        let Some(live) = self.live_volume(&v.id()) else {
+            return;
+        };
+        if v.rebuilding.is_some() || live.rebuild_progress().is_some() || live.is_failed() {
+            return;
+        }
+        let Some(i) = live.members().iter().position(|m| m.is_failed()) else {
+            return;
+        };
+        let Some(spare) = v.spares.first().cloned() else {
+            tracing::warn!(
+                volume = name,
+                "a member failed and there is no spare: the volume stays degraded"
+            );
+            return;
+        };
+        let Some(drive) = self.drive_guard(&spare) else {
+            return;
+        };
+        let old = live.members()[i].id();
+        let begun = tokio::runtime::Handle::current().block_on(live.begin_rebuild(
+            i,
+            &spare,
+            drive as Arc<dyn crate::backend::Drive>,
+        ));
+        if let Err(e) = begun {
+            tracing::error!(volume = name, drive = %spare, "the spare cannot be rebuilt onto: {e}");
+            return;
+        }
+        tracing::warn!(volume = name, drive = %spare, "rebuilding onto the spare in the place of {old}");
+        let recorded = self.mutate(|st| {
+            let v = find_volume(st, name)?;
+            v.drives[i] = spare.clone();
+            v.spares.retain(|d| *d != spare);
+            v.failed.retain(|d| *d != old);
+            v.rebuilding = Some(spare.clone());
+            Ok(())
+        });
+        if let Err(e) = recorded {
+            // The rebuild runs; after a restart the spare is a spare again and it starts over.
+            tracing::error!(volume = name, "the rebuild is not in the state file: {e}");
+        }
+        self.spawn_rebuild(name, i, live);
+    }
+
+    fn spawn_rebuild(&self, name: &str, member: usize, live: Arc<Volume>) {
+        let (events, volume) = (self.volume_events.clone(), name.to_string());
+        self.spawn_volume_work(async move {
+            let result = live.rebuild(member).await;
+            if let Some(tx) = events {
+                let _ = tx.send(VolumeEvent::RebuildEnded {
+                    volume,
+                    member,
+                    result,
+                });
+            }
+        });
+    }
+
+    /// Runs a volume's background work (rebuild, scrub) on the runtime; `close_volumes` waits
+    /// for it.
+    fn spawn_volume_work(&self, work: impl std::future::Future<Output = ()> + Send + 'static) {
+        let task = tokio::runtime::Handle::current().spawn(work);
+        let mut all = self.volume_work.lock().unwrap();
+        all.retain(|t| !t.is_finished());
+        all.push(task);
+    }
+
+    pub(super) fn add_spare(&self, name: &str, req: api::SpareRequest) -> MgmtResult<api::Volume> {
+        let block = self
+            .drive_guard(&req.drive)
+            .map(|d| (d.info().block_size, d.info().capacity))
+            .ok_or_else(|| not_found(format!("no drive {:?}", req.drive)))?;
+        {
+            let _change = self.volume_change.lock().unwrap();
+            let live = self
+                .live_volume(&state::volume_id(name))
+                .ok_or_else(|| not_found(format!("no volume {name:?}")))?;
+            let need = live.layout.member_offset(live.layout.stripes, 0);
+            if block.0 != live.info().block_size || block.1 < need {
+                return Err(invalid(format!(
+                    "drive {} has {} bytes of {}-byte blocks; a spare of volume {name} needs {need} of {}",
+                    req.drive,
+                    block.1,
+                    block.0,
+                    live.info().block_size
+                )));
+            }
+            self.mutate(|st| {
+                find_volume(st, name)?;
+                let took = claim_drive_for(st, &req.drive)?;
+                let v = find_volume(st, name)?;
+                v.spares.push(req.drive.clone());
+                v.took.extend(took);
+                Ok(())
+            })?;
+        }
+        self.start_rebuild(name);
+        self.volume_by_name(name)
+    }
+
+    pub(super) fn set_rebuild_limit(
+        &self,
+        name: &str,
+        req: api::RebuildLimit,
+    ) -> MgmtResult<api::Volume> {
+        if req.mib_per_sec.is_some_and(|m| m == 0 || m > 1 << 20) {
+            return Err(invalid(
+                "a rebuild limit is 1 to 1048576 MiB/s (null: none)",
+            ));
+        }
+        self.mutate(|st| {
+            find_volume(st, name)?.rebuild_mib_per_sec = req.mib_per_sec;
+            Ok(())
+        })?;
+        if let Some(live) = self.live_volume(&state::volume_id(name)) {
+            let bytes = req.mib_per_sec.map_or(0, |m| m << 20);
+            live.rebuild_limit
+                .store(bytes, std::sync::atomic::Ordering::Relaxed);
+        }
+        self.volume_by_name(name)
+    }
+
+    pub(super) fn start_scrub(&self, name: &str) -> MgmtResult<api::Volume> {
+        let live = self
+            .live_volume(&state::volume_id(name))
+            .ok_or_else(|| not_found(format!("no volume {name:?}")))?;
+        if live.is_degraded() {
+            return Err(conflict(format!(
+                "volume {name} has a member lost or rebuilding: there is nothing to check parity against"
+            )));
+        }
+        if !live.layout.level.redundant() {
+            return Err(conflict(format!(
+                "volume {name} is raid0: it has no parity to check"
+            )));
+        }
+        if !live.begin_scrub() {
+            return Err(conflict(format!("a scrub of volume {name} runs")));
+        }
+        self.spawn_volume_work(async move { live.scrub().await });
+        self.volume_by_name(name)
     }
 
     pub(super) fn list_volumes(&self) -> Vec<api::Volume> {
@@ -175,6 +430,8 @@ impl Manager {
             drives: req.drives.clone(),
             spares: req.spares.clone(),
             failed: Vec::new(),
+            rebuilding: None,
+            rebuild_mib_per_sec: None,
             created: false,
             took: Vec::new(),
         };
@@ -229,7 +486,7 @@ impl Manager {
                     .drive_guard(d)
                     .map(|g| g as Arc<dyn crate::backend::Drive>)
                     .expect("validated: members are drives"),
-                failed: v.failed.contains(d),
+                state: v.member_state(d),
             })
             .collect()
     }
@@ -239,6 +496,15 @@ impl Manager {
     /// has no region it cannot vouch for).
     pub async fn close_volumes(&self) {
         let volumes: Vec<Arc<Volume>> = self.volumes.lock().unwrap().values().cloned().collect();
+        for v in &volumes {
+            v.stop();
+        }
+        // Rebuilds and scrubs end at their next batch; they hold the volumes (and the drives'
+        // files) till then.
+        let work = std::mem::take(&mut *self.volume_work.lock().unwrap());
+        for w in work {
+            let _ = w.await;
+        }
         for v in volumes {
             if let Err(e) = v.clean_intent().await {
                 tracing::error!(volume = %v.name, "the write-intent bitmap stays dirty: {e}");
@@ -261,20 +527,11 @@ impl Manager {
             st.subsystems.retain(|s| s.nqn != nqn);
             release(st, name)
         })?;
-        if let Some(v) = self.volumes.lock().unwrap().remove(&id) {
+        let gone = self.volumes.lock().unwrap().remove(&id);
+        if let Some(v) = gone {
+            v.stop();
             // The members are plain drives again: no superblock to take them for members.
-            let wipe = v.members().iter().map(|m| {
-                m.drive.write(
-                    crate::raid::meta::SUPER_OFFSET,
-                    crate::backend::zeroed_bytes(crate::raid::meta::META_BLOCK),
-                    true,
-                )
-            });
-            let wiped =
-                tokio::runtime::Handle::current().block_on(futures_util::future::join_all(wipe));
-            if let Some(e) = wiped.into_iter().find_map(Result::err) {
-                tracing::warn!(volume = name, "wiping a member's superblock: {e}");
-            }
+            tokio::runtime::Handle::current().block_on(v.wipe_superblocks());
         }
         Ok(())
     }
@@ -303,6 +560,22 @@ impl Manager {
     }
 }
 
+/// Sends volume `name`'s member failures to `events`.
+pub fn on_member_failed(
+    events: Option<VolumeEvents>,
+    name: &str,
+) -> crate::raid::volume::OnMemberFailed {
+    let name = name.to_string();
+    Box::new(move |member, _why| {
+        if let Some(tx) = &events {
+            let _ = tx.send(VolumeEvent::MemberFailed {
+                volume: name.clone(),
+                member,
+            });
+        }
+    })
+}
+
 fn find_volume<'a>(st: &'a mut State, name: &str) -> MgmtResult<&'a mut VolumeState> {
     st.volumes
         .iter_mut()
@@ -310,8 +583,7 @@ fn find_volume<'a>(st: &'a mut State, name: &str) -> MgmtResult<&'a mut VolumeSt
         .ok_or_else(|| not_found(format!("no volume {name:?}")))
 }
 
-/// Records `vs` as claiming its drives: each must be a drive in no volume and no composition,
-/// exported by no subsystem or alone by one (that subsystem is taken away and kept in `took`).
+/// Records `vs` as claiming its drives (see `claim_drive_for`).
 fn claim(st: &mut State, mut vs: VolumeState) -> MgmtResult<()> {
     if st.volumes.iter().any(|v| v.name == vs.name) {
         return Err(conflict(format!("volume {} exists", vs.name)));
@@ -319,33 +591,45 @@ fn claim(st: &mut State, mut vs: VolumeState) -> MgmtResult<()> {
     if st.drives.iter().any(|d| d.id == vs.id()) {
         return Err(conflict(format!("a drive is named {}", vs.id())));
     }
-    for d in vs.drives.iter().chain(&vs.spares) {
-        if !st.drives.iter().any(|x| &x.id == d) {
-            return Err(not_found(format!("no drive {d:?}")));
-        }
-        if let Some(v) = st.volumes.iter().find(|v| v.all_drives().any(|x| x == d)) {
-            return Err(conflict(format!("drive {d:?} is in volume {}", v.name)));
-        }
-        if let Some(c) = st.compositions.iter().find(|c| c.drives.contains(d)) {
-            return Err(conflict(format!(
-                "drive {d:?} is composed to {} (composition {}): decompose it first",
-                c.host_nqn, c.id
-            )));
-        }
-        if let Some(s) = st.subsystem_of_drive(d) {
-            if s.namespaces.len() > 1 {
-                return Err(conflict(format!(
-                    "drive {d:?} shares subsystem {} with other drives: remove its namespace first",
-                    s.nqn
-                )));
-            }
-            let nqn = s.nqn.clone();
-            let i = st.subsystems.iter().position(|s| s.nqn == nqn).unwrap();
-            vs.took.push(st.subsystems.remove(i));
-        }
+    for d in vs.drives.clone().iter().chain(&vs.spares.clone()) {
+        let took = claim_drive_for(st, d)?;
+        vs.took.extend(took);
     }
     st.volumes.push(vs);
     Ok(())
+}
+
+/// Takes drive `d` for a volume: a drive in no volume and no composition, exported by no
+/// subsystem or alone by one, which is taken away and returned (to be given back).
+fn claim_drive_for(st: &mut State, d: &str) -> MgmtResult<Option<SubsystemState>> {
+    if !st.drives.iter().any(|x| x.id == d) {
+        return Err(not_found(format!("no drive {d:?}")));
+    }
+    if let Some(v) = st.volumes.iter().find(|v| v.all_drives().any(|x| x == d)) {
+        return Err(conflict(format!("drive {d:?} is in volume {}", v.name)));
+    }
+    if let Some(c) = st
+        .compositions
+        .iter()
+        .find(|c| c.drives.iter().any(|x| x == d))
+    {
+        return Err(conflict(format!(
+            "drive {d:?} is composed to {} (composition {}): decompose it first",
+            c.host_nqn, c.id
+        )));
+    }
+    let Some(s) = st.subsystem_of_drive(d) else {
+        return Ok(None);
+    };
+    if s.namespaces.len() > 1 {
+        return Err(conflict(format!(
+            "drive {d:?} shares subsystem {} with other drives: remove its namespace first",
+            s.nqn
+        )));
+    }
+    let nqn = s.nqn.clone();
+    let i = st.subsystems.iter().position(|s| s.nqn == nqn).unwrap();
+    Ok(Some(st.subsystems.remove(i)))
 }
 
 /// Forgets volume `name` and gives its drives their subsystems back (where the NQN is free).
@@ -364,4 +648,22 @@ fn release(st: &mut State, name: &str) -> MgmtResult<()> {
         st.subsystems.push(s);
     }
     Ok(())
+}
+
+fn rebuild_view(v: &Volume) -> Option<api::VolumeRebuild> {
+    let p = v.rebuild_progress()?;
+    let m = &v.members()[p.member];
+    let strip = v.layout.strip;
+    let done = m.rebuilt_stripes();
+    let secs = p.started.elapsed().as_secs_f64().max(1e-3);
+    let bytes_per_sec = (done * strip) as f64 / secs;
+    let left = (p.total_stripes - done.min(p.total_stripes)) * strip;
+    Some(api::VolumeRebuild {
+        drive: p.drive,
+        progress: done as f64 / p.total_stripes.max(1) as f64,
+        rebuilt_bytes: done * strip,
+        total_bytes: p.total_stripes * strip,
+        mib_per_sec: bytes_per_sec / (1 << 20) as f64,
+        eta_seconds: (bytes_per_sec > 0.0).then(|| (left as f64 / bytes_per_sec).ceil() as u64),
+    })
 }

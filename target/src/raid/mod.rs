@@ -4,13 +4,16 @@
 //! - `gf`: parity (P, Q over GF(2^8)) and recovery of one or two lost strips;
 //! - `layout`: where a volume's bytes lie on its members;
 //! - `meta`: the superblock and write-intent bitmap on each member (the write hole);
-//! - `volume`: the I/O: reads, degraded reads, full-stripe and read-modify-write writes,
-//!   member failure, resync.
+//! - `volume`: members and their states, reads (degraded ones rebuilt from the stripe);
+//! - `write`: full-stripe, read-modify-write and degraded writes, zeroing;
+//! - `rebuild`: the background work: rebuilding a spare, scrubbing, resync after a crash.
 
 pub mod gf;
 pub mod layout;
 pub mod meta;
+pub mod rebuild;
 pub mod volume;
+mod write;
 
 pub use layout::{Layout, Level};
 pub use volume::{MemberSpec, Volume};

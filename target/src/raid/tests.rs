@@ -8,7 +8,7 @@ use bytes::Bytes;
 
 use super::layout::{Layout, Level};
 use super::meta::DATA_OFFSET;
-use super::volume::{MemberSpec, Volume};
+use super::volume::{MemberSpec, MemberState, Volume};
 use crate::backend::file::FileDrive;
 use crate::backend::ram::RamDrive;
 use crate::backend::testkit::{conformance, pattern, Rng};
@@ -41,7 +41,11 @@ fn specs(drives: &[Arc<dyn Drive>], failed: &[usize]) -> Vec<MemberSpec> {
         .map(|(i, d)| MemberSpec {
             id: format!("{i:02}"),
             drive: d.clone(),
-            failed: failed.contains(&i),
+            state: if failed.contains(&i) {
+                MemberState::Failed
+            } else {
+                MemberState::Active
+            },
         })
         .collect()
 }
@@ -350,4 +354,105 @@ async fn assembly_fails_a_drive_that_is_not_the_member() {
     let seen = seen.lock().unwrap().clone();
     assert_eq!(seen.len(), 2, "{seen:?}");
     assert!(seen[0].1.contains("is member 1"), "{}", seen[0].1);
+}
+
+/// A spare rebuilt into a failed member's place while writes go on: every level with
+/// redundancy, then the others lost in turn (as far as the level allows), the data whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spare_is_rebuilt_while_hosts_write() {
+    for (level, n) in [
+        (Level::Raid5, 4),
+        (Level::Raid6, 5),
+        (Level::Raid10, 4),
+        (Level::Raid1, 2),
+    ] {
+        let drives = ram_members(n, 16 * MIB);
+        let v = Arc::new(create(level, &drives).await);
+        let cap = v.info().capacity;
+        let model = Arc::new(tokio::sync::Mutex::new(vec![0u8; cap as usize]));
+        let mut rng = Rng::new(11);
+        for i in 0..100u64 {
+            let len = [4096u64, 16384, STRIP, 2 * STRIP][rng.below(4) as usize];
+            let at = rng.below((cap - len) / 4096) * 4096;
+            let data = pattern(i, len as usize);
+            v.write(at, data.clone(), false).await.unwrap();
+            model.lock().await[at as usize..][..len as usize].copy_from_slice(&data);
+        }
+        v.fail(1, "test");
+        let spare: Arc<dyn Drive> = Arc::new(RamDrive::new(16 * MIB, 4096).unwrap());
+        v.begin_rebuild(1, "spare", spare.clone()).await.unwrap();
+        // A slow rebuild, so writes land on both sides of its mark.
+        v.rebuild_limit.store(4 * MIB, Ordering::Relaxed);
+        let writer = {
+            let (v, model) = (v.clone(), model.clone());
+            tokio::spawn(async move {
+                let mut rng = Rng::new(12);
+                for i in 0..150u64 {
+                    let len = [4096u64, 8192, STRIP][rng.below(3) as usize];
+                    let at = rng.below((cap - len) / 4096) * 4096;
+                    let data = pattern(1000 + i, len as usize);
+                    let mut m = model.lock().await;
+                    v.write(at, data.clone(), false).await.unwrap();
+                    m[at as usize..][..len as usize].copy_from_slice(&data);
+                    drop(m);
+                    tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+                }
+            })
+        };
+        v.rebuild(1).await.unwrap();
+        writer.await.unwrap();
+        assert!(!v.is_degraded(), "{level}: the spare is a member");
+        assert_eq!(v.members()[1].id(), "spare");
+        // Lose everything the level can lose except the spare: the spare carries its part.
+        let others: Vec<usize> = match level {
+            Level::Raid5 => vec![0],
+            Level::Raid6 => vec![0, 2],
+            Level::Raid10 => vec![0],
+            _ => vec![0],
+        };
+        for o in others {
+            v.fail(o, "test");
+        }
+        let model = model.lock().await;
+        for (i, want) in model.chunks(MIB as usize).enumerate() {
+            let got = v.read(i as u64 * MIB, want.len()).await.unwrap();
+            assert!(got[..] == *want, "{level}: MiB {i} after the rebuild");
+        }
+    }
+}
+
+/// A scrub finds parity that disagrees with the data, writes it again, and the next finds
+/// nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scrub_finds_and_repairs_bad_parity() {
+    for level in [Level::Raid5, Level::Raid6, Level::Raid1] {
+        let drives = ram_members(4, 16 * MIB);
+        let v = create(level, &drives).await;
+        v.write(0, pattern(1, 8 << 20), false).await.unwrap();
+        assert!(v.begin_scrub());
+        v.scrub().await;
+        let r = v.scrub_report().unwrap();
+        assert_eq!((r.mismatches, r.error.as_deref()), (0, None), "{level}");
+        assert_eq!(r.checked_stripes, v.layout.stripes);
+        // Rot on the parity (or a mirror copy) of stripes 0 and 5.
+        let l = v.layout.clone();
+        for s in [0u64, 5] {
+            let m = match l.parity_members(s) {
+                (Some(p), _) => p,
+                _ => l.copies(s, 0).nth(1).unwrap(),
+            };
+            drives[m]
+                .write(l.member_offset(s, 4096), pattern(9, 4096), false)
+                .await
+                .unwrap();
+        }
+        assert!(v.begin_scrub());
+        assert!(!v.begin_scrub(), "one at a time");
+        v.scrub().await;
+        let r = v.scrub_report().unwrap();
+        assert_eq!((r.mismatches, r.repaired), (2, 2), "{level}");
+        assert!(v.begin_scrub());
+        v.scrub().await;
+        assert_eq!(v.scrub_report().unwrap().mismatches, 0, "{level}: repaired");
+    }
 }

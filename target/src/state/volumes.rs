@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::SubsystemState;
+use crate::raid::volume::MemberState;
 use crate::raid::Level;
 
 /// Longest volume name.
@@ -24,6 +25,13 @@ pub struct VolumeState {
     /// Members failed (by drive ID): never read again.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub failed: Vec<String>,
+    /// The spare now in a failed member's place, being rebuilt (from the start again after a
+    /// restart).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rebuilding: Option<String>,
+    /// How fast a rebuild may write, in MiB/s (None: as fast as it can).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rebuild_mib_per_sec: Option<u64>,
     /// False until its members were initialized: a volume whose making a crash cut short is
     /// made again at the next start.
     pub created: bool,
@@ -36,6 +44,17 @@ impl VolumeState {
     /// What compositions, namespaces and metrics name it by.
     pub fn id(&self) -> String {
         volume_id(&self.name)
+    }
+
+    /// The state member drive `d` starts in.
+    pub fn member_state(&self, d: &str) -> MemberState {
+        if self.failed.iter().any(|f| f == d) {
+            MemberState::Failed
+        } else if self.rebuilding.as_deref() == Some(d) {
+            MemberState::Rebuilding
+        } else {
+            MemberState::Active
+        }
     }
 
     /// Every drive it holds, spares too.

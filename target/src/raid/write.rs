@@ -1,0 +1,326 @@
+//! A volume's writes: the write-intent mark first, then under the stripes' locks whole stripes
+//! with parity made from the new data, parts of stripes by read-modify-write, or, where a
+//! member of the stripe is lost, by rebuilding the stripe's rows and writing parity made from
+//! all of them. A write that a member fails still succeeds while the volume has redundancy
+//! left: the member is failed and the data lives on in the others.
+
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use futures_util::future::join_all;
+
+use super::gf;
+use super::layout::{Level, Piece};
+use super::meta;
+use super::volume::{lost_data, Volume};
+use crate::backend::{check_range, Drive, DriveError};
+
+impl Volume {
+    /// Marks the regions of `stripes` dirty on the members (once per region), then returns
+    /// them for `Intent::end`.
+    pub(super) async fn begin_write(&self, stripes: &[u64]) -> Result<Vec<usize>, DriveError> {
+        if !self.layout.level.redundant() {
+            // Nothing to keep consistent.
+            return Ok(Vec::new());
+        }
+        let mut regions: Vec<usize> = stripes.iter().map(|s| self.intent.region_of(*s)).collect();
+        regions.dedup();
+        if self.intent.begin(&regions) {
+            return Ok(regions);
+        }
+        let persist = self.intent.persist.lock().await;
+        if !self.intent.marked(&regions) {
+            let bits = self.intent.snapshot();
+            if let Err(e) = self.write_bitmap(&bits).await {
+                drop(persist);
+                self.intent.end(&regions);
+                return Err(e);
+            }
+            self.intent.persisted(bits);
+        }
+        Ok(regions)
+    }
+
+    /// Writes the bitmap to every member left, durably.
+    pub(super) async fn write_bitmap(&self, bits: &[u64]) -> Result<(), DriveError> {
+        let block = meta::encode_bitmap(self.intent.region_stripes, bits);
+        let writes = (0..self.members.len())
+            .map(|i| self.member_write_any(i, meta::BITMAP_OFFSET, block.clone(), true));
+        join_all(writes).await;
+        self.check_alive(meta::BITMAP_OFFSET, meta::META_BLOCK as u64)
+    }
+
+    pub(super) async fn write_volume(
+        &self,
+        offset: u64,
+        data: Bytes,
+        fua: bool,
+    ) -> Result<(), DriveError> {
+        check_range(self.info(), offset, data.len() as u64)?;
+        self.check_alive(offset, data.len() as u64)?;
+        let pieces: Vec<Piece> = self.layout.pieces(offset, data.len() as u64).collect();
+        let mut stripes: Vec<u64> = pieces.iter().map(|p| p.stripe).collect();
+        stripes.dedup();
+        let regions = self.begin_write(&stripes).await?;
+        let res = async {
+            let _locks = match self.layout.level {
+                Level::Raid0 => Vec::new(),
+                _ => self.lock_stripes(&stripes).await,
+            };
+            let each = stripes.iter().map(|&s| {
+                let mine: Vec<Piece> = pieces.iter().copied().filter(|p| p.stripe == s).collect();
+                self.write_stripe(s, mine, &data, fua)
+            });
+            join_all(each).await.into_iter().collect::<Result<(), _>>()
+        }
+        .await;
+        self.intent.end(&regions);
+        res
+    }
+
+    pub(super) async fn write_stripe(
+        &self,
+        stripe: u64,
+        pieces: Vec<Piece>,
+        data: &Bytes,
+        fua: bool,
+    ) -> Result<(), DriveError> {
+        if self.layout.level.parity() == 0 {
+            let writes = pieces.iter().flat_map(|p| {
+                let offset = self.layout.member_offset(p.stripe, p.within);
+                let bytes = data.slice(p.buf_off..p.buf_off + p.len as usize);
+                self.layout
+                    .copies(p.stripe, p.strip)
+                    .map(move |m| (m, offset, bytes.clone()))
+            });
+            let done =
+                join_all(writes.map(|(m, o, b)| self.member_write(m, stripe, o, b, fua))).await;
+            let offset = self.layout.member_offset(stripe, 0);
+            if self.is_failed() || !done.iter().any(|&d| d) {
+                return Err(lost_data(offset, self.layout.strip));
+            }
+            return Ok(());
+        }
+        let full = pieces.len() == self.layout.data_strips()
+            && pieces
+                .iter()
+                .all(|p| p.within == 0 && p.len == self.layout.strip);
+        if full {
+            self.stats.full_stripes.fetch_add(1, Ordering::Relaxed);
+            return self.write_full_stripe(stripe, &pieces, data, fua).await;
+        }
+        self.stats.rmw_stripes.fetch_add(1, Ordering::Relaxed);
+        self.write_part_stripe(stripe, &pieces, data, fua).await
+    }
+
+    pub(super) async fn write_full_stripe(
+        &self,
+        stripe: u64,
+        pieces: &[Piece],
+        data: &Bytes,
+        fua: bool,
+    ) -> Result<(), DriveError> {
+        let l = &self.layout;
+        let strips: Vec<Bytes> = pieces
+            .iter()
+            .map(|p| data.slice(p.buf_off..p.buf_off + p.len as usize))
+            .collect();
+        let len = l.strip as usize;
+        let (pm, qm) = l.parity_members(stripe);
+        let refs: Vec<&[u8]> = strips.iter().map(|s| &s[..]).collect();
+        let mut p = vec![0u8; len];
+        gf::gen_p(&refs, &mut p);
+        let q = qm.map(|_| {
+            let mut q = vec![0u8; len];
+            let some: Vec<Option<&[u8]>> = refs.iter().map(|r| Some(*r)).collect();
+            gf::gen_q(&some, &mut q);
+            Bytes::from(q)
+        });
+        let offset = l.member_offset(stripe, 0);
+        let mut writes: Vec<(usize, Bytes)> = strips
+            .into_iter()
+            .enumerate()
+            .map(|(i, b)| (l.member_of(stripe, i), b))
+            .collect();
+        writes.extend(pm.map(|m| (m, Bytes::from(p))));
+        writes.extend(qm.zip(q));
+        self.write_members(stripe, offset, writes, fua).await
+    }
+
+    /// Writes each `(member, data)` at `offset`; fails only when the volume no longer holds the
+    /// data (a member that fails is failed, and the others carry the stripe).
+    pub(super) async fn write_members(
+        &self,
+        stripe: u64,
+        offset: u64,
+        writes: Vec<(usize, Bytes)>,
+        fua: bool,
+    ) -> Result<(), DriveError> {
+        let len = writes.first().map_or(0, |w| w.1.len() as u64);
+        join_all(
+            writes
+                .into_iter()
+                .map(|(m, b)| self.member_write(m, stripe, offset, b, fua)),
+        )
+        .await;
+        self.check_alive(offset, len)
+    }
+
+    pub(super) async fn write_part_stripe(
+        &self,
+        stripe: u64,
+        pieces: &[Piece],
+        data: &Bytes,
+        fua: bool,
+    ) -> Result<(), DriveError> {
+        let l = &self.layout;
+        let k = l.data_strips();
+        let (pm, qm) = l.parity_members(stripe);
+        // Rows the write touches in any strip.
+        let r0 = pieces.iter().map(|p| p.within).min().unwrap_or(0);
+        let r1 = pieces.iter().map(|p| p.within + p.len).max().unwrap_or(0);
+        let rows = (r1 - r0) as usize;
+        let offset = l.member_offset(stripe, r0);
+        let stripe_members: Vec<usize> = (0..k)
+            .map(|i| l.member_of(stripe, i))
+            .chain(pm)
+            .chain(qm)
+            .collect();
+        let new_of = |p: &Piece| data.slice(p.buf_off..p.buf_off + p.len as usize);
+        for _ in 0..=self.members.len() {
+            let degraded = stripe_members
+                .iter()
+                .any(|&m| !self.members[m].holds(stripe));
+            let (p_new, q_new) = if degraded {
+                // Rebuild the rows, lay the new data over them, make parity from all of it.
+                let mut full = self.gather(stripe, r0, rows).await?;
+                for p in pieces {
+                    let at = (p.within - r0) as usize;
+                    full.data[p.strip][at..at + p.len as usize].copy_from_slice(&new_of(p));
+                }
+                let refs: Vec<&[u8]> = full.data.iter().map(|d| &d[..]).collect();
+                let mut pv = vec![0u8; rows];
+                gf::gen_p(&refs, &mut pv);
+                let qv = qm.map(|_| {
+                    let mut q = vec![0u8; rows];
+                    let some: Vec<Option<&[u8]>> = refs.iter().map(|r| Some(*r)).collect();
+                    gf::gen_q(&some, &mut q);
+                    q
+                });
+                (pv, qv)
+            } else {
+                // Read-modify-write: the old data of the pieces, the old parity rows.
+                let olds = pieces.iter().map(|p| {
+                    self.member_read(
+                        l.member_of(stripe, p.strip),
+                        stripe,
+                        l.member_offset(stripe, p.within),
+                        p.len as usize,
+                    )
+                });
+                let parity_reads = pm
+                    .into_iter()
+                    .chain(qm)
+                    .map(|m| self.member_read(m, stripe, offset, rows));
+                let (olds, parity) = futures_util::join!(join_all(olds), join_all(parity_reads));
+                if olds.iter().chain(&parity).any(Option::is_none) {
+                    // A member failed: write as a degraded stripe.
+                    continue;
+                }
+                let mut deltas: Vec<Option<Vec<u8>>> = vec![None; k];
+                for (p, old) in pieces.iter().zip(&olds) {
+                    let delta = deltas[p.strip].get_or_insert_with(|| vec![0u8; rows]);
+                    let at = (p.within - r0) as usize;
+                    let d = &mut delta[at..at + p.len as usize];
+                    d.copy_from_slice(old.as_ref().unwrap());
+                    gf::xor_into(d, &new_of(p));
+                }
+                let mut parity = parity.into_iter().map(|b| b.unwrap().to_vec());
+                let mut pv = parity.next().unwrap_or_default();
+                let mut qv = qm.map(|_| parity.next().unwrap_or_default());
+                let refs: Vec<Option<&[u8]>> = deltas.iter().map(|d| d.as_deref()).collect();
+                gf::apply_delta(&refs, Some(&mut pv), qv.as_deref_mut());
+                (pv, qv)
+            };
+            let mut writes = join_all(pieces.iter().map(|p| {
+                self.member_write(
+                    l.member_of(stripe, p.strip),
+                    stripe,
+                    l.member_offset(stripe, p.within),
+                    new_of(p),
+                    fua,
+                )
+            }));
+            let parity_writes = pm
+                .map(|m| (m, Bytes::from(p_new)))
+                .into_iter()
+                .chain(qm.zip(q_new.map(Bytes::from)));
+            let parity_done =
+                join_all(parity_writes.map(|(m, b)| self.member_write(m, stripe, offset, b, fua)));
+            let _ = futures_util::join!(&mut writes, parity_done);
+            return self.check_alive(offset, rows as u64);
+        }
+        Err(lost_data(offset, rows as u64))
+    }
+
+    /// Zeroes a range: parts of stripes through the write path, whole stripes on every member
+    /// at once (zeros are their own parity).
+    pub(super) async fn zero_volume(&self, offset: u64, len: u64) -> Result<(), DriveError> {
+        check_range(self.info(), offset, len)?;
+        self.check_alive(offset, len)?;
+        let sb = self.layout.stripe_bytes();
+        let first_full = offset.next_multiple_of(sb);
+        let end = offset + len;
+        let last_full = end - end % sb;
+        if first_full >= last_full {
+            return self.write_zeros_through(offset, len).await;
+        }
+        if offset < first_full {
+            self.write_zeros_through(offset, first_full - offset)
+                .await?;
+        }
+        let stripes: Vec<u64> = (first_full / sb..last_full / sb).collect();
+        let regions = self.begin_write(&stripes).await?;
+        let res = async {
+            let _locks = self.lock_stripes(&stripes).await;
+            let at = self.layout.member_offset(first_full / sb, 0);
+            let bytes = stripes.len() as u64 * self.layout.strip;
+            let zeroes = self.members.iter().enumerate().map(|(i, m)| async move {
+                if m.is_failed() {
+                    return;
+                }
+                if let Err(e) = m.drive().write_zeroes(at, bytes).await {
+                    self.fail(i, &format!("write zeroes failed: {e}"));
+                }
+            });
+            join_all(zeroes).await;
+            self.check_alive(at, bytes)
+        }
+        .await;
+        self.intent.end(&regions);
+        res?;
+        if last_full < end {
+            self.write_zeros_through(last_full, end - last_full).await?;
+        }
+        Ok(())
+    }
+
+    pub(super) async fn write_zeros_through(
+        &self,
+        offset: u64,
+        len: u64,
+    ) -> Result<(), DriveError> {
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(crate::backend::ZEROS_LEN as u64);
+            self.write_volume(
+                offset + done,
+                crate::backend::zeroed_bytes(n as usize),
+                false,
+            )
+            .await?;
+            done += n;
+        }
+        Ok(())
+    }
+}
