@@ -5,7 +5,7 @@
 //!
 //! Every name starts with `fabrik_`; counters end in `_total`, sizes in `_bytes`, times in
 //! `_seconds`. Labels: `drive`, `subsystem`, `host`, `controller`, `port`, `group` (ANA) with
-//! `state`. `host` is an alias
+//! `state`, `volume`. `host` is an alias
 //! (`h-` and 12 hex digits, or `(anonymous)`), never a host NQN: until DH-HMAC-CHAP is
 //! required an NQN is all a host needs to connect as that host.
 
@@ -26,6 +26,9 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
 use crate::models::{AnaState, DriveHealth};
+
+mod volumes;
+pub use volumes::VolumeMetrics;
 
 /// Content type of the OpenMetrics text format.
 pub const OPENMETRICS_CONTENT_TYPE: &str =
@@ -50,6 +53,7 @@ pub struct Snapshot {
     pub controllers: Vec<ControllerMetrics>,
     pub ana_groups: Vec<AnaGroupMetrics>,
     pub module: ModuleMetrics,
+    pub volumes: Vec<VolumeMetrics>,
 }
 
 /// This I/O module of the box.
@@ -288,6 +292,7 @@ impl Collector for SnapshotCollector {
         self.encode_ports(&mut out)?;
         self.encode_ana_groups(&mut out)?;
         self.encode_module(&mut out)?;
+        self.encode_volumes(&mut out)?;
         self.encode_controllers(&mut out)
     }
 }

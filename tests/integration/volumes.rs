@@ -4,6 +4,7 @@
 //! their subsystems; and the API's refusals.
 
 mod common;
+mod metrics_scrape;
 
 use common::api::*;
 use fabrik_api::models::{Volume, VolumeRequest};
@@ -103,6 +104,25 @@ async fn a_raid5_volume_survives_a_member_failure_and_a_restart() {
     );
     background.finish(since).await;
     verify(&ctrl, &written, "degraded").await;
+    let (_, text) = metrics_scrape::scrape_with(api.api, None, Some(TOKEN)).await;
+    let samples = metrics_scrape::parse(&text);
+    let metric =
+        |name: &str, labels: &[(&str, &str)]| metrics_scrape::value(&samples, name, labels);
+    let r5 = ("volume", "r5");
+    assert_eq!(
+        metric("fabrik_volume_state", &[r5, ("state", "degraded")]),
+        1.0
+    );
+    assert_eq!(
+        metric("fabrik_volume_state", &[r5, ("state", "optimal")]),
+        0.0
+    );
+    let failed = [r5, ("drive", "03"), ("state", "failed")];
+    assert_eq!(metric("fabrik_volume_member_state", &failed), 1.0);
+    assert!(metric("fabrik_volume_reconstructed_reads_total", &[r5]) > 0.0);
+    assert!(metric("fabrik_volume_write_ops_total", &[r5]) >= 41.0);
+    assert!(metric("fabrik_volume_rmw_stripes_total", &[r5]) > 0.0);
+    assert!(metric("fabrik_volume_full_stripes_total", &[r5]) >= 4.0);
     let more = write_spread(&ctrl, BEYOND_BACKGROUND + 8192, 20, 3, 500).await;
     verify(&ctrl, &more, "written degraded").await;
     written.extend(more);

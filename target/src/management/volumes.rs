@@ -169,6 +169,47 @@ impl Manager {
         }
     }
 
+    /// Every volume's figures for a scrape.
+    pub fn volume_metrics(&self) -> Vec<fabrik_api::metrics::VolumeMetrics> {
+        let st = self.state();
+        let load = |c: &std::sync::atomic::AtomicU64| c.load(std::sync::atomic::Ordering::Relaxed);
+        st.volumes
+            .iter()
+            .map(|v| {
+                let view = self.volume_view(v);
+                let mut m = fabrik_api::metrics::VolumeMetrics {
+                    volume: v.name.clone(),
+                    level: view.level.clone(),
+                    state: view.state.clone(),
+                    capacity_bytes: view.capacity_bytes,
+                    members: view
+                        .members
+                        .iter()
+                        .map(|m| (m.drive.clone(), m.state.clone()))
+                        .collect(),
+                    reconstructed_reads: view.reconstructed_reads,
+                    dirty_regions: view.dirty_regions,
+                    unsynced_regions: view.unsynced_regions,
+                    rebuild_progress: view.rebuild.as_ref().map(|r| r.progress),
+                    rebuild_eta_seconds: view.rebuild.as_ref().and_then(|r| r.eta_seconds),
+                    scrub_mismatches: view.scrub.as_ref().map(|s| s.mismatches),
+                    ..Default::default()
+                };
+                if let Some(live) = self.live_volume(&v.id()) {
+                    m.rmw_stripes = load(&live.stats.rmw_stripes);
+                    m.full_stripes = load(&live.stats.full_stripes);
+                }
+                for (_, ns) in self.namespaces_of(&v.id()) {
+                    m.read_ops += ns.stats.read_commands();
+                    m.write_ops += ns.stats.write_commands();
+                    m.read_bytes += ns.stats.bytes_read();
+                    m.write_bytes += ns.stats.bytes_written();
+                }
+                m
+            })
+            .collect()
+    }
+
     /// What volumes tell in the background.
     pub fn volume_event(&self, event: VolumeEvent) {
         match event {
