@@ -742,6 +742,18 @@ mod tests {
                 maintenance: true,
                 io_in_flight: 7,
             },
+            volumes: vec![VolumeMetrics {
+                volume: "r5".into(),
+                level: "raid5".into(),
+                state: "rebuilding".into(),
+                members: vec![
+                    ("00".into(), "active".into()),
+                    ("05".into(), "rebuilding".into()),
+                ],
+                rebuild_progress: Some(0.25),
+                reconstructed_reads: 9,
+                ..Default::default()
+            }],
         }
     }
 
@@ -749,6 +761,11 @@ mod tests {
     fn openmetrics_has_units_totals_buckets_and_eof() {
         let text = encode(&sample(), Format::OpenMetrics);
         for line in [
+            "fabrik_volume_state{volume=\"r5\",state=\"rebuilding\"} 1",
+            "fabrik_volume_state{volume=\"r5\",state=\"optimal\"} 0",
+            "fabrik_volume_member_state{volume=\"r5\",drive=\"05\",state=\"rebuilding\"} 1",
+            "fabrik_volume_rebuild_progress{volume=\"r5\"} 0.25",
+            "fabrik_volume_reconstructed_reads_total{volume=\"r5\"} 9",
             "fabrik_drive_write_ops_total{drive=\"03\"} 10",
             "fabrik_drive_write_bytes_total{drive=\"03\"} 40960",
             "# UNIT fabrik_drive_read_latency_seconds seconds",
