@@ -27,7 +27,9 @@ fn main() {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(1.0);
-    println!("| data strips | P (RAID 5) GB/s | P+Q (RAID 6) GB/s | 2 lost rebuilt (RAID 6) GB/s |");
+    println!(
+        "| data strips | P (RAID 5) GB/s | P+Q (RAID 6) GB/s | 2 lost rebuilt (RAID 6) GB/s |"
+    );
     println!("|---|---|---|---|");
     for k in [4usize, 8, 16, 30] {
         let data: Vec<Vec<u8>> = (0..k)

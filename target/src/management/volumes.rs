@@ -236,6 +236,8 @@ impl Manager {
                 if let Err(e) = done {
                     tracing::error!(volume, "the rebuilt member is not in the state file: {e}");
                 }
+                // RAID 6 may have lost another member meanwhile.
+                self.start_rebuild(&volume);
             }
         }
     }
