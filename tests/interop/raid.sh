@@ -5,14 +5,15 @@
 #   EXTRA_PKGS=mdadm EXTRA_MODULES="raid456 md-mod" FABRIK_INTEROP_CACHE=~/.cache/fabrik-interop-raid tests/interop/vm.sh prepare
 #   mkdir -p x/bin x/out && cp build/release/fabrikd build/release/fabrik x/bin/
 #   EXTRA_PKGS=... EXTRA_MODULES=... FABRIK_INTEROP_CACHE=... SHARE_DIR=x tests/interop/vm.sh run tests/interop/raid.sh [SKIP=...]
-# fabrikd serves 14 file drives (DRIVE_SIZE, ext4 in the guest) on tcp 127.0.0.1:4420; the
+# fabrikd serves 19 file drives (DRIVE_SIZE, ext4 in the guest) on tcp 127.0.0.1:4420; the
 # volumes are made with the fabrik CLI over fabrikd's local socket:
 #   r5: raid5 over 00-04 (64 KiB strips), spare 05;  r6: raid6 over 06-11, spares 12 and 13.
 # Steps (SKIP keys): volumes, failures (fio verify, 4k random and 1M sequential, several jobs,
 # on both while one member of r5 and two of r6 fail; the spares rebuilt while fio goes on),
 # scrub (clean after all that), kill9 (fabrikd killed with kill -9 during writes and restarted:
 # every acknowledged block reads back, the resync leaves a clean scrub), md (fio against an md
-# RAID 5 of the same kind of members, alternated: ratios printed, not asserted under TCG).
+# RAID 5 over five more of fabrikd's drives, connected as r5 is, alternated with r5: ratios
+# printed, not asserted under TCG).
 # Args: DRIVE_SIZE=256M FIO_MIB=32 RUST_LOG=info MD_ROUNDS=2.  Exit status = failed steps.
 set -u
 . /vmh/lib.sh
@@ -35,13 +36,18 @@ fabrikd_log() { echo "---- fabrikd log (last 40 lines)"; tail -40 $LOGF | sed 's
 ON_FAIL=fabrikd_log
 
 data_dir_setup /data || { echo "FAIL: data dir setup"; exit 1; }
+# 6.1's nvme-tcp sends a bio's multi-page bvec as one fragment; where it spans two transparent
+# huge pages of fio's 1 MiB buffers, the receiving side's copy to fabrikd trips the kernel's
+# usercopy hardening ("Kernel memory exposure attempt detected from page alloc", a BUG that
+# kills fabrikd's reactor thread: seen here). Fixed upstream (sendpages_ok); not our code.
+echo never > /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null
 mkdir -p $DATA
 modprobe nvme-tcp
 FPID=
 target_start() {
   local i
   echo "===== fabrikd start $(date +%T) =====" >> $LOGF
-  local cmd=("$FABRIKD" --data-dir $DATA --listen "$TRADDR:$TRSVCID" --drives 14 --drive-size "$DRIVE_SIZE"
+  local cmd=("$FABRIKD" --data-dir $DATA --listen "$TRADDR:$TRSVCID" --drives 19 --drive-size "$DRIVE_SIZE"
              --backend file --metrics off)
   echo "+ ${cmd[*]} >> $LOGF 2>&1 &"
   "${cmd[@]}" >> $LOGF 2>&1 &
@@ -149,17 +155,19 @@ s_scrub() {
   return $ok
 }
 
-block() { yes "$2-block-$1-" | head -c 1048576; }   # 1 MiB that only block $1 of $2 holds
+# 1 MiB that only block $1 of $2 holds, in a file: dd reading a pipe writes what one read got
+# (a pipe gives at most 64 KiB), so a block written from a pipe is mostly the old data.
+block() { local f=/tmp/blk-$2-$1; [ -s "$f" ] || yes "$2-block-$1-" | head -c 1048576 > "$f"; echo "$f"; }
 blocks_write() {  # dev tag first-MiB count
   local i
   for i in $(seq 0 $(($4 - 1))); do
-    block "$i" "$2" | dd of="$1" bs=1M seek=$(($3 + i)) count=1 oflag=direct conv=notrunc status=none || return 1
+    dd if="$(block "$i" "$2")" of="$1" bs=1M seek=$(($3 + i)) count=1 oflag=direct conv=notrunc status=none || return 1
   done
 }
 blocks_check() {  # dev tag first-MiB count
   local i bad=0
   for i in $(seq 0 $(($4 - 1))); do
-    cmp -s <(dd if="$1" bs=1M skip=$(($3 + i)) count=1 iflag=direct status=none) <(block "$i" "$2") || bad=$((bad + 1))
+    cmp -s <(dd if="$1" bs=1M skip=$(($3 + i)) count=1 iflag=direct status=none) "$(block "$i" "$2")" || bad=$((bad + 1))
   done
   assert "$2: the $4 MiB written before read back intact ($bad differ)" [ $bad = 0 ]
 }
@@ -168,7 +176,7 @@ s_kill9() {
   : > $acked
   (
     for i in $(seq 0 $((n - 1))); do
-      block "$i" r5 | dd of="$DEV5" bs=1M seek=$((i + 100)) count=1 oflag=direct conv=notrunc status=none || exit 1
+      dd if="$(block "$i" r5)" of="$DEV5" bs=1M seek=$((i + 100)) count=1 oflag=direct conv=notrunc status=none || exit 1
       echo "$i" >> $acked
     done
   ) & local writer=$!
@@ -182,7 +190,7 @@ s_kill9() {
   assert "the writer finished after the restart (status $rc, $(wc -l < $acked) of $n blocks acknowledged)" [ $rc = 0 ] || return 1
   local bad=0
   while read -r i; do
-    cmp -s <(dd if="$DEV5" bs=1M skip=$((i + 100)) count=1 iflag=direct status=none) <(block "$i" r5) || { echo "  block $i differs"; bad=$((bad + 1)); }
+    cmp -s <(dd if="$DEV5" bs=1M skip=$((i + 100)) count=1 iflag=direct status=none) "$(block "$i" r5)" || { echo "  block $i differs"; bad=$((bad + 1)); }
   done < $acked
   assert "every acknowledged block reads back ($bad differ)" [ $bad = 0 ] || return 1
   grep -i resync $LOGF | tail -3 | sed 's/^/  fabrikd: /'
@@ -198,17 +206,15 @@ fio_rate() {  # dev rw bs qd secs -> MB/s (bw of the run)
   # terse v3: field 7 = read KiB/s, field 48 = write KiB/s
   awk -F';' -v rw="$2" '{ v = (rw ~ /write/) ? $48 : $7; printf "%.1f\n", v / 1024 }' $out
 }
-s_md() {
+s_md() {  # md RAID 5 over five of fabrikd's plain drives, through NVMe/TCP as r5 is
   local i d devs=() r w5 wm r5 rm
   modprobe raid456 || return 1
-  mkdir -p /data/md
-  for i in 0 1 2 3 4; do
-    truncate -s "$DRIVE_SIZE" /data/md/m$i.img
-    d=$(losetup -f) && losetup "$d" /data/md/m$i.img || return 1
-    devs+=("$d")
+  for i in 14 15 16 17 18; do
+    nvme_connect_find "$(nqn_of_drive $i)" -t tcp -a $TRADDR -s $TRSVCID || return 1
+    devs+=("$DEV")
   done
   x mdadm --create /dev/md0 --run --level=5 --raid-devices=5 --chunk=64 --assume-clean "${devs[@]}" || return 1
-  echo "  md RAID 5 over ${devs[*]} (files on the same ext4 as fabrikd's drives), 64 KiB chunks"
+  echo "  md RAID 5 over fabrikd's drives 14-18 (${devs[*]}: the same file drives, NVMe/TCP as r5), 64 KiB chunks"
   local wr=() rr=()
   for r in $(seq 1 "${MD_ROUNDS:-2}"); do
     w5=$(fio_rate "$DEV5" write 1M 8 8); wm=$(fio_rate /dev/md0 write 1M 8 8)
@@ -217,11 +223,11 @@ s_md() {
     wr+=("$(awk -v a="$w5" -v b="$wm" 'BEGIN{print (b > 0) ? a / b : 0}')")
     rr+=("$(awk -v a="$r5" -v b="$rm" 'BEGIN{print (b > 0) ? a / b : 0}')")
   done
-  echo "  fabrikd r5 / md RAID 5 (TCG guest, NVMe/TCP loopback against a local md): 1M write ${wr[*]}, 4k randread ${rr[*]}"
+  echo "  fabrikd r5 / md RAID 5 (TCG guest, both over NVMe/TCP to the same fabrikd): 1M write ${wr[*]}, 4k randread ${rr[*]}"
   mdadm --stop /dev/md0 >/dev/null 2>&1
-  for d in "${devs[@]}"; do losetup -d "$d"; done
   return 0
 }
+nqn_of_drive() { disc_nqns -t tcp -a $TRADDR -s $TRSVCID | grep -- "-drive-$1\$"; }
 
 s_log() {
   local n_err
@@ -232,7 +238,7 @@ s_log() {
 }
 
 echo "raid: kernel $(uname -r), fabrikd $FABRIKD"
-step "fabrikd: 14 file drives of $DRIVE_SIZE, tcp $TRADDR:$TRSVCID" target_start
+step "fabrikd: 19 file drives of $DRIVE_SIZE, tcp $TRADDR:$TRSVCID" target_start
 [ "$T_FAILED" = 0 ] || { fabrikd_log; t_summary; exit 1; }
 skip volumes || step "volumes: r5 (raid5, 5 + spare) and r6 (raid6, 6 + 2 spares) made, discovered, connected" s_volumes
 if [ -n "$DEV5" ] && [ -n "$DEV6" ]; then
