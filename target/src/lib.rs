@@ -109,6 +109,8 @@ async fn open_volumes(
                 v.failed.push(d.clone());
             }
         }
+        // On record once the state is saved, before anything is served.
+        volume.failure_recorded(volume.failure_count());
         if volume.is_failed() {
             tracing::error!(volume = %v.name, "too many members are lost: the volume's I/O fails");
         } else if volume.is_degraded() {

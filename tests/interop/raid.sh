@@ -83,7 +83,8 @@ s_volumes() {
   assert "r5 is optimal" [ "$(vol_field r5 state)" = optimal ] || return 1
   disc_nqns -t tcp -a $TRADDR -s $TRSVCID > /tmp/disc.nqns
   assert "nvme discover lists both volumes" eval 'grep -qx "$NQN5" /tmp/disc.nqns && grep -qx "$NQN6" /tmp/disc.nqns' || return 1
-  assert "a member drive is no longer exported alone" eval '! grep -q -- "-drive-03$" /tmp/disc.nqns' || return 1
+  assert "a member drive is no longer exported alone, a free one is" \
+    eval '! grep -q ":drive-03$" /tmp/disc.nqns && grep -q ":drive-14$" /tmp/disc.nqns' || return 1
   local args=(-t tcp -a $TRADDR -s $TRSVCID --reconnect-delay=1 --ctrl-loss-tmo=300)
   nvme_connect_find "$NQN5" "${args[@]}" && DEV5=$DEV || return 1
   nvme_connect_find "$NQN6" "${args[@]}" && DEV6=$DEV || return 1
@@ -209,8 +210,11 @@ fio_rate() {  # dev rw bs qd secs -> MB/s (bw of the run)
 s_md() {  # md RAID 5 over five of fabrikd's plain drives, through NVMe/TCP as r5 is
   local i d devs=() r w5 wm r5 rm
   modprobe raid456 || return 1
+  disc_nqns -t tcp -a $TRADDR -s $TRSVCID > /tmp/disc-md.nqns
   for i in 14 15 16 17 18; do
-    nvme_connect_find "$(nqn_of_drive $i)" -t tcp -a $TRADDR -s $TRSVCID || return 1
+    local nqn; nqn=$(grep ":drive-$i\$" /tmp/disc-md.nqns)
+    [ -n "$nqn" ] || { echo "  drive $i is not in the discovery log:"; cat /tmp/discover.out; return 1; }
+    nvme_connect_find "$nqn" -t tcp -a $TRADDR -s $TRSVCID || return 1
     devs+=("$DEV")
   done
   x mdadm --create /dev/md0 --run --level=5 --raid-devices=5 --chunk=64 --assume-clean "${devs[@]}" || return 1
@@ -227,8 +231,6 @@ s_md() {  # md RAID 5 over five of fabrikd's plain drives, through NVMe/TCP as r
   mdadm --stop /dev/md0 >/dev/null 2>&1
   return 0
 }
-nqn_of_drive() { disc_nqns -t tcp -a $TRADDR -s $TRSVCID | grep -- "-drive-$1\$"; }
-
 s_log() {
   local n_err
   n_err=$(grep -cE '\bERROR\b' $LOGF)

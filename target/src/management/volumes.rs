@@ -24,8 +24,12 @@ const DEFAULT_STRIP_KIB: u64 = 64;
 /// What volumes tell the manager, in the background (`Manager::volume_event` takes it).
 #[derive(Debug)]
 pub enum VolumeEvent {
-    /// Member `member` of `volume` failed.
-    MemberFailed { volume: String, member: usize },
+    /// Member `member` of `volume` failed: its failure number `failure`.
+    MemberFailed {
+        volume: String,
+        member: usize,
+        failure: u64,
+    },
     /// The rebuild of member `member` ended.
     RebuildEnded {
         volume: String,
@@ -213,8 +217,15 @@ impl Manager {
     /// What volumes tell in the background.
     pub fn volume_event(&self, event: VolumeEvent) {
         match event {
-            VolumeEvent::MemberFailed { volume, member } => {
+            VolumeEvent::MemberFailed {
+                volume,
+                member,
+                failure,
+            } => {
                 self.record_member_failure(&volume, member);
+                if let Some(live) = self.live_volume(&state::volume_id(&volume)) {
+                    live.failure_recorded(failure);
+                }
                 self.start_rebuild(&volume);
             }
             VolumeEvent::RebuildEnded {
@@ -609,13 +620,15 @@ pub fn on_member_failed(
     name: &str,
 ) -> crate::raid::volume::OnMemberFailed {
     let name = name.to_string();
-    Box::new(move |member, _why| {
-        if let Some(tx) = &events {
-            let _ = tx.send(VolumeEvent::MemberFailed {
+    Box::new(move |member, _why, failure| match &events {
+        Some(tx) => tx
+            .send(VolumeEvent::MemberFailed {
                 volume: name.clone(),
                 member,
-            });
-        }
+                failure,
+            })
+            .is_ok(),
+        None => false,
     })
 }
 

@@ -24,7 +24,10 @@ fn recorder() -> (Failures, super::volume::OnMemberFailed) {
     let s = seen.clone();
     (
         seen,
-        Box::new(move |i, why| s.lock().unwrap().push((i, why.to_string()))),
+        Box::new(move |i, why, _| {
+            s.lock().unwrap().push((i, why.to_string()));
+            false
+        }),
     )
 }
 
@@ -455,4 +458,43 @@ async fn a_scrub_finds_and_repairs_bad_parity() {
         v.scrub().await;
         assert_eq!(v.scrub_report().unwrap().mismatches, 0, "{level}: repaired");
     }
+}
+
+/// A write that a member failure leaves out of that member is acknowledged only once the
+/// failure is on record: else a stop before the record would bring the member back, stale.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_waits_until_the_failure_is_on_record() {
+    let failing = Arc::new(Failing::new(
+        Arc::new(RamDrive::new(16 * MIB, 4096).unwrap()),
+        u32::MAX,
+    ));
+    let mut drives = ram_members(4, 16 * MIB);
+    drives[1] = failing.clone();
+    let layout = Layout::new(Level::Raid5, 4, STRIP, 16 * MIB, DATA_OFFSET).unwrap();
+    let (tx, mut told) = tokio::sync::mpsc::unbounded_channel();
+    let on: super::volume::OnMemberFailed = Box::new(move |i, _, n| tx.send((i, n)).is_ok());
+    let v = Arc::new(
+        Volume::create("v", "u", layout, specs(&drives, &[]), on)
+            .await
+            .unwrap(),
+    );
+    failing.dead.store(true, Ordering::Relaxed);
+    // A whole stripe: member 1 holds a strip of it.
+    let data = pattern(5, 3 * STRIP as usize);
+    let write = tokio::spawn({
+        let (v, data) = (v.clone(), data.clone());
+        async move { v.write(0, data, false).await }
+    });
+    let (member, n) = told.recv().await.unwrap();
+    assert_eq!(member, 1);
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert!(
+        !write.is_finished(),
+        "acknowledged before the failure was on record"
+    );
+    v.failure_recorded(n);
+    write.await.unwrap().unwrap();
+    assert_eq!(v.read(0, data.len()).await.unwrap(), data);
+    // On record: the next writes go at once.
+    v.write(STRIP * 3, pattern(6, 4096), false).await.unwrap();
 }

@@ -98,8 +98,12 @@ impl Member {
     }
 }
 
-/// Told when a member fails (fabrikd records it in the state).
-pub type OnMemberFailed = Box<dyn Fn(usize, &str) + Send + Sync>;
+/// Told when member `.0` fails, why, and the failure's number (`Volume::failure_recorded`).
+/// Returns true when it records the failure and says so later: writes are then acknowledged
+/// only once it has (a failed member left out of a write holds old data; were the failure not
+/// on record when fabrikd stops, the next start would read that member again). False: nothing
+/// to wait for (tests).
+pub type OnMemberFailed = Box<dyn Fn(usize, &str, u64) -> bool + Send + Sync>;
 
 /// Counters of a volume, for its view and metrics.
 #[derive(Default)]
@@ -125,6 +129,9 @@ pub struct Volume {
     /// Dirty regions that could not be resynced at assembly (the volume was degraded).
     pub unsynced_regions: AtomicU64,
     on_failed: OnMemberFailed,
+    /// Member failures so far, and how many of them are on record (see `OnMemberFailed`).
+    failures: AtomicU64,
+    recorded: tokio::sync::watch::Sender<u64>,
     pub stats: VolumeStats,
     /// Deleted: background work ends.
     stopped: AtomicBool,
@@ -198,6 +205,8 @@ impl Volume {
             intent,
             unsynced_regions: AtomicU64::new(0),
             on_failed,
+            failures: AtomicU64::new(0),
+            recorded: tokio::sync::watch::Sender::new(0),
             stats: VolumeStats::default(),
             layout,
             stopped: AtomicBool::new(false),
@@ -248,7 +257,14 @@ impl Volume {
         members: Vec<MemberSpec>,
         on_failed: OnMemberFailed,
     ) -> Result<Volume, String> {
-        let v = Volume::build(name, uuid, layout, members, Vec::new(), Box::new(|_, _| {}))?;
+        let v = Volume::build(
+            name,
+            uuid,
+            layout,
+            members,
+            Vec::new(),
+            Box::new(|_, _, _| false),
+        )?;
         let volatile = matches!(
             v.info.kind,
             crate::backend::BackendKind::Ram | crate::backend::BackendKind::Null
@@ -361,8 +377,38 @@ impl Volume {
         let Some(m) = self.members.get(i) else { return };
         if m.state.swap(FAILED, Ordering::AcqRel) != FAILED {
             tracing::error!(volume = %self.name, drive = %m.id(), "member failed: {cause}");
-            (self.on_failed)(i, cause);
+            let n = self.failures.fetch_add(1, Ordering::AcqRel) + 1;
+            if !(self.on_failed)(i, cause, n) {
+                self.failure_recorded(n);
+            }
         }
+    }
+
+    /// Failures up to number `n` are on record (in the state file).
+    pub fn failure_recorded(&self, n: u64) {
+        self.recorded.send_if_modified(|r| {
+            let newer = n > *r;
+            if newer {
+                *r = n;
+            }
+            newer
+        });
+    }
+
+    /// Failures so far (all of them on record once `failure_recorded` was told this).
+    pub fn failure_count(&self) -> u64 {
+        self.failures.load(Ordering::Acquire)
+    }
+
+    /// Waits until every member failure so far is on record: what a write left out of a
+    /// failed member may be acknowledged then. At once when there is none to wait for.
+    pub(super) async fn failures_on_record(&self) {
+        let n = self.failures.load(Ordering::Acquire);
+        if *self.recorded.borrow() >= n {
+            return;
+        }
+        let mut rx = self.recorded.subscribe();
+        let _ = rx.wait_for(|r| *r >= n).await;
     }
 
     /// Reads member `i`'s part of `stripe`, if it holds it; an error fails the member.
@@ -559,7 +605,9 @@ impl Volume {
             }
         });
         join_all(flushes).await;
-        self.check_alive(0, self.info.capacity)
+        self.check_alive(0, self.info.capacity)?;
+        self.failures_on_record().await;
+        Ok(())
     }
 
     /// Regions marked dirty now.

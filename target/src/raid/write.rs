@@ -75,7 +75,9 @@ impl Volume {
         }
         .await;
         self.intent.end(&regions);
-        res
+        res?;
+        self.failures_on_record().await;
+        Ok(())
     }
 
     pub(super) async fn write_stripe(
@@ -299,6 +301,7 @@ impl Volume {
         .await;
         self.intent.end(&regions);
         res?;
+        self.failures_on_record().await;
         if last_full < end {
             self.write_zeros_through(last_full, end - last_full).await?;
         }
