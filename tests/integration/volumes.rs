@@ -405,3 +405,49 @@ async fn a_failed_member_is_rebuilt_onto_the_spare_while_hosts_go_on() {
     ctrl.shutdown().await.unwrap();
     api.stop().await;
 }
+
+/// Members of file drives that return errors (a media error on a read, one on a write, through
+/// the drives' own guards): the host sees none, the data is whole, the members are failed, the
+/// drive that lost a write is read-only until cleared.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_returning_errors_are_failed_and_the_host_sees_none() {
+    use fabrik_target::backend::guard::Inject;
+    let dir = tempfile::tempdir().unwrap();
+    let api = start_with(common::config(dir.path(), BackendKind::File, 6, 16 * MIB)).await;
+    let req = VolumeRequest {
+        name: "r6".into(),
+        level: "raid6".into(),
+        drives: ["00", "01", "02", "03", "04", "05"]
+            .map(String::from)
+            .to_vec(),
+        strip_kib: Some(16),
+        spares: vec![],
+    };
+    let v = api.admin.create_volume(&req).await.unwrap();
+    let host = HostIdentity::random();
+    let ctrl = connect(api.nvme(), &v.nqn, &host).await.unwrap();
+    // Four whole stripes (4 data strips of 16 KiB each): every member holds part of them.
+    let data = common::random_data(256 << 10, 3);
+    ctrl.write(1, 0, data.clone(), false).await.unwrap();
+    let guard = |d: &str| api.target.manager().drive_guard(d).unwrap();
+    guard("02").inject(Inject::ReadError);
+    let got = ctrl.read(1, 0, 64).await.unwrap();
+    common::assert_same_data(&got, &data, "read past a member's read error");
+    guard("04").inject(Inject::WriteError);
+    let more = common::random_data(256 << 10, 4);
+    ctrl.write(1, 0, more.clone(), true).await.unwrap();
+    let got = ctrl.read(1, 0, 64).await.unwrap();
+    common::assert_same_data(&got, &more, "written past a member's write error");
+    ctrl.flush(1).await.unwrap();
+    let v = wait_volume(&api, "r6", "both failed", |v| {
+        member_states(v).iter().filter(|m| m.1 == "failed").count() == 2
+    })
+    .await;
+    assert_eq!(v.state, "degraded");
+    assert!(member_states(&v).contains(&("02", "failed")));
+    assert!(member_states(&v).contains(&("04", "failed")));
+    let d = api.admin.drive("04").await.unwrap();
+    assert_eq!(d.health.state, "read_only", "{:?}", d.health);
+    ctrl.shutdown().await.unwrap();
+    api.stop().await;
+}

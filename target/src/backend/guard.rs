@@ -49,6 +49,11 @@ pub enum Inject {
     NoSpace,
     /// The next write reaches the drive only after this long (a slow device).
     SlowWrite(std::time::Duration),
+    /// The next read fails with EIO (a media error).
+    ReadError,
+    /// The next write fails with EIO before writing anything (a media error: the drive is
+    /// failed from then on, as for any lost write).
+    WriteError,
 }
 
 /// Told of every new fault (fabrikd persists it and says so in its log).
@@ -124,6 +129,19 @@ impl Guarded {
         }
         if fua && self.injected(Inject::SyncError) {
             return Err(self.failed(self.sync_failed(), true));
+        }
+        if self.injected(Inject::WriteError) {
+            let eio = std::io::Error::from_raw_os_error(libc::EIO);
+            return Err(self.failed(DriveError::io(offset, len as u64, eio), fua));
+        }
+        Ok(())
+    }
+
+    /// An injected read error, once.
+    fn before_read(&self, offset: u64, len: usize) -> Result<(), DriveError> {
+        if self.injected(Inject::ReadError) {
+            let eio = std::io::Error::from_raw_os_error(libc::EIO);
+            return Err(DriveError::io(offset, len as u64, eio));
         }
         Ok(())
     }
@@ -221,10 +239,16 @@ impl Drive for Guarded {
     }
 
     fn read(&self, offset: u64, len: usize) -> BoxFuture<'_, Result<Bytes, DriveError>> {
+        if let Err(e) = self.before_read(offset, len) {
+            return Box::pin(async move { Err(e) });
+        }
         self.inner.read(offset, len)
     }
 
     fn read_into(&self, offset: u64, buf: ReadBuf) -> BoxFuture<'_, Result<Bytes, DriveError>> {
+        if let Err(e) = self.before_read(offset, buf.len()) {
+            return Box::pin(async move { Err(e) });
+        }
         self.inner.read_into(offset, buf)
     }
 
