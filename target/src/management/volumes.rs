@@ -431,12 +431,7 @@ impl Manager {
 
     pub(super) fn volume_by_name(&self, name: &str) -> MgmtResult<api::Volume> {
         let st = self.state();
-        let v = st
-            .volumes
-            .iter()
-            .find(|v| v.name == name)
-            .ok_or_else(|| not_found(format!("no volume {name:?}")))?;
-        Ok(self.volume_view(v))
+        Ok(self.volume_view(volume_in(&st, name)?))
     }
 
     pub(super) fn make_volume(&self, req: api::VolumeRequest) -> MgmtResult<api::Volume> {
@@ -592,11 +587,7 @@ impl Manager {
 
     pub(super) fn fail_member(&self, name: &str, drive: &str) -> MgmtResult<api::Volume> {
         let st = self.state();
-        let v = st
-            .volumes
-            .iter()
-            .find(|v| v.name == name)
-            .ok_or_else(|| not_found(format!("no volume {name:?}")))?;
+        let v = volume_in(&st, name)?;
         let i =
             v.drives.iter().position(|d| d == drive).ok_or_else(|| {
                 not_found(format!("drive {drive:?} is no member of volume {name}"))
@@ -630,6 +621,13 @@ pub fn on_member_failed(
             .is_ok(),
         None => false,
     })
+}
+
+fn volume_in<'a>(st: &'a State, name: &str) -> MgmtResult<&'a VolumeState> {
+    st.volumes
+        .iter()
+        .find(|v| v.name == name)
+        .ok_or_else(|| not_found(format!("no volume {name:?}")))
 }
 
 fn find_volume<'a>(st: &'a mut State, name: &str) -> MgmtResult<&'a mut VolumeState> {

@@ -157,6 +157,20 @@ pub fn gen_pq(data: &[&[u8]], p: &mut [u8], q: &mut [u8]) {
     gen_q(&some, q);
 }
 
+/// P of `data`, and Q with `with_q`: new buffers of the strips' length.
+pub fn parity(data: &[&[u8]], with_q: bool) -> (Vec<u8>, Option<Vec<u8>>) {
+    let len = data.first().map_or(0, |d| d.len());
+    let mut p = vec![0u8; len];
+    gen_p(data, &mut p);
+    let q = with_q.then(|| {
+        let mut q = vec![0u8; len];
+        let some: Vec<Option<&[u8]>> = data.iter().map(|d| Some(*d)).collect();
+        gen_q(&some, &mut q);
+        q
+    });
+    (p, q)
+}
+
 /// `dst ^= c * src`, byte by byte through a table of c's products.
 pub fn mul_xor_into(dst: &mut [u8], src: &[u8], c: u8) {
     assert_eq!(dst.len(), src.len());

@@ -12,7 +12,6 @@ use std::time::{Duration, Instant, SystemTime};
 use bytes::Bytes;
 use futures_util::future::join_all;
 
-use super::gf;
 use super::meta::{self, Superblock};
 use super::volume::{lost_data, MemberState, Slot, Volume, REBUILDING};
 use crate::backend::{Drive, DriveError};
@@ -213,18 +212,13 @@ impl Volume {
             return Err(self.lost_data(offset, len as u64));
         }
         let rows = self.gather(stripe, 0, len).await?;
-        let (pm, qm) = l.parity_members(stripe);
         let refs: Vec<&[u8]> = rows.data.iter().map(|d| &d[..]).collect();
-        if pm == Some(i) {
-            let mut p = vec![0u8; len];
-            gf::gen_p(&refs, &mut p);
-            return Ok(Bytes::from(p));
-        }
-        if qm == Some(i) {
-            let mut q = vec![0u8; len];
-            let some: Vec<Option<&[u8]>> = refs.iter().map(|r| Some(*r)).collect();
-            gf::gen_q(&some, &mut q);
-            return Ok(Bytes::from(q));
+        if let Some((_, b)) = self
+            .parity_of(stripe, &refs)
+            .into_iter()
+            .find(|(m, _)| *m == i)
+        {
+            return Ok(Bytes::from(b));
         }
         let j = (0..l.data_strips())
             .find(|&j| l.member_of(stripe, j) == i)
@@ -336,18 +330,9 @@ impl Volume {
                 }
             }
         } else if l.level.parity() > 0 {
-            let (pm, qm) = l.parity_members(stripe);
             let rows = self.gather(stripe, 0, len).await?;
             let refs: Vec<&[u8]> = rows.data.iter().map(|d| &d[..]).collect();
-            let mut p = vec![0u8; len];
-            gf::gen_p(&refs, &mut p);
-            let mut want = vec![(pm.unwrap(), p)];
-            if let Some(qm) = qm {
-                let mut q = vec![0u8; len];
-                let some: Vec<Option<&[u8]>> = refs.iter().map(|r| Some(*r)).collect();
-                gf::gen_q(&some, &mut q);
-                want.push((qm, q));
-            }
+            let want = self.parity_of(stripe, &refs);
             for (m, w) in want {
                 match self.member_read(m, stripe, offset, len).await {
                     Some(b) if b[..] == w[..] => {}
@@ -432,19 +417,11 @@ impl Volume {
         }
         let rows = self.gather(stripe, 0, len).await?;
         let refs: Vec<&[u8]> = rows.data.iter().map(|d| &d[..]).collect();
-        let (pm, qm) = l.parity_members(stripe);
-        let mut writes = Vec::new();
-        if let Some(pm) = pm {
-            let mut p = vec![0u8; len];
-            gf::gen_p(&refs, &mut p);
-            writes.push((pm, Bytes::from(p)));
-        }
-        if let Some(qm) = qm {
-            let mut q = vec![0u8; len];
-            let some: Vec<Option<&[u8]>> = refs.iter().map(|r| Some(*r)).collect();
-            gf::gen_q(&some, &mut q);
-            writes.push((qm, Bytes::from(q)));
-        }
+        let writes = self
+            .parity_of(stripe, &refs)
+            .into_iter()
+            .map(|(m, b)| (m, Bytes::from(b)))
+            .collect();
         self.write_members(stripe, offset, writes, false).await
     }
 

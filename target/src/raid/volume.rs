@@ -576,6 +576,14 @@ impl Volume {
         Err(lost_data(offset, len as u64))
     }
 
+    /// The parity of `stripe` made from its data strips `data` (whole rows): each parity
+    /// member with what it holds.
+    pub(super) fn parity_of(&self, stripe: u64, data: &[&[u8]]) -> Vec<(usize, Vec<u8>)> {
+        let (pm, qm) = self.layout.parity_members(stripe);
+        let (p, q) = gf::parity(data, qm.is_some());
+        pm.map(|m| (m, p)).into_iter().chain(qm.zip(q)).collect()
+    }
+
     pub(super) async fn lock_stripes(
         &self,
         stripes: &[u64],

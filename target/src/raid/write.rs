@@ -127,25 +127,15 @@ impl Volume {
             .iter()
             .map(|p| data.slice(p.buf_off..p.buf_off + p.len as usize))
             .collect();
-        let len = l.strip as usize;
-        let (pm, qm) = l.parity_members(stripe);
         let refs: Vec<&[u8]> = strips.iter().map(|s| &s[..]).collect();
-        let mut p = vec![0u8; len];
-        gf::gen_p(&refs, &mut p);
-        let q = qm.map(|_| {
-            let mut q = vec![0u8; len];
-            let some: Vec<Option<&[u8]>> = refs.iter().map(|r| Some(*r)).collect();
-            gf::gen_q(&some, &mut q);
-            Bytes::from(q)
-        });
+        let parity = self.parity_of(stripe, &refs);
         let offset = l.member_offset(stripe, 0);
         let mut writes: Vec<(usize, Bytes)> = strips
             .into_iter()
             .enumerate()
             .map(|(i, b)| (l.member_of(stripe, i), b))
             .collect();
-        writes.extend(pm.map(|m| (m, Bytes::from(p))));
-        writes.extend(qm.zip(q));
+        writes.extend(parity.into_iter().map(|(m, b)| (m, Bytes::from(b))));
         self.write_members(stripe, offset, writes, fua).await
     }
 
@@ -193,7 +183,7 @@ impl Volume {
             let degraded = stripe_members
                 .iter()
                 .any(|&m| !self.members[m].holds(stripe));
-            let (p_new, q_new) = if degraded {
+            let parity = if degraded {
                 // Rebuild the rows, lay the new data over them, make parity from all of it.
                 let mut full = self.gather(stripe, r0, rows).await?;
                 for p in pieces {
@@ -201,15 +191,7 @@ impl Volume {
                     full.data[p.strip][at..at + p.len as usize].copy_from_slice(&new_of(p));
                 }
                 let refs: Vec<&[u8]> = full.data.iter().map(|d| &d[..]).collect();
-                let mut pv = vec![0u8; rows];
-                gf::gen_p(&refs, &mut pv);
-                let qv = qm.map(|_| {
-                    let mut q = vec![0u8; rows];
-                    let some: Vec<Option<&[u8]>> = refs.iter().map(|r| Some(*r)).collect();
-                    gf::gen_q(&some, &mut q);
-                    q
-                });
-                (pv, qv)
+                self.parity_of(stripe, &refs)
             } else {
                 // Read-modify-write: the old data of the pieces, the old parity rows.
                 let olds = pieces.iter().map(|p| {
@@ -237,12 +219,20 @@ impl Volume {
                     d.copy_from_slice(old.as_ref().unwrap());
                     gf::xor_into(d, &new_of(p));
                 }
-                let mut parity = parity.into_iter().map(|b| b.unwrap().to_vec());
-                let mut pv = parity.next().unwrap_or_default();
-                let mut qv = qm.map(|_| parity.next().unwrap_or_default());
+                let mut parity: Vec<(usize, Vec<u8>)> = pm
+                    .into_iter()
+                    .chain(qm)
+                    .zip(parity)
+                    .map(|(m, b)| (m, b.unwrap().to_vec()))
+                    .collect();
                 let refs: Vec<Option<&[u8]>> = deltas.iter().map(|d| d.as_deref()).collect();
-                gf::apply_delta(&refs, Some(&mut pv), qv.as_deref_mut());
-                (pv, qv)
+                let (p, q) = match &mut parity[..] {
+                    [(_, p), (_, q)] => (Some(&mut p[..]), Some(&mut q[..])),
+                    [(_, p)] => (Some(&mut p[..]), None),
+                    _ => (None, None),
+                };
+                gf::apply_delta(&refs, p, q);
+                parity
             };
             let mut writes = join_all(pieces.iter().map(|p| {
                 self.member_write(
@@ -253,12 +243,11 @@ impl Volume {
                     fua,
                 )
             }));
-            let parity_writes = pm
-                .map(|m| (m, Bytes::from(p_new)))
-                .into_iter()
-                .chain(qm.zip(q_new.map(Bytes::from)));
-            let parity_done =
-                join_all(parity_writes.map(|(m, b)| self.member_write(m, stripe, offset, b, fua)));
+            let parity_done = join_all(
+                parity
+                    .into_iter()
+                    .map(|(m, b)| self.member_write(m, stripe, offset, Bytes::from(b), fua)),
+            );
             let _ = futures_util::join!(&mut writes, parity_done);
             return self.check_alive(offset, rows as u64);
         }
