@@ -94,7 +94,7 @@ async fn open_volumes(
         .map_err(|e| anyhow::anyhow!("volume {}: {e}", v.name))?;
         let on_failed = management::on_member_failed(Some(events.clone()), &v.name);
         let volume = if v.created {
-            raid::Volume::assemble(&v.name, &v.uuid, layout, specs, on_failed).await
+            raid::Volume::assemble(&v.name, &v.uuid, layout, specs, v.generation, on_failed).await
         } else {
             tracing::warn!(volume = %v.name, "the volume's making was cut short: making it again");
             raid::Volume::create(&v.name, &v.uuid, layout, specs, on_failed).await
@@ -110,7 +110,8 @@ async fn open_volumes(
             }
         }
         // On record once the state is saved, before anything is served.
-        volume.failure_recorded(volume.failure_count());
+        v.generation = volume.generation();
+        volume.change_recorded(volume.generation());
         if volume.is_failed() {
             tracing::error!(volume = %v.name, "too many members are lost: the volume's I/O fails");
         } else if volume.is_degraded() {

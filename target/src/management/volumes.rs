@@ -34,7 +34,8 @@ pub enum VolumeEvent {
     RebuildEnded {
         volume: String,
         member: usize,
-        result: Result<(), String>,
+        /// The generation the rebuilt member's return made.
+        result: Result<u64, String>,
     },
 }
 
@@ -65,10 +66,12 @@ impl Manager {
         on_member_failed(self.volume_events.clone(), name)
     }
 
-    /// Records that member `i` of volume `name` failed (the volume knows already).
-    pub fn record_member_failure(&self, name: &str, i: usize) {
+    /// Records that member `i` of volume `name` failed, making its generation `generation`
+    /// (the volume knows already).
+    pub fn record_member_failure(&self, name: &str, i: usize, generation: u64) {
         let done = self.mutate(|st| {
             let v = find_volume(st, name)?;
+            v.generation = v.generation.max(generation);
             let Some(drive) = v.drives.get(i).cloned() else {
                 return Ok(());
             };
@@ -222,9 +225,9 @@ impl Manager {
                 member,
                 failure,
             } => {
-                self.record_member_failure(&volume, member);
+                self.record_member_failure(&volume, member, failure);
                 if let Some(live) = self.live_volume(&state::volume_id(&volume)) {
-                    live.failure_recorded(failure);
+                    live.change_recorded(failure);
                 }
                 self.start_rebuild(&volume);
             }
@@ -233,12 +236,16 @@ impl Manager {
                 member,
                 result,
             } => {
-                if let Err(e) = &result {
-                    tracing::error!(volume, member, "rebuild stopped: {e}");
-                    return;
-                }
+                let generation = match result {
+                    Ok(g) => g,
+                    Err(e) => {
+                        tracing::error!(volume, member, "rebuild stopped: {e}");
+                        return;
+                    }
+                };
                 let done = self.mutate(|st| {
                     let v = find_volume(st, &volume)?;
+                    v.generation = v.generation.max(generation);
                     if v.rebuilding.as_ref() == v.drives.get(member) {
                         v.rebuilding = None;
                     }
@@ -246,6 +253,9 @@ impl Manager {
                 });
                 if let Err(e) = done {
                     tracing::error!(volume, "the rebuilt member is not in the state file: {e}");
+                }
+                if let Some(live) = self.live_volume(&state::volume_id(&volume)) {
+                    live.change_recorded(generation);
                 }
                 // RAID 6 may have lost another member meanwhile.
                 self.start_rebuild(&volume);
@@ -481,6 +491,7 @@ impl Manager {
             failed: Vec::new(),
             rebuilding: None,
             rebuild_mib_per_sec: None,
+            generation: 0,
             created: false,
             took: Vec::new(),
         };
@@ -598,8 +609,9 @@ impl Manager {
         if live.members()[i].is_failed() {
             return Err(conflict(format!("drive {drive} is failed already")));
         }
-        // Recorded first: a crash in between leaves it failed, never read again.
-        self.record_member_failure(name, i);
+        // Recorded first: a crash in between leaves it failed, never read again (the event
+        // of `fail` records it again with the generation it makes).
+        self.record_member_failure(name, i, 0);
         live.fail(i, "failed through the management API");
         self.volume_by_name(name)
     }

@@ -12,8 +12,17 @@
 //! whose parity disagrees. Where the volume comes up degraded with dirty regions, those stripes
 //! cannot be checked: the volume says so (`unsynced_regions`), not silently.
 //!
-//! Member layout: superblock at 0 (one 4 KiB block, JSON), bitmap at 4 KiB (one block),
-//! data from `DATA_OFFSET`.
+//! Degraded, that is not enough: a stripe's lost data lives only in its parity, and a crash
+//! between a write's data and parity makes it garbage, though no host wrote it. So a write to a
+//! stripe with a data member lost (or being rebuilt) first puts a record on every member
+//! left: the lost strips' new rows (`Record`, in `LOG_SLOTS` slots after the bitmap). At
+//! assembly the records of the current generation (the state file's count of member changes)
+//! make the parity of their rows again from the data there and the lost rows they carry. A slot
+//! is reused only once its write is durable and the bitmap says the records before it are done
+//! (`tail`), so every record a crash can need is still there.
+//!
+//! Member layout: superblock at 0 (one 4 KiB block, JSON), bitmap at 4 KiB (one block), the log
+//! of degraded writes from `LOG_OFFSET`, data from `DATA_OFFSET`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -26,13 +35,20 @@ use super::layout::{Layout, Level};
 pub const SUPER_OFFSET: u64 = 0;
 pub const BITMAP_OFFSET: u64 = 4096;
 pub const META_BLOCK: usize = 4096;
-/// Where data starts on a member; what lies between the bitmap and it is kept for the
-/// metadata to come (a log of degraded writes).
+/// Where data starts on a member.
 pub const DATA_OFFSET: u64 = 4 << 20;
+/// The log of degraded writes: `LOG_SLOTS` slots of `LOG_SLOT` bytes from here.
+pub const LOG_OFFSET: u64 = 64 << 10;
+/// Rows one record carries at most: a degraded write of more is done in windows of this.
+pub const LOG_WINDOW: u64 = 64 << 10;
+/// A record: a header block, and the rows of at most two lost strips.
+pub const LOG_SLOT: u64 = META_BLOCK as u64 + 2 * LOG_WINDOW;
+pub const LOG_SLOTS: usize = ((DATA_OFFSET - LOG_OFFSET) / LOG_SLOT) as usize;
 
 const SUPER_MAGIC: &str = "fabrik-volume-1";
 const BITMAP_MAGIC: u64 = 0x7061_6d74_6962_6b66; // "fkbitmap", little-endian
-const BITMAP_HEADER: usize = 24;
+const BITMAP_HEADER: usize = 32;
+const RECORD_MAGIC: u64 = 0x6365_7267_6f6c_6b66; // "fklogrec", little-endian
 /// Regions a bitmap block holds.
 pub const MAX_REGIONS: u64 = ((META_BLOCK - BITMAP_HEADER) * 8) as u64;
 
@@ -105,26 +121,117 @@ pub fn region_stripes(layout: &Layout) -> u64 {
     layout.stripes.div_ceil(MAX_REGIONS).max(1)
 }
 
-/// The bitmap as one block.
-pub fn encode_bitmap(region_stripes: u64, bits: &[u64]) -> Bytes {
+/// The bitmap as one block, with the log's tail: records of a lower sequence number are done.
+pub fn encode_bitmap(region_stripes: u64, bits: &[u64], tail: u64) -> Bytes {
     let mut block = vec![0u8; META_BLOCK];
     block[0..8].copy_from_slice(&BITMAP_MAGIC.to_le_bytes());
     block[8..16].copy_from_slice(&region_stripes.to_le_bytes());
     block[16..24].copy_from_slice(&(bits.len() as u64 * 64).to_le_bytes());
+    block[24..32].copy_from_slice(&tail.to_le_bytes());
     for (i, w) in bits.iter().enumerate() {
         block[BITMAP_HEADER + i * 8..][..8].copy_from_slice(&w.to_le_bytes());
     }
     Bytes::from(block)
 }
 
-/// The dirty bits of a bitmap block made for `region_stripes`; None if it holds no bitmap (or
-/// one of another geometry).
-pub fn decode_bitmap(block: &[u8], region_stripes: u64, words: usize) -> Option<Vec<u64>> {
+/// The dirty bits of a bitmap block made for `region_stripes`, and the log's tail; None if it
+/// holds no bitmap (or one of another geometry).
+pub fn decode_bitmap(block: &[u8], region_stripes: u64, words: usize) -> Option<(Vec<u64>, u64)> {
     let word = |i: usize| u64::from_le_bytes(block[i..i + 8].try_into().unwrap());
     if block.len() < META_BLOCK || word(0) != BITMAP_MAGIC || word(8) != region_stripes {
         return None;
     }
-    Some((0..words).map(|i| word(BITMAP_HEADER + i * 8)).collect())
+    let bits = (0..words).map(|i| word(BITMAP_HEADER + i * 8)).collect();
+    Some((bits, word(24)))
+}
+
+/// A log record: the rows `r0..r0 + rows` of the lost data strips `lost` of `stripe`, as a
+/// degraded write made them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    pub generation: u64,
+    pub seq: u64,
+    pub stripe: u64,
+    pub r0: u64,
+    pub rows: u64,
+    pub lost: Vec<usize>,
+    /// `lost.len()` runs of `rows` bytes.
+    pub data: Vec<u8>,
+}
+
+/// Where log slot `slot` lies on a member.
+pub fn slot_offset(slot: usize) -> u64 {
+    LOG_OFFSET + slot as u64 * LOG_SLOT
+}
+
+/// A volume's tag on its records (FNV-1a of its UUID): another volume's are not taken.
+pub fn uuid_tag(uuid: &str) -> u64 {
+    uuid.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+impl Record {
+    /// The header block and the rows, padded to whole blocks.
+    pub fn encode(&self, tag: u64) -> Bytes {
+        assert!(self.lost.len() <= 2 && self.data.len() as u64 <= 2 * LOG_WINDOW);
+        let payload = self.data.len().next_multiple_of(META_BLOCK);
+        let mut out = vec![0u8; META_BLOCK + payload];
+        let lost = |i: usize| self.lost.get(i).map_or(u64::MAX, |&l| l as u64);
+        let fields = [
+            RECORD_MAGIC,
+            tag,
+            self.generation,
+            self.seq,
+            self.stripe,
+            self.r0,
+            self.rows,
+            self.lost.len() as u64,
+            lost(0),
+            lost(1),
+            u64::from(crc32c::crc32c(&self.data)),
+        ];
+        for (i, f) in fields.iter().enumerate() {
+            out[i * 8..i * 8 + 8].copy_from_slice(&f.to_le_bytes());
+        }
+        let crc = crc32c::crc32c(&out[..fields.len() * 8]);
+        out[fields.len() * 8..fields.len() * 8 + 4].copy_from_slice(&crc.to_le_bytes());
+        out[META_BLOCK..META_BLOCK + self.data.len()].copy_from_slice(&self.data);
+        Bytes::from(out)
+    }
+
+    /// The record in a slot, if it holds a whole one of volume `tag`.
+    pub fn decode(slot: &[u8], tag: u64) -> Option<Record> {
+        if slot.len() < META_BLOCK {
+            return None;
+        }
+        let word = |i: usize| u64::from_le_bytes(slot[i * 8..i * 8 + 8].try_into().unwrap());
+        if word(0) != RECORD_MAGIC || word(1) != tag {
+            return None;
+        }
+        let crc = u32::from_le_bytes(slot[88..92].try_into().unwrap());
+        if crc32c::crc32c(&slot[..88]) != crc {
+            return None;
+        }
+        let (rows, nlost) = (word(6), word(7) as usize);
+        let len = (rows as usize).checked_mul(nlost)?;
+        if nlost > 2 || rows > LOG_WINDOW || slot.len() < META_BLOCK + len {
+            return None;
+        }
+        let data = slot[META_BLOCK..META_BLOCK + len].to_vec();
+        if u64::from(crc32c::crc32c(&data)) != word(10) {
+            return None;
+        }
+        Some(Record {
+            generation: word(2),
+            seq: word(3),
+            stripe: word(4),
+            r0: word(5),
+            rows,
+            lost: (0..nlost).map(|i| word(8 + i) as usize).collect(),
+            data,
+        })
+    }
 }
 
 /// The in-memory side of the write-intent bitmap.
@@ -288,9 +395,29 @@ mod tests {
         assert!(back.mismatch(&other).unwrap().contains("member 2"));
         assert!(Superblock::decode(&[0u8; 4096]).is_none());
         let bits = vec![5u64, 1 << 63];
-        let block = encode_bitmap(3, &bits);
-        assert_eq!(decode_bitmap(&block, 3, 2), Some(bits));
+        let block = encode_bitmap(3, &bits, 77);
+        assert_eq!(decode_bitmap(&block, 3, 2), Some((bits, 77)));
         assert_eq!(decode_bitmap(&block, 4, 2), None, "another geometry");
+        let r = Record {
+            generation: 3,
+            seq: 9,
+            stripe: 12,
+            r0: 4096,
+            rows: 8192,
+            lost: vec![1, 3],
+            data: (0..16384).map(|i| i as u8).collect(),
+        };
+        let mut slot = r.encode(uuid_tag("u")).to_vec();
+        assert!(slot.len() as u64 <= LOG_SLOT);
+        assert_eq!(Record::decode(&slot, uuid_tag("u")), Some(r.clone()));
+        assert_eq!(
+            Record::decode(&slot, uuid_tag("v")),
+            None,
+            "another volume's"
+        );
+        slot[META_BLOCK + 5] ^= 1;
+        assert_eq!(Record::decode(&slot, uuid_tag("u")), None, "torn payload");
+        assert!(LOG_SLOTS >= 16 && slot_offset(LOG_SLOTS) <= DATA_OFFSET);
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime};
 use bytes::Bytes;
 use futures_util::future::join_all;
 
-use super::meta::{self, Superblock};
+use super::meta::{self, Record, Superblock};
 use super::volume::{lost_data, MemberState, Slot, Volume, REBUILDING};
 use crate::backend::{Drive, DriveError};
 
@@ -72,7 +72,11 @@ impl Volume {
             ));
         }
         let sb = Superblock::new(&self.name, &self.uuid, &self.layout, i, id).encode();
-        let bitmap = meta::encode_bitmap(self.intent.region_stripes, &self.intent.snapshot());
+        let bitmap = meta::encode_bitmap(
+            self.intent.region_stripes,
+            &self.intent.snapshot(),
+            self.log_tail(),
+        );
         async {
             drive.write(meta::SUPER_OFFSET, sb, false).await?;
             drive.write(meta::BITMAP_OFFSET, bitmap, false).await?;
@@ -102,8 +106,10 @@ impl Volume {
 
     /// Rebuilds member `i` (see `begin_rebuild`; after a restart, a member recorded as
     /// rebuilding), at most `rebuild_limit` bytes per second. The member is active when it
-    /// returns Ok.
-    pub async fn rebuild(&self, i: usize) -> Result<(), String> {
+    /// returns Ok, with the generation that makes: writes that meet no lost member write no log
+    /// record from then on, so they are acknowledged once that is on record
+    /// (`change_recorded`).
+    pub async fn rebuild(&self, i: usize) -> Result<u64, String> {
         let l = self.layout.clone();
         let m = &self.members()[i];
         if m.state() != MemberState::Rebuilding {
@@ -174,22 +180,21 @@ impl Volume {
                 tokio::task::yield_now().await;
             }
         };
-        if outcome.is_ok() {
-            if let Err(e) = m.drive().flush().await {
-                self.fail(i, &format!("flush after the rebuild failed: {e}"));
-                *self.rebuild.lock().unwrap() = None;
-                return Err(format!("flush after the rebuild failed: {e}"));
-            }
-            let _ = m.state.compare_exchange(
-                REBUILDING,
-                super::volume::ACTIVE,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            );
-            tracing::info!(volume = %self.name, drive = %m.id(), secs = started.elapsed().as_secs(), "rebuild done");
-        }
         *self.rebuild.lock().unwrap() = None;
-        outcome
+        outcome?;
+        if let Err(e) = m.drive().flush().await {
+            self.fail(i, &format!("flush after the rebuild failed: {e}"));
+            return Err(format!("flush after the rebuild failed: {e}"));
+        }
+        let _ = m.state.compare_exchange(
+            REBUILDING,
+            super::volume::ACTIVE,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+        let generation = self.next_generation();
+        tracing::info!(volume = %self.name, drive = %m.id(), secs = started.elapsed().as_secs(), "rebuild done");
+        Ok(generation)
     }
 
     /// What member `i` holds of `stripe`, made from the other members (its lock held).
@@ -355,37 +360,55 @@ impl Volume {
     }
 
     /// Makes parity (or the mirror copies) of every stripe of the dirty regions agree with the
-    /// data, then cleans the bitmap. Degraded, a parity volume cannot tell which member is
-    /// right: the regions stay marked and are counted in `unsynced_regions`.
-    pub async fn resync_dirty(&self) {
+    /// data, then cleans the bitmap. Where a data member was lost before the stop, the log's
+    /// `records` (of the current generation) give the lost rows of every write made since, and
+    /// replace the parity of those rows; stripes that lost only parity are made from their data.
+    /// Members found lost only now (`found_failed`) leave a parity volume unable to tell which
+    /// member is right: the regions stay marked and are counted in `unsynced_regions`.
+    pub(super) async fn resync_dirty(&self, found_failed: bool, records: &[Record]) {
         let dirty = self.intent.dirty_regions();
         if dirty.is_empty() {
             return;
         }
-        if self.is_failed() {
-            self.unsynced_regions
-                .store(dirty.len() as u64, Ordering::Relaxed);
-            return;
-        }
-        if self.layout.level.parity() > 0 && self.is_degraded() {
+        let parity = self.layout.level.parity() > 0;
+        if self.is_failed() || (parity && found_failed) {
             tracing::error!(
                 volume = %self.name,
                 regions = dirty.len(),
-                "the volume was not shut down cleanly and is degraded: the parity of {} regions \
-                 written at the time cannot be checked; data there may be wrong",
+                "the volume was not shut down cleanly and lost members only now: the parity of \
+                 {} regions written at the time cannot be checked; data there may be wrong",
                 dirty.len()
             );
             self.unsynced_regions
                 .store(dirty.len() as u64, Ordering::Relaxed);
             return;
         }
-        tracing::warn!(volume = %self.name, regions = dirty.len(), "resyncing the regions written when fabrikd stopped");
+        tracing::warn!(volume = %self.name, regions = dirty.len(), records = records.len(), "resyncing the regions written when fabrikd stopped");
+        let unsynced = |e: DriveError, stripe: u64| {
+            tracing::error!(volume = %self.name, stripe, "resync failed: {e}");
+            self.unsynced_regions.fetch_add(1, Ordering::Relaxed);
+        };
+        let mut replayed = 0;
+        for r in records {
+            if !dirty.contains(&self.intent.region_of(r.stripe)) {
+                continue;
+            }
+            match self.replay(r).await {
+                Ok(done) => replayed += usize::from(done),
+                Err(e) => return unsynced(e, r.stripe),
+            }
+        }
+        if replayed > 0 {
+            tracing::warn!(volume = %self.name, replayed, "degraded writes replayed from the log");
+        }
         for r in &dirty {
             for s in self.intent.stripes_of(*r, &self.layout) {
+                // A stripe with lost data: the log did what there was to do.
+                if parity && !self.unsure_data(s).is_empty() {
+                    continue;
+                }
                 if let Err(e) = self.resync_stripe(s).await {
-                    tracing::error!(volume = %self.name, stripe = s, "resync failed: {e}");
-                    self.unsynced_regions.fetch_add(1, Ordering::Relaxed);
-                    return;
+                    return unsynced(e, s);
                 }
             }
         }

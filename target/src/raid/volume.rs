@@ -17,6 +17,7 @@ use futures_util::future::join_all;
 
 use super::gf;
 use super::layout::{Layout, Piece};
+use super::log::Log;
 use super::meta::{self, Intent, Superblock};
 use crate::backend::{check_range, BoxFuture, Drive, DriveError, DriveInfo};
 
@@ -98,11 +99,11 @@ impl Member {
     }
 }
 
-/// Told when member `.0` fails, why, and the failure's number (`Volume::failure_recorded`).
-/// Returns true when it records the failure and says so later: writes are then acknowledged
-/// only once it has (a failed member left out of a write holds old data; were the failure not
-/// on record when fabrikd stops, the next start would read that member again). False: nothing
-/// to wait for (tests).
+/// Told when member `.0` fails, why, and the volume's generation that makes (see
+/// `Volume::generation`). Returns true when it records the failure and says so later
+/// (`change_recorded`): writes are then acknowledged only once it has (a failed member left out
+/// of a write holds old data; were the failure not on record when fabrikd stops, the next start
+/// would read that member again). False: nothing to wait for (tests).
 pub type OnMemberFailed = Box<dyn Fn(usize, &str, u64) -> bool + Send + Sync>;
 
 /// Counters of a volume, for its view and metrics.
@@ -129,8 +130,10 @@ pub struct Volume {
     /// Dirty regions that could not be resynced at assembly (the volume was degraded).
     pub unsynced_regions: AtomicU64,
     on_failed: OnMemberFailed,
-    /// Member failures so far, and how many of them are on record (see `OnMemberFailed`).
-    failures: AtomicU64,
+    /// Changes of the members (a failure, a rebuild done), counted from the volume's making:
+    /// its generation. What the state file holds of it is `recorded` (see `OnMemberFailed`);
+    /// the log of degraded writes is stamped with it.
+    generation: AtomicU64,
     recorded: tokio::sync::watch::Sender<u64>,
     pub stats: VolumeStats,
     /// Deleted: background work ends.
@@ -139,6 +142,9 @@ pub struct Volume {
     /// Bytes per second a rebuild may write (0: no limit).
     pub rebuild_limit: AtomicU64,
     pub(super) scrub: Mutex<Option<super::rebuild::ScrubReport>>,
+    /// The log of degraded writes.
+    pub(super) log: Mutex<Log>,
+    pub(super) log_freed: tokio::sync::Notify,
 }
 
 const LOCKS: usize = 1024;
@@ -166,6 +172,7 @@ impl Volume {
         layout: Layout,
         members: Vec<MemberSpec>,
         dirty: Vec<u64>,
+        generation: u64,
         on_failed: OnMemberFailed,
     ) -> Result<Volume, String> {
         let first = members
@@ -205,14 +212,16 @@ impl Volume {
             intent,
             unsynced_regions: AtomicU64::new(0),
             on_failed,
-            failures: AtomicU64::new(0),
-            recorded: tokio::sync::watch::Sender::new(0),
+            generation: AtomicU64::new(generation),
+            recorded: tokio::sync::watch::Sender::new(generation),
             stats: VolumeStats::default(),
             layout,
             stopped: AtomicBool::new(false),
             rebuild: Mutex::new(None),
             rebuild_limit: AtomicU64::new(0),
             scrub: Mutex::new(None),
+            log: Mutex::new(Log::new(0)),
+            log_freed: tokio::sync::Notify::new(),
         })
     }
 
@@ -226,9 +235,9 @@ impl Volume {
         members: Vec<MemberSpec>,
         on_failed: OnMemberFailed,
     ) -> Result<Volume, String> {
-        let v = Volume::build(name, uuid, layout, members, Vec::new(), on_failed)?;
+        let v = Volume::build(name, uuid, layout, members, Vec::new(), 0, on_failed)?;
         let area = v.layout.stripes * v.layout.strip;
-        let bitmap = meta::encode_bitmap(v.intent.region_stripes, &vec![0; v.intent.words()]);
+        let bitmap = meta::encode_bitmap(v.intent.region_stripes, &vec![0; v.intent.words()], 0);
         let each = v.members.iter().enumerate().map(|(i, m)| {
             let sb = Superblock::new(name, uuid, &v.layout, i, &m.id()).encode();
             let bitmap = bitmap.clone();
@@ -250,11 +259,13 @@ impl Volume {
     /// what it should be is failed), reads the write-intent bitmaps and resyncs the dirty
     /// regions before it serves. Drives that keep nothing across a restart (ram, null) come
     /// back zeroed, which is a consistent volume: they get their superblocks again.
+    /// `generation`: the volume's, as the state file holds it.
     pub async fn assemble(
         name: &str,
         uuid: &str,
         layout: Layout,
         members: Vec<MemberSpec>,
+        generation: u64,
         on_failed: OnMemberFailed,
     ) -> Result<Volume, String> {
         let v = Volume::build(
@@ -263,6 +274,7 @@ impl Volume {
             layout,
             members,
             Vec::new(),
+            generation,
             Box::new(|_, _, _| false),
         )?;
         let volatile = matches!(
@@ -270,6 +282,7 @@ impl Volume {
             crate::backend::BackendKind::Ram | crate::backend::BackendKind::Null
         );
         let mut dirty = vec![0u64; v.intent.words()];
+        let mut tail = 0;
         let mut failed = Vec::new();
         for (i, m) in v.members.iter().enumerate() {
             if m.state() != MemberState::Active {
@@ -303,12 +316,13 @@ impl Volume {
                 continue;
             }
             if let Ok(b) = drive.read(meta::BITMAP_OFFSET, meta::META_BLOCK).await {
-                if let Some(bits) =
+                if let Some((bits, t)) =
                     meta::decode_bitmap(&b, v.intent.region_stripes, v.intent.words())
                 {
                     for (d, b) in dirty.iter_mut().zip(bits) {
                         *d |= b;
                     }
+                    tail = tail.max(t);
                 }
             }
         }
@@ -330,11 +344,14 @@ impl Volume {
                 }
             })
             .collect();
-        let v = Volume::build(name, uuid, layout, specs, dirty, on_failed)?;
+        let v = Volume::build(name, uuid, layout, specs, dirty, generation, on_failed)?;
+        let (records, last_seq) = v.read_log(tail, generation).await;
+        *v.log.lock().unwrap() = Log::new(last_seq);
+        let found_failed = !failed.is_empty();
         for (i, why) in failed {
             v.fail(i, &why);
         }
-        v.resync_dirty().await;
+        v.resync_dirty(found_failed, &records).await;
         Ok(v)
     }
 
@@ -377,15 +394,20 @@ impl Volume {
         let Some(m) = self.members.get(i) else { return };
         if m.state.swap(FAILED, Ordering::AcqRel) != FAILED {
             tracing::error!(volume = %self.name, drive = %m.id(), "member failed: {cause}");
-            let n = self.failures.fetch_add(1, Ordering::AcqRel) + 1;
+            let n = self.next_generation();
             if !(self.on_failed)(i, cause, n) {
-                self.failure_recorded(n);
+                self.change_recorded(n);
             }
         }
     }
 
-    /// Failures up to number `n` are on record (in the state file).
-    pub fn failure_recorded(&self, n: u64) {
+    /// A change of the members: the new generation.
+    pub(super) fn next_generation(&self) -> u64 {
+        self.generation.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    /// Changes up to generation `n` are on record (in the state file).
+    pub fn change_recorded(&self, n: u64) {
         self.recorded.send_if_modified(|r| {
             let newer = n > *r;
             if newer {
@@ -395,15 +417,16 @@ impl Volume {
         });
     }
 
-    /// Failures so far (all of them on record once `failure_recorded` was told this).
-    pub fn failure_count(&self) -> u64 {
-        self.failures.load(Ordering::Acquire)
+    /// The generation now (every change on record once `change_recorded` was told this).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
-    /// Waits until every member failure so far is on record: what a write left out of a
-    /// failed member may be acknowledged then. At once when there is none to wait for.
-    pub(super) async fn failures_on_record(&self) {
-        let n = self.failures.load(Ordering::Acquire);
+    /// Waits until every change of the members so far is on record: what a write left out of
+    /// a failed member (or wrote without a log record, a rebuild being done) may be
+    /// acknowledged then. At once when there is none to wait for.
+    pub(super) async fn changes_on_record(&self) {
+        let n = self.generation.load(Ordering::Acquire);
         if *self.recorded.borrow() >= n {
             return;
         }
@@ -614,7 +637,7 @@ impl Volume {
         });
         join_all(flushes).await;
         self.check_alive(0, self.info.capacity)?;
-        self.failures_on_record().await;
+        self.changes_on_record().await;
         Ok(())
     }
 

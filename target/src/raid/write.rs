@@ -43,7 +43,16 @@ impl Volume {
 
     /// Writes the bitmap to every member left, durably.
     pub(super) async fn write_bitmap(&self, bits: &[u64]) -> Result<(), DriveError> {
-        let block = meta::encode_bitmap(self.intent.region_stripes, bits);
+        self.write_bitmap_tail(bits, self.log_tail()).await
+    }
+
+    /// `write_bitmap`, with the log's tail `tail`.
+    pub(super) async fn write_bitmap_tail(
+        &self,
+        bits: &[u64],
+        tail: u64,
+    ) -> Result<(), DriveError> {
+        let block = meta::encode_bitmap(self.intent.region_stripes, bits, tail);
         let writes = (0..self.members.len())
             .map(|i| self.member_write_any(i, meta::BITMAP_OFFSET, block.clone(), true));
         join_all(writes).await;
@@ -76,7 +85,7 @@ impl Volume {
         .await;
         self.intent.end(&regions);
         res?;
-        self.failures_on_record().await;
+        self.changes_on_record().await;
         Ok(())
     }
 
@@ -107,7 +116,7 @@ impl Volume {
             && pieces
                 .iter()
                 .all(|p| p.within == 0 && p.len == self.layout.strip);
-        if full {
+        if full && self.unsure_data(stripe).is_empty() {
             self.stats.full_stripes.fetch_add(1, Ordering::Relaxed);
             return self.write_full_stripe(stripe, &pieces, data, fua).await;
         }
@@ -182,17 +191,15 @@ impl Volume {
         for _ in 0..=self.members.len() {
             let degraded = stripe_members
                 .iter()
-                .any(|&m| !self.members[m].holds(stripe));
-            let parity = if degraded {
-                // Rebuild the rows, lay the new data over them, make parity from all of it.
-                let mut full = self.gather(stripe, r0, rows).await?;
-                for p in pieces {
-                    let at = (p.within - r0) as usize;
-                    full.data[p.strip][at..at + p.len as usize].copy_from_slice(&new_of(p));
-                }
-                let refs: Vec<&[u8]> = full.data.iter().map(|d| &d[..]).collect();
-                self.parity_of(stripe, &refs)
-            } else {
+                .any(|&m| !self.members[m].holds(stripe))
+                || !self.unsure_data(stripe).is_empty();
+            if degraded {
+                let r1 = r0 + rows as u64;
+                return self
+                    .write_rebuilt_rows(stripe, pieces, data, fua, r0, r1)
+                    .await;
+            }
+            let parity = {
                 // Read-modify-write: the old data of the pieces, the old parity rows.
                 let olds = pieces.iter().map(|p| {
                     self.member_read(
@@ -254,6 +261,81 @@ impl Volume {
         Err(lost_data(offset, rows as u64))
     }
 
+    /// Writes rows `r0..r1` of a stripe with a lost member, a window at a time: the window's
+    /// rows rebuilt, the new data laid over them, parity made from all of it; where a data member
+    /// is lost (or being rebuilt), the lost rows go to the log first (`write_record`), so that a
+    /// crash before the parity is written leaves what they held recoverable.
+    async fn write_rebuilt_rows(
+        &self,
+        stripe: u64,
+        pieces: &[Piece],
+        data: &Bytes,
+        fua: bool,
+        r0: u64,
+        r1: u64,
+    ) -> Result<(), DriveError> {
+        let l = &self.layout;
+        let mut w0 = r0;
+        while w0 < r1 {
+            let w1 = (w0 + meta::LOG_WINDOW).min(r1);
+            let rows = (w1 - w0) as usize;
+            let mut full = self.gather(stripe, w0, rows).await?;
+            let mut touched = Vec::new();
+            for p in pieces {
+                let (a, b) = (p.within.max(w0), (p.within + p.len).min(w1));
+                if a >= b {
+                    continue;
+                }
+                let from = p.buf_off + (a - p.within) as usize;
+                let bytes = data.slice(from..from + (b - a) as usize);
+                full.data[p.strip][(a - w0) as usize..(b - w0) as usize].copy_from_slice(&bytes);
+                touched.push((p.strip, a, bytes));
+            }
+            let unsure = self.unsure_data(stripe);
+            let slot = match unsure.is_empty() {
+                true => None,
+                false => {
+                    let lost = unsure
+                        .iter()
+                        .flat_map(|&j| full.data[j].iter().copied())
+                        .collect();
+                    let record = meta::Record {
+                        generation: 0,
+                        seq: 0,
+                        stripe,
+                        r0: w0,
+                        rows: rows as u64,
+                        lost: unsure,
+                        data: lost,
+                    };
+                    Some(self.write_record(record).await?)
+                }
+            };
+            let refs: Vec<&[u8]> = full.data.iter().map(|d| &d[..]).collect();
+            let parity = self.parity_of(stripe, &refs);
+            let offset = l.member_offset(stripe, w0);
+            let data_writes = touched.into_iter().map(|(j, a, b)| {
+                self.member_write(
+                    l.member_of(stripe, j),
+                    stripe,
+                    l.member_offset(stripe, a),
+                    b,
+                    fua,
+                )
+            });
+            let parity_writes = parity
+                .into_iter()
+                .map(|(m, b)| self.member_write(m, stripe, offset, Bytes::from(b), fua));
+            futures_util::join!(join_all(data_writes), join_all(parity_writes));
+            if let Some(slot) = slot {
+                self.record_done(slot);
+            }
+            self.check_alive(offset, rows as u64)?;
+            w0 = w1;
+        }
+        Ok(())
+    }
+
     /// Zeroes a range: parts of stripes through the write path, whole stripes on every member
     /// at once (zeros are their own parity).
     pub(super) async fn zero_volume(&self, offset: u64, len: u64) -> Result<(), DriveError> {
@@ -290,7 +372,7 @@ impl Volume {
         .await;
         self.intent.end(&regions);
         res?;
-        self.failures_on_record().await;
+        self.changes_on_record().await;
         if last_full < end {
             self.write_zeros_through(last_full, end - last_full).await?;
         }

@@ -32,6 +32,9 @@ pub struct VolumeState {
     /// How fast a rebuild may write, in MiB/s (None: as fast as it can).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rebuild_mib_per_sec: Option<u64>,
+    /// Changes of its members so far (see `raid::Volume::generation`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub generation: u64,
     /// False until its members were initialized: a volume whose making a crash cut short is
     /// made again at the next start.
     pub created: bool,
@@ -61,6 +64,10 @@ impl VolumeState {
     pub fn all_drives(&self) -> impl Iterator<Item = &str> {
         self.drives.iter().chain(&self.spares).map(String::as_str)
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 pub fn volume_id(name: &str) -> String {
