@@ -398,7 +398,7 @@ async fn a_spare_is_rebuilt_while_hosts_write() {
                     v.write(at, data.clone(), false).await.unwrap();
                     m[at as usize..][..len as usize].copy_from_slice(&data);
                     drop(m);
-                    tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+                    crate::timer::sleep(std::time::Duration::from_millis(3)).await;
                 }
             })
         };
@@ -487,7 +487,7 @@ async fn a_write_waits_until_the_failure_is_on_record() {
     });
     let (member, n) = told.recv().await.unwrap();
     assert_eq!(member, 1);
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    crate::timer::sleep(std::time::Duration::from_millis(200)).await;
     assert!(
         !write.is_finished(),
         "acknowledged before the failure was on record"
