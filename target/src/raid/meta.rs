@@ -270,24 +270,33 @@ fn clear(bits: &mut [u64], r: usize) {
 }
 
 impl Intent {
-    /// `dirty`: the bits read at assembly (still set on the members).
-    pub fn new(layout: &Layout, dirty: Vec<u64>) -> Intent {
+    pub fn new(layout: &Layout) -> Intent {
         let region_stripes = region_stripes(layout);
         let regions = layout.stripes.div_ceil(region_stripes) as usize;
         let words = regions.div_ceil(64);
-        let mut dirty = dirty;
-        dirty.resize(words, 0);
         Intent {
             region_stripes,
             regions,
             bits: Mutex::new(Bits {
-                wanted: dirty.clone(),
-                on_disk: dirty,
+                wanted: vec![0; words],
+                on_disk: vec![0; words],
                 inflight: vec![0; regions],
                 begun: vec![0; regions],
             }),
             persist: tokio::sync::Mutex::new(()),
             writes: AtomicU64::new(0),
+        }
+    }
+
+    /// Takes the bits a member's bitmap block holds (at assembly: they are set there).
+    pub fn restore(&self, dirty: &[u64]) {
+        let mut b = self.bits.lock().unwrap();
+        let Bits {
+            wanted, on_disk, ..
+        } = &mut *b;
+        for ((w, o), d) in wanted.iter_mut().zip(on_disk.iter_mut()).zip(dirty) {
+            *w |= d;
+            *o |= d;
         }
     }
 
@@ -423,7 +432,7 @@ mod tests {
     #[test]
     fn a_region_is_cleaned_only_when_no_write_came_since_the_flush() {
         let l = layout();
-        let intent = Intent::new(&l, Vec::new());
+        let intent = Intent::new(&l);
         assert!(!intent.begin(&[0, 1]), "first write: must persist");
         intent.persisted(intent.snapshot());
         assert!(intent.begin(&[1]), "marked already");

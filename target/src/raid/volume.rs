@@ -171,7 +171,6 @@ impl Volume {
         uuid: &str,
         layout: Layout,
         members: Vec<MemberSpec>,
-        dirty: Vec<u64>,
         generation: u64,
         on_failed: OnMemberFailed,
     ) -> Result<Volume, String> {
@@ -199,7 +198,7 @@ impl Volume {
             volatile_write_cache: members.iter().any(|m| m.drive.info().volatile_write_cache),
             path: None,
         };
-        let intent = Intent::new(&layout, dirty);
+        let intent = Intent::new(&layout);
         Ok(Volume {
             name: name.to_string(),
             uuid: uuid.to_string(),
@@ -235,7 +234,7 @@ impl Volume {
         members: Vec<MemberSpec>,
         on_failed: OnMemberFailed,
     ) -> Result<Volume, String> {
-        let v = Volume::build(name, uuid, layout, members, Vec::new(), 0, on_failed)?;
+        let v = Volume::build(name, uuid, layout, members, 0, on_failed)?;
         let area = v.layout.stripes * v.layout.strip;
         let bitmap = meta::encode_bitmap(v.intent.region_stripes, &vec![0; v.intent.words()], 0);
         let each = v.members.iter().enumerate().map(|(i, m)| {
@@ -268,20 +267,11 @@ impl Volume {
         generation: u64,
         on_failed: OnMemberFailed,
     ) -> Result<Volume, String> {
-        let v = Volume::build(
-            name,
-            uuid,
-            layout,
-            members,
-            Vec::new(),
-            generation,
-            Box::new(|_, _, _| false),
-        )?;
+        let v = Volume::build(name, uuid, layout, members, generation, on_failed)?;
         let volatile = matches!(
             v.info.kind,
             crate::backend::BackendKind::Ram | crate::backend::BackendKind::Null
         );
-        let mut dirty = vec![0u64; v.intent.words()];
         let mut tail = 0;
         let mut failed = Vec::new();
         for (i, m) in v.members.iter().enumerate() {
@@ -319,32 +309,11 @@ impl Volume {
                 if let Some((bits, t)) =
                     meta::decode_bitmap(&b, v.intent.region_stripes, v.intent.words())
                 {
-                    for (d, b) in dirty.iter_mut().zip(bits) {
-                        *d |= b;
-                    }
+                    v.intent.restore(&bits);
                     tail = tail.max(t);
                 }
             }
         }
-        let Volume {
-            layout, members, ..
-        } = v;
-        let specs = members
-            .into_iter()
-            .map(|m| {
-                let Slot { id, drive } = m.slot.into_inner().unwrap();
-                MemberSpec {
-                    id,
-                    drive,
-                    state: match m.state.into_inner() {
-                        ACTIVE => MemberState::Active,
-                        REBUILDING => MemberState::Rebuilding,
-                        _ => MemberState::Failed,
-                    },
-                }
-            })
-            .collect();
-        let v = Volume::build(name, uuid, layout, specs, dirty, generation, on_failed)?;
         let (records, last_seq) = v.read_log(tail, generation).await;
         *v.log.lock().unwrap() = Log::new(last_seq);
         let found_failed = !failed.is_empty();
@@ -510,9 +479,10 @@ impl Volume {
             return self.read_piece(one).await;
         }
         let got = join_all(pieces.iter().map(|p| self.read_piece(*p))).await;
-        let mut out = BytesMut::zeroed(len);
-        for (p, data) in pieces.iter().zip(got) {
-            out[p.buf_off..p.buf_off + p.len as usize].copy_from_slice(&data?);
+        // The pieces come in order and cover the range: laid end to end, no zeroing first.
+        let mut out = BytesMut::with_capacity(len);
+        for data in got {
+            out.extend_from_slice(&data?);
         }
         Ok(out.freeze())
     }

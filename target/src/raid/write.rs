@@ -182,83 +182,88 @@ impl Volume {
         let r1 = pieces.iter().map(|p| p.within + p.len).max().unwrap_or(0);
         let rows = (r1 - r0) as usize;
         let offset = l.member_offset(stripe, r0);
-        let stripe_members: Vec<usize> = (0..k)
+        let new_of = |p: &Piece| data.slice(p.buf_off..p.buf_off + p.len as usize);
+        let lost = (0..k)
             .map(|i| l.member_of(stripe, i))
             .chain(pm)
             .chain(qm)
-            .collect();
-        let new_of = |p: &Piece| data.slice(p.buf_off..p.buf_off + p.len as usize);
-        for _ in 0..=self.members.len() {
-            let degraded = stripe_members
-                .iter()
-                .any(|&m| !self.members[m].holds(stripe))
-                || !self.unsure_data(stripe).is_empty();
-            if degraded {
-                let r1 = r0 + rows as u64;
-                return self
-                    .write_rebuilt_rows(stripe, pieces, data, fua, r0, r1)
-                    .await;
-            }
-            let parity = {
-                // Read-modify-write: the old data of the pieces, the old parity rows.
-                let olds = pieces.iter().map(|p| {
-                    self.member_read(
-                        l.member_of(stripe, p.strip),
-                        stripe,
-                        l.member_offset(stripe, p.within),
-                        p.len as usize,
-                    )
-                });
-                let parity_reads = pm
-                    .into_iter()
-                    .chain(qm)
-                    .map(|m| self.member_read(m, stripe, offset, rows));
-                let (olds, parity) = futures_util::join!(join_all(olds), join_all(parity_reads));
-                if olds.iter().chain(&parity).any(Option::is_none) {
-                    // A member failed: write as a degraded stripe.
-                    continue;
-                }
-                let mut deltas: Vec<Option<Vec<u8>>> = vec![None; k];
-                for (p, old) in pieces.iter().zip(&olds) {
-                    let delta = deltas[p.strip].get_or_insert_with(|| vec![0u8; rows]);
-                    let at = (p.within - r0) as usize;
-                    let d = &mut delta[at..at + p.len as usize];
-                    d.copy_from_slice(old.as_ref().unwrap());
-                    gf::xor_into(d, &new_of(p));
-                }
-                let mut parity: Vec<(usize, Vec<u8>)> = pm
-                    .into_iter()
-                    .chain(qm)
-                    .zip(parity)
-                    .map(|(m, b)| (m, b.unwrap().to_vec()))
-                    .collect();
-                let refs: Vec<Option<&[u8]>> = deltas.iter().map(|d| d.as_deref()).collect();
-                let (p, q) = match &mut parity[..] {
-                    [(_, p), (_, q)] => (Some(&mut p[..]), Some(&mut q[..])),
-                    [(_, p)] => (Some(&mut p[..]), None),
-                    _ => (None, None),
-                };
-                gf::apply_delta(&refs, p, q);
-                parity
-            };
-            let mut writes = join_all(pieces.iter().map(|p| {
-                self.member_write(
-                    l.member_of(stripe, p.strip),
-                    stripe,
-                    l.member_offset(stripe, p.within),
-                    new_of(p),
-                    fua,
-                )
-            }));
-            let parity_done = join_all(
-                parity
-                    .into_iter()
-                    .map(|(m, b)| self.member_write(m, stripe, offset, Bytes::from(b), fua)),
+            .any(|m| !self.members[m].holds(stripe))
+            || !self.unsure_data(stripe).is_empty();
+        let parity = match lost {
+            true => None,
+            false => self.rmw_parity(stripe, pieces, &new_of, r0, rows).await,
+        };
+        // A member lost, or lost while the old data was read: rebuild the rows instead.
+        let Some(parity) = parity else {
+            return self
+                .write_rebuilt_rows(stripe, pieces, data, fua, r0, r1)
+                .await;
+        };
+        let writes = join_all(pieces.iter().map(|p| {
+            self.member_write(
+                l.member_of(stripe, p.strip),
+                stripe,
+                l.member_offset(stripe, p.within),
+                new_of(p),
+                fua,
+            )
+        }));
+        let parity_done = join_all(
+            parity
+                .into_iter()
+                .map(|(m, b)| self.member_write(m, stripe, offset, Bytes::from(b), fua)),
+        );
+        futures_util::join!(writes, parity_done);
+        self.check_alive(offset, rows as u64)
+    }
+
+    /// Read-modify-write: the parity of rows `r0..r0 + rows` after `pieces` are written, from
+    /// their old data and the old parity. None when a member fails meanwhile.
+    async fn rmw_parity(
+        &self,
+        stripe: u64,
+        pieces: &[Piece],
+        new_of: &impl Fn(&Piece) -> Bytes,
+        r0: u64,
+        rows: usize,
+    ) -> Option<Vec<(usize, Vec<u8>)>> {
+        let l = &self.layout;
+        let (pm, qm) = l.parity_members(stripe);
+        let offset = l.member_offset(stripe, r0);
+        let olds = pieces.iter().map(|p| {
+            let (m, at) = (
+                l.member_of(stripe, p.strip),
+                l.member_offset(stripe, p.within),
             );
-            let _ = futures_util::join!(&mut writes, parity_done);
-            return self.check_alive(offset, rows as u64);
+            self.member_read(m, stripe, at, p.len as usize)
+        });
+        let parity_reads = pm
+            .into_iter()
+            .chain(qm)
+            .map(|m| self.member_read(m, stripe, offset, rows));
+        let (olds, parity) = futures_util::join!(join_all(olds), join_all(parity_reads));
+        let mut deltas: Vec<Option<Vec<u8>>> = vec![None; l.data_strips()];
+        for (p, old) in pieces.iter().zip(olds) {
+            let delta = deltas[p.strip].get_or_insert_with(|| vec![0u8; rows]);
+            let at = (p.within - r0) as usize;
+            let d = &mut delta[at..at + p.len as usize];
+            d.copy_from_slice(&old?);
+            gf::xor_into(d, &new_of(p));
         }
-        Err(lost_data(offset, rows as u64))
+        let mut parity: Vec<(usize, Vec<u8>)> = pm
+            .into_iter()
+            .chain(qm)
+            .zip(parity)
+            .map(|(m, b)| Some((m, b?.to_vec())))
+            .collect::<Option<_>>()?;
+        let refs: Vec<Option<&[u8]>> = deltas.iter().map(|d| d.as_deref()).collect();
+        let (p, q) = match &mut parity[..] {
+            [(_, p), (_, q)] => (Some(&mut p[..]), Some(&mut q[..])),
+            [(_, p)] => (Some(&mut p[..]), None),
+            _ => (None, None),
+        };
+        gf::apply_delta(&refs, p, q);
+        Some(parity)
     }
 
     /// Writes rows `r0..r1` of a stripe with a lost member, a window at a time: the window's
