@@ -70,28 +70,10 @@ async fn open_volumes(
     let mut out = BTreeMap::new();
     let mut lost = Vec::new();
     for v in &mut st.volumes {
-        let specs: Vec<raid::MemberSpec> = v
-            .drives
-            .iter()
-            .map(|d| raid::MemberSpec {
-                id: d.clone(),
-                drive: drives[d].clone() as Arc<dyn Drive>,
-                state: v.member_state(d),
-            })
-            .collect();
-        let bytes = specs
-            .iter()
-            .map(|m| m.drive.info().capacity)
-            .min()
-            .unwrap_or(0);
-        let layout = raid::Layout::new(
-            v.level,
-            v.drives.len(),
-            v.strip_kib * 1024,
-            bytes,
-            raid::meta::DATA_OFFSET,
-        )
-        .map_err(|e| anyhow::anyhow!("volume {}: {e}", v.name))?;
+        let specs = v.member_specs(drives).map_err(anyhow::Error::msg)?;
+        let layout = v
+            .layout(&specs)
+            .map_err(|e| anyhow::anyhow!("volume {}: {e}", v.name))?;
         let on_failed = management::on_member_failed(Some(events.clone()), &v.name);
         let volume = if v.created {
             raid::Volume::assemble(&v.name, &v.uuid, layout, specs, v.generation, on_failed).await

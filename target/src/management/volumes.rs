@@ -15,7 +15,7 @@ use fabrik_api::{MgmtError, MgmtResult};
 use super::{conflict, invalid, not_found, Manager};
 use crate::backend::Drive;
 use crate::raid::volume::MemberState;
-use crate::raid::{Layout, Level, MemberSpec, Volume};
+use crate::raid::{Level, Volume};
 use crate::state::{self, State, SubsystemState, VolumeState};
 
 /// Strip size when the request names none.
@@ -461,25 +461,6 @@ impl Manager {
                 return Err(invalid(format!("drive {d:?} is listed twice")));
             }
         }
-        let member_bytes = req
-            .drives
-            .iter()
-            .map(|d| {
-                self.drive_capacity(d)
-                    .ok_or_else(|| not_found(format!("no drive {d:?}")))
-            })
-            .collect::<MgmtResult<Vec<u64>>>()?
-            .into_iter()
-            .min()
-            .unwrap_or(0);
-        let layout = Layout::new(
-            level,
-            req.drives.len(),
-            strip_kib.saturating_mul(1024),
-            member_bytes,
-            crate::raid::meta::DATA_OFFSET,
-        )
-        .map_err(invalid)?;
         let uuid = state::random_hex(16).map_err(|e| MgmtError::Internal(e.to_string()))?;
         let vs = VolumeState {
             name: req.name.clone(),
@@ -495,6 +476,8 @@ impl Manager {
             created: false,
             took: Vec::new(),
         };
+        let specs = vs.member_specs(&self.drives).map_err(not_found)?;
+        let layout = vs.layout(&specs).map_err(invalid)?;
         // One volume change at a time: the drives' data is erased between the steps.
         let _making = self.volume_change.lock().unwrap();
         self.mutate(|st| claim(st, vs.clone()))?;
@@ -502,7 +485,7 @@ impl Manager {
             &vs.name,
             &vs.uuid,
             layout,
-            self.member_specs(&vs),
+            specs,
             self.on_member_failed(&vs.name),
         ));
         let volume = match volume {
@@ -534,21 +517,6 @@ impl Manager {
             return Err(e);
         }
         self.volume_by_name(&vs.name)
-    }
-
-    /// The members of `v` as the volume takes them.
-    pub(crate) fn member_specs(&self, v: &VolumeState) -> Vec<MemberSpec> {
-        v.drives
-            .iter()
-            .map(|d| MemberSpec {
-                id: d.clone(),
-                drive: self
-                    .drive_guard(d)
-                    .map(|g| g as Arc<dyn crate::backend::Drive>)
-                    .expect("validated: members are drives"),
-                state: v.member_state(d),
-            })
-            .collect()
     }
 
     /// At a clean stop, after the last I/O: every volume's members flushed and its bitmap

@@ -4,8 +4,13 @@
 use serde::{Deserialize, Serialize};
 
 use super::SubsystemState;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::backend::guard::Guarded;
+use crate::backend::Drive;
 use crate::raid::volume::MemberState;
-use crate::raid::Level;
+use crate::raid::{Layout, Level, MemberSpec};
 
 /// Longest volume name.
 pub const NAME_LEN: usize = 32;
@@ -58,6 +63,36 @@ impl VolumeState {
         } else {
             MemberState::Active
         }
+    }
+
+    /// Its members as the volume takes them, from the opened drives.
+    pub fn member_specs(
+        &self,
+        drives: &BTreeMap<String, Arc<Guarded>>,
+    ) -> Result<Vec<MemberSpec>, String> {
+        self.drives
+            .iter()
+            .map(|d| {
+                let drive = drives.get(d).ok_or_else(|| format!("no drive {d:?}"))?;
+                Ok(MemberSpec {
+                    id: d.clone(),
+                    drive: drive.clone() as Arc<dyn Drive>,
+                    state: self.member_state(d),
+                })
+            })
+            .collect()
+    }
+
+    /// Its layout over `members` (the smallest decides how many stripes there are).
+    pub fn layout(&self, members: &[MemberSpec]) -> Result<Layout, String> {
+        let bytes = members.iter().map(|m| m.drive.info().capacity).min();
+        Layout::new(
+            self.level,
+            self.drives.len(),
+            self.strip_kib.saturating_mul(1024),
+            bytes.unwrap_or(0),
+            crate::raid::meta::DATA_OFFSET,
+        )
     }
 
     /// Every drive it holds, spares too.
