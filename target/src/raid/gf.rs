@@ -134,51 +134,9 @@ fn mul2_xor_into(q: &mut [u8], src: Option<&[u8]>) {
 
 /// P = XOR of `data`, into `p` (every strip `p.len()` bytes).
 pub fn gen_p(data: &[&[u8]], p: &mut [u8]) {
-    fused(data, p, None);
-}
-
-/// P (and Q) in one pass over the data: each block of `STEP` bytes of every strip is read
-/// once and each parity block written once (a pass per strip over P read and wrote P again
-/// for every strip: a RAID 5 1 MiB write moved twice the memory it does now).
-fn fused(data: &[&[u8]], p: &mut [u8], mut q: Option<&mut [u8]>) {
-    let len = p.len();
-    assert!(data.iter().all(|d| d.len() == len));
-    let n = len - len % STEP;
-    if q.is_none() {
-        return fused_p(data, p, n);
-    }
-    let mut at = 0;
-    while at < n {
-        let mut acc_p = [0u64; STEP / 8];
-        let mut acc_q = [0u64; STEP / 8];
-        // From the highest index down: Horner's rule for Q.
-        for d in data.iter().rev() {
-            for k in 0..STEP / 8 {
-                let w = word(&d[at + k * 8..at + k * 8 + 8]);
-                acc_p[k] ^= w;
-                acc_q[k] = mul2(acc_q[k]) ^ w;
-            }
-        }
-        for k in 0..STEP / 8 {
-            p[at + k * 8..at + k * 8 + 8].copy_from_slice(&acc_p[k].to_ne_bytes());
-        }
-        if let Some(q) = q.as_deref_mut() {
-            for k in 0..STEP / 8 {
-                q[at + k * 8..at + k * 8 + 8].copy_from_slice(&acc_q[k].to_ne_bytes());
-            }
-        }
-        at += STEP;
-    }
-    for b in n..len {
-        let (mut bp, mut bq) = (0u8, 0u8);
-        for d in data.iter().rev() {
-            bp ^= d[b];
-            bq = mul2_byte(bq) ^ d[b];
-        }
-        p[b] = bp;
-        if let Some(q) = q.as_deref_mut() {
-            q[b] = bq;
-        }
+    p.fill(0);
+    for d in data {
+        xor_into(p, d);
     }
 }
 
@@ -194,36 +152,23 @@ pub fn gen_q(data: &[Option<&[u8]>], q: &mut [u8]) {
 
 /// P and Q of full strips at once.
 pub fn gen_pq(data: &[&[u8]], p: &mut [u8], q: &mut [u8]) {
-    fused(data, p, Some(q));
+    gen_p(data, p);
+    let some: Vec<Option<&[u8]>> = data.iter().map(|d| Some(*d)).collect();
+    gen_q(&some, q);
 }
 
 /// P of `data`, and Q with `with_q`: new buffers of the strips' length.
 pub fn parity(data: &[&[u8]], with_q: bool) -> (Vec<u8>, Option<Vec<u8>>) {
     let len = data.first().map_or(0, |d| d.len());
     let mut p = vec![0u8; len];
-    let mut q = with_q.then(|| vec![0u8; len]);
-    fused(data, &mut p, q.as_deref_mut());
+    gen_p(data, &mut p);
+    let q = with_q.then(|| {
+        let mut q = vec![0u8; len];
+        let some: Vec<Option<&[u8]>> = data.iter().map(|d| Some(*d)).collect();
+        gen_q(&some, &mut q);
+        q
+    });
     (p, q)
-}
-
-/// `fused` for P alone: `n` bytes in blocks, then the tail.
-fn fused_p(data: &[&[u8]], p: &mut [u8], n: usize) {
-    let mut at = 0;
-    while at < n {
-        let mut acc = [0u64; STEP / 8];
-        for d in data {
-            for (k, a) in acc.iter_mut().enumerate() {
-                *a ^= word(&d[at + k * 8..at + k * 8 + 8]);
-            }
-        }
-        for (k, a) in acc.iter().enumerate() {
-            p[at + k * 8..at + k * 8 + 8].copy_from_slice(&a.to_ne_bytes());
-        }
-        at += STEP;
-    }
-    for b in n..p.len() {
-        p[b] = data.iter().fold(0, |x, d| x ^ d[b]);
-    }
 }
 
 /// `dst ^= c * src`, byte by byte through a table of c's products.
