@@ -7,7 +7,7 @@
 # fabrikd (BIN/fabrikd, default build/release) on TARGET_CORES (default 0-3) with 15 ram drives
 # of DRIVE_SIZE (default 8G, mapped as written), three volumes of 5 members, 64 KiB strips:
 #   r0: raid0 (00-04)    r5: raid5 (05-09)    r5d: raid5 (10-14) with member 12 failed
-# `fabrik bench` (BIN/fabrik) on HOST_CORES (default 8-15, THREADS=4 workers) over SIZE (4G)
+# `fabrik bench` (BIN/fabrik) on HOST_CORES (default 8,...,15, THREADS=4 workers) over SIZE (4G)
 # of each volume, written whole first. Figures:
 #   1M sequential write, QD8 (whole stripes):    r5 / r0     goal >= 0.8
 #   4K random read, QD32:                        r5 / r0     goal 1.0 (within 5 %)
@@ -20,7 +20,7 @@ SECS=${2:-5}
 REPO=$(cd "$(dirname "$(readlink -f "$0")")/../.." && pwd)
 BIN=${BIN:-$REPO/build/release}
 TARGET_CORES=${TARGET_CORES:-0-3}
-HOST_CORES=${HOST_CORES:-8-15}
+HOST_CORES=${HOST_CORES:-8,9,10,11,12,13,14,15}  # a list: taskset and bench --cpus both take it
 THREADS=${THREADS:-4}
 DRIVE_SIZE=${DRIVE_SIZE:-8G}
 SIZE=${SIZE:-4G}

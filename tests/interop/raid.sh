@@ -79,7 +79,9 @@ NQN5= NQN6= DEV5= DEV6=
 s_volumes() {
   x vol create r5 --level raid5 --drives 00,01,02,03,04 --spares 05 || return 1
   x vol create r6 --level raid6 --drives 06,07,08,09,10,11 --spares 12,13 || return 1
-  x vol || return 1
+  vol list > /tmp/vol.list; cat /tmp/vol.list
+  assert "fabrik volumes list shows r5 (raid5) and r6 (raid6)" \
+    eval 'grep -q "^r5 *raid5 " /tmp/vol.list && grep -q "^r6 *raid6 " /tmp/vol.list' || return 1
   NQN5=$(vol_field r5 nqn) NQN6=$(vol_field r6 nqn)
   assert "r5 is optimal" [ "$(vol_field r5 state)" = optimal ] || return 1
   disc_nqns -t tcp -a $TRADDR -s $TRSVCID > /tmp/disc.nqns

@@ -16,6 +16,8 @@ pub struct VolumesArgs {
 
 #[derive(Subcommand)]
 enum VolumesAction {
+    /// Every volume (the same as no action).
+    List,
     /// Make a volume over drives no subsystem exports but alone (their data is erased).
     Create {
         name: String,
@@ -53,7 +55,7 @@ enum VolumesAction {
 pub async fn run(args: VolumesArgs) -> Result<()> {
     let client = args.api.client()?;
     let volume = match args.action {
-        None => {
+        None | Some(VolumesAction::List) => {
             let volumes = client.volumes().await?;
             if args.api.json {
                 return print_json(&volumes);
