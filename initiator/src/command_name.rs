@@ -28,6 +28,9 @@ pub fn command_name(qid: u16, sqe: &Sqe) -> String {
             admin_opcode::GET_FEATURES => format!("Get Features (FID {low_byte:02x}h)"),
             admin_opcode::ASYNC_EVENT_REQUEST => "Asynchronous Event Request".into(),
             admin_opcode::KEEP_ALIVE => "Keep Alive".into(),
+            admin_opcode::DISCOVERY_INFO_MGMT => {
+                format!("Discovery Information Management (TAS {})", sqe.cdw10 & 0xf)
+            }
             other => format!("Admin command (opcode {other:02x}h)"),
         }
     } else {
@@ -74,5 +77,14 @@ mod tests {
             ..Sqe::default()
         };
         assert_eq!(command_name(3, &connect), "Connect (qid 3)");
+        let dim = Sqe {
+            opcode: admin_opcode::DISCOVERY_INFO_MGMT,
+            cdw10: 1,
+            ..Sqe::default()
+        };
+        assert_eq!(
+            command_name(0, &dim),
+            "Discovery Information Management (TAS 1)"
+        );
     }
 }

@@ -24,7 +24,7 @@ if ! cargo $toolchain fuzz --version >/dev/null 2>&1; then
     exit 2
 fi
 
-targets=(tcp_decoder sqe_commands connect_data identify log_pages cqe_sgl rdma_cm auth_messages tls_psk)
+targets=(tcp_decoder sqe_commands connect_data identify log_pages cqe_sgl rdma_cm auth_messages tls_psk dim_data)
 scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT
 

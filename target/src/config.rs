@@ -90,6 +90,11 @@ pub struct Config {
     /// The other I/O module's management API (`http://ADDR:PORT`), which gets every change of
     /// the configuration the two share (`management::sync`).
     pub peer: Option<String>,
+    /// This fabrikd is a central discovery controller (`--role cdc`): it serves no drives, and
+    /// its discovery log is made from the boxes registered with it (`crate::cdc`).
+    pub cdc_role: bool,
+    /// A central discovery controller to register this box with (`--cdc`).
+    pub cdc: Option<SocketAddr>,
     /// The token for the other module's API (None: this module's own, as both are usually
     /// given the same `api_token`).
     pub peer_token: Option<String>,
@@ -139,6 +144,8 @@ impl Config {
             module: None,
             drive_dir: None,
             peer: None,
+            cdc_role: false,
+            cdc: None,
             peer_token: None,
             hosts: Vec::new(),
             api_clients: Vec::new(),
@@ -386,6 +393,12 @@ impl Config {
             bail!(
                 "TLS {} on the NVMe/TCP listeners needs PSKs: give --tls-psk FILE (tls_psk)",
                 self.listen_tls().name()
+            );
+        }
+        if self.cdc_role && (self.drives > 0 || self.cdc.is_some() || self.module.is_some()) {
+            bail!(
+                "a central discovery controller (--role cdc) serves no drives, registers with \
+                 no other CDC and is no I/O module: leave out --drives, --cdc and --module"
             );
         }
         let allowed = crate::reactor::allowed_cores();

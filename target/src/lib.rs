@@ -16,11 +16,13 @@
 //! - `secrets`: secrets at rest, sealed with the box's key
 //! - `reactor`: the I/O threads (each claims its own stripe of the counters)
 //! - `backend`: drives (file, block device, RAM, null) and the lost-write guard
+//! - `cdc`: the central discovery controller's registered boxes, and hosts' logs from theirs
 //! - `raid`: volumes (RAID 0, 1, 10, 5, 6) over drives, drives themselves
 //! - `model`: namespaces and ports
 //! - `controller`: controllers, their queues, and the subsystems that register them
 //! - `transport`: the NVMe/TCP and NVMe/RDMA listeners that feed controller queues
 //! - `config`: fabrikd's settings
+//! - `registration`: a box registering with a central discovery controller
 //! - `state`: the configuration persisted across restarts
 //! - `management`: the operations the REST API calls
 //! - `metrics`: the scrape of the counters
@@ -28,6 +30,7 @@
 //! - `endpoints`: where the REST API and `/metrics` are served
 
 pub mod backend;
+pub mod cdc;
 pub mod config;
 pub mod controller;
 pub mod endpoints;
@@ -40,6 +43,7 @@ pub mod numa;
 pub mod qos;
 pub mod raid;
 pub mod reactor;
+pub mod registration;
 pub mod secrets;
 pub mod state;
 pub mod stats;
@@ -132,6 +136,8 @@ pub struct Target {
     listen_addrs: Vec<SocketAddr>,
     rdma_listen_addrs: Vec<SocketAddr>,
     stop: CancellationToken,
+    /// The box's registration with a central discovery controller (`--cdc`).
+    registration: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Target {
@@ -193,7 +199,8 @@ impl Target {
             TargetState::new(persisted.box_name.clone())
                 .with_reactors(config.cores.clone(), config.polling)
                 .with_c2h_success(config.c2h_success)
-                .with_module(config.module),
+                .with_module(config.module)
+                .with_cdc(config.cdc_role.then(Default::default)),
         );
         let ports = persisted.ports.clone();
         let stop = CancellationToken::new();
@@ -302,6 +309,9 @@ impl Target {
                 Transport::Tcp => listen_addrs.push(addr),
             }
         }
+        let registration = config
+            .cdc
+            .map(|cdc| registration::spawn(target.clone(), cdc, stop.clone()));
         let audit = match config.persist_state {
             true => {
                 let path = config.data_dir.join(AUDIT_LOG);
@@ -319,6 +329,7 @@ impl Target {
             listen_addrs,
             rdma_listen_addrs,
             stop,
+            registration,
         })
     }
 
@@ -374,6 +385,10 @@ impl Target {
     /// closes every connection, then flushes every drive.
     pub async fn shutdown(self) {
         self.stop.cancel();
+        // Deregistered from the CDC first, so its hosts stop being offered what goes now.
+        if let Some(r) = self.registration {
+            let _ = r.await;
+        }
         self.manager.join_listeners().await;
         for sub in self.state.subsystems() {
             for ns in sub.namespaces() {

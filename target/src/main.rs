@@ -113,6 +113,15 @@ struct Args {
     /// for hosts that disable SQ flow control (without this flag, only for those).
     #[arg(long)]
     c2h_success: bool,
+    /// What this fabrikd is: a box (serving drives) or a central discovery controller ("cdc"):
+    /// boxes register with it (--cdc) and hosts discover every box's subsystems from it, each
+    /// host those it may use. A CDC serves no drives [default: box].
+    #[arg(long, value_name = "box|cdc")]
+    role: Option<String>,
+    /// Register this box with the central discovery controller at ADDR:PORT (its --listen
+    /// address); deregistered at a clean stop.
+    #[arg(long, value_name = "ADDR:PORT")]
+    cdc: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -295,6 +304,27 @@ fn build_config(args: &Args) -> anyhow::Result<Config> {
         // would see two boxes instead of two paths to one.
         anyhow::bail!(
             "an I/O module needs the box's name (--box-name or box_name), the same on both modules"
+        );
+    }
+    match args.role.as_deref() {
+        None | Some("box") => {}
+        Some("cdc") => {
+            config.cdc_role = true;
+            if args.drives.is_some() {
+                anyhow::bail!("--role cdc serves no drives: leave out --drives");
+            }
+            config.drives = 0;
+            if args.data_dir.is_none() {
+                // Not the box's own state, should one run on the same machine.
+                config.data_dir = config.data_dir.join("cdc");
+            }
+        }
+        Some(r) => anyhow::bail!("--role {r:?}: expected box or cdc"),
+    }
+    if let Some(cdc) = &args.cdc {
+        config.cdc = Some(
+            cdc.parse()
+                .with_context(|| format!("--cdc {cdc:?}: expected ADDR:PORT"))?,
         );
     }
     if let Some(cores) = &args.cores {

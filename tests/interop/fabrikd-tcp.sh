@@ -648,6 +648,74 @@ s_metrics() {
 }
 lacks() { ! grep -qF -- "$1" <<<"$2"; }  # WORD TEXT
 io_failed() { [ "$1" != 0 ] && grep -qiE 'no data available|input/output error|I/O error' <<<"$2"; }  # RC OUTPUT
+# Many boxes: a central discovery controller and two boxes registered with it, each its own
+# fabrikd on loopback; the kernel host discovers from the CDC alone.
+CDC_PORT=8009
+cdc_seen() {  # hostnqn -> the subsystem NQNs nvme discover lists from the CDC, sorted
+  timeout 30 nvme discover -t tcp -a 127.0.0.1 -s $CDC_PORT --hostnqn="$1" 2>/dev/null |
+    awk '/^subnqn:/ { print $2 }' | sort
+}
+cdc_wait() {  # hostnqn count secs
+  local end=$(( $(date +%s) + $3 ))
+  while [ "$(cdc_seen "$1" | grep -c .)" != "$2" ]; do
+    [ "$(date +%s)" -ge $end ] && return 1
+    sleep 0.3
+  done
+}
+s_cdc() {
+  local d=$DATA/cdc pids=() allowed other out ev=/tmp/uevents.log dc rc=0
+  case $FABRIKD in */fake-fabrikd) echo "  fake-fabrikd has no CDC: nothing to test"; return 0 ;; esac
+  allowed=$(host_nqn) other=nqn.2014-08.org.nvmexpress:uuid:6f1c2b6e-0000-4000-8000-00000000cdc0
+  rm -rf $d; mkdir -p $d/cdc $d/box1 $d/box2
+  local common=(--api off --metrics off --backend ram --drive-size 64M --host "$allowed")
+  x "$FABRIKD" --role cdc --data-dir $d/cdc --listen 127.0.0.1:$CDC_PORT --api off --metrics off >> $LOGF 2>&1 &
+  pids+=($!)
+  wait_port 127.0.0.1 $CDC_PORT 20 || { assert "the CDC listens" false; kill "${pids[@]}"; return 1; }
+  x "$FABRIKD" --data-dir $d/box1 --listen 127.0.0.1:4431 --box-name box1 --drives 2 \
+    --cdc 127.0.0.1:$CDC_PORT "${common[@]}" >> $LOGF 2>&1 &
+  pids+=($!)
+  x "$FABRIKD" --data-dir $d/box2 --listen 127.0.0.1:4432 --box-name box2 --drives 3 \
+    --cdc 127.0.0.1:$CDC_PORT "${common[@]}" >> $LOGF 2>&1 &
+  pids+=($!)
+  cdc_wait "$allowed" 5 30; out=$(cdc_seen "$allowed"); echo "$out" | sed 's/^/  | /'
+  assert "nvme discover against the CDC lists both boxes' 5 subsystems for the allowed host" \
+    bash -c "[ \"\$(grep -c :box1:drive- <<<'$out')\" = 2 ] && [ \"\$(grep -c :box2:drive- <<<'$out')\" = 3 ]" || rc=1
+  out=$(timeout 30 nvme discover -t tcp -a 127.0.0.1 -s $CDC_PORT --hostnqn="$allowed" 2>&1)
+  assert "each entry is a path to its box (trsvcid 4431 / 4432), not to the CDC" \
+    bash -c "[ \"\$(grep -c 'trsvcid: *4431' <<<'$out')\" = 2 ] && [ \"\$(grep -c 'trsvcid: *4432' <<<'$out')\" = 3 ]" || rc=1
+  assert "none for another host" [ -z "$(cdc_seen "$other")" ] || rc=1
+  x timeout 60 nvme connect -t tcp -a 127.0.0.1 -s 4432 -n nqn.2024-01.io.fabrik:box2:drive-02 || rc=1
+  local i; for i in $(seq 50); do ns_dev nqn.2024-01.io.fabrik:box2:drive-02 > /dev/null && break; sleep 0.2; done
+  assert "a subsystem found through the CDC connects: its namespace appears" \
+    ns_dev nqn.2024-01.io.fabrik:box2:drive-02 || rc=1
+  timeout 60 nvme disconnect -n nqn.2024-01.io.fabrik:box2:drive-02 > /dev/null
+  # The kernel reports a discovery log change notice as a uevent (NVME_AEN=0x70f002); the guest
+  # has no udev, so the kernel's uevent helper writes them down.
+  if [ -w /proc/sys/kernel/hotplug ]; then
+    rm -f $ev; printf '#!/bin/sh\n[ "$SUBSYSTEM" = nvme ] && env >> %s && echo -- >> %s\n' $ev $ev > /tmp/uevent.sh
+    chmod +x /tmp/uevent.sh; echo /tmp/uevent.sh > /proc/sys/kernel/hotplug
+    x timeout 30 nvme discover -t tcp -a 127.0.0.1 -s $CDC_PORT --hostnqn="$allowed" --persistent > /dev/null || rc=1
+    dc=$(for c in /sys/class/nvme/nvme*; do [ "$(cat $c/subsysnqn)" = nqn.2014-08.org.nvmexpress.discovery ] && basename $c; done | head -1)
+    assert "a persistent discovery connection to the CDC (${dc:-none}), a CDC by its dctype ($(cat /sys/class/nvme/$dc/dctype 2>/dev/null || echo 'no sysfs dctype on this kernel'))" [ -n "$dc" ] || rc=1
+    sleep 1
+    kill -TERM "${pids[2]}"; wait "${pids[2]}"
+    for i in $(seq 50); do grep -q 'NVME_AEN=0x70f002' $ev 2>/dev/null && break; sleep 0.2; done
+    assert "box2's clean stop reached the persistent connection as a discovery log change notice" \
+      grep -q "NVME_AEN=0x70f002" $ev || { cat $ev 2>/dev/null | tail -20; rc=1; }
+    echo > /proc/sys/kernel/hotplug
+    [ -n "$dc" ] && echo 1 > /sys/class/nvme/$dc/delete_controller
+  else
+    echo "  no /proc/sys/kernel/hotplug (uevent helper) in this kernel: the notice is not observed here"
+    kill -TERM "${pids[2]}"; wait "${pids[2]}"
+  fi
+  out=$(cdc_seen "$allowed")
+  assert "after box2 stopped, the CDC lists box1's 2 subsystems only" [ "$(grep -c . <<<"$out")" = 2 ] || rc=1
+  kill -KILL "${pids[1]}"; wait "${pids[1]}" 2>/dev/null
+  cdc_wait "$allowed" 0 10
+  assert "box1 killed (-9): the CDC lost its registration's connection and lists nothing" [ -z "$(cdc_seen "$allowed")" ] || rc=1
+  kill -TERM "${pids[0]}"; wait "${pids[0]}"
+  return $rc
+}
 suite_after_fio() {
   skipped metrics || step "fabrikd /metrics counts the fio traffic (scraped in the guest)" s_metrics
 }
@@ -661,6 +729,7 @@ suite_extra_steps() {
   skipped modules || step "two I/O modules: fio verify across ${MOD_KILLS:-20} kill -9 of module A and a planned failover" s_modules
   skipped modfabrik || step "two I/O modules: fabrik bench --verify across ${MOD_KILLS:-20} kill -9 of module A" s_modules_fabrik
   skipped resv || step "reservations between two hosts through both modules (nvme resv-*), kept across a restart" s_resv_hosts
+  skipped cdc || step "a central discovery controller: two boxes register, nvme discover per host, notices" s_cdc
   step "fabrikd log has no panic" s_log
 }
 

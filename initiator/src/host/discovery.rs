@@ -4,10 +4,13 @@
 
 use std::net::{IpAddr, SocketAddr};
 
+use bytes::Bytes;
+use fabrik_proto::fabrics::dim::DimData;
 use fabrik_proto::fabrics::discovery::{
     decode_discovery_log, subtype, DiscoveryLogEntry, DiscoveryLogHeader, DISCOVERY_ENTRY_LEN,
     DISCOVERY_HEADER_LEN,
 };
+use fabrik_proto::nvme::admin::AdminCommand;
 use fabrik_proto::nvme::log::lid;
 
 use crate::error::HostError;
@@ -73,6 +76,29 @@ impl Controller {
             0,
             format!("discovery log kept changing (GENCTR) over {MAX_ATTEMPTS} attempts"),
         ))
+    }
+
+    /// Discovery Information Management (TP8010): registers (`dim::tas::REGISTER`),
+    /// deregisters or updates `data`'s entity with a Central Discovery Controller. fabrikd uses it
+    /// to register a box with a CDC, as `nvme dim` does for a host. Deregistering sends the same
+    /// data as registering (libnvme does). The data goes host to controller; nothing comes back
+    /// but the completion, whose error status (e.g. Invalid Discovery Information, Insufficient
+    /// Discovery Resources, or Invalid Opcode from a controller that is not a CDC) is a
+    /// [`HostError::Status`].
+    pub async fn discovery_info_management(
+        &self,
+        tas: u8,
+        data: &DimData,
+    ) -> Result<(), HostError> {
+        if tas > 0xf {
+            return Err(HostError::Invalid(format!(
+                "DIM task {tas} does not fit in TAS (4 bits)"
+            )));
+        }
+        let sqe = AdminCommand::DiscoveryInfoManagement { tas }.to_sqe(0);
+        self.submit_admin(sqe, Some(Bytes::from(data.encode())), 0)
+            .await
+            .map(|_| ())
     }
 
     async fn discovery_header(&self, rae: bool) -> Result<DiscoveryLogHeader, HostError> {

@@ -1,7 +1,9 @@
 //! NVMe over Fabrics: the fabrics command set (Connect, Property Get/Set, Disconnect),
-//! the controller properties, NQNs, the discovery log page and the transports.
+//! the controller properties, NQNs, the discovery log page, the Discovery Information Management
+//! data (TP8010) and the transports.
 
 pub mod connect;
+pub mod dim;
 pub mod discovery;
 pub mod nqn;
 pub mod property;

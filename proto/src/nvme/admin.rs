@@ -68,6 +68,13 @@ pub enum AdminCommand {
     },
     AsyncEventRequest,
     KeepAlive,
+    /// Discovery Information Management (TP8010), to a Central Discovery Controller. CDW10: TAS
+    /// 3:0 (`fabrics::dim::tas`); the data (host to controller) is `fabrics::dim::DimData`.
+    /// `tas` is returned as sent, reserved values (3..=15) included: answering those (Invalid
+    /// Field) is the controller's job, like every other value it judges.
+    DiscoveryInfoManagement {
+        tas: u8,
+    },
 }
 
 /// SQE flags bits 5:2 are reserved in every command; bits 1:0 are FUSE, bits 7:6 PSDT.
@@ -115,6 +122,7 @@ impl AdminCommand {
                 | op::ABORT
                 | op::ASYNC_EVENT_REQUEST
                 | op::KEEP_ALIVE
+                | op::DISCOVERY_INFO_MGMT
         );
         if !known {
             return Err(Status::INVALID_OPCODE);
@@ -205,6 +213,14 @@ impl AdminCommand {
                     AdminCommand::AsyncEventRequest
                 })
             }
+            op::DISCOVERY_INFO_MGMT => {
+                // CDW10: TAS 3:0, reserved 31:4. CDW11..CDW15 reserved (libnvme sets only CDW10).
+                only(sqe.cdw10, 0xf)?;
+                only(sqe.cdw11 | sqe.cdw12 | sqe.cdw13 | sqe.cdw14 | sqe.cdw15, 0)?;
+                Ok(AdminCommand::DiscoveryInfoManagement {
+                    tas: sqe.cdw10 as u8,
+                })
+            }
             _ => Err(Status::INVALID_OPCODE),
         }
     }
@@ -227,12 +243,13 @@ impl AdminCommand {
             AdminCommand::Abort { .. } => op::ABORT,
             AdminCommand::AsyncEventRequest => op::ASYNC_EVENT_REQUEST,
             AdminCommand::KeepAlive => op::KEEP_ALIVE,
+            AdminCommand::DiscoveryInfoManagement { .. } => op::DISCOVERY_INFO_MGMT,
         }
     }
 
     /// The SQE a host sends: PSDT = SGL, data pointer left zero for the transport to fill.
-    /// Values wider than their field (LSP, SEL) are cut to the field. A Get Log Page `lpo` must
-    /// be dword aligned for `parse` to accept it back.
+    /// Values wider than their field (LSP, SEL, TAS) are cut to the field. A Get Log Page `lpo`
+    /// must be dword aligned for `parse` to accept it back.
     pub fn to_sqe(&self, cid: u16) -> Sqe {
         let mut sqe = Sqe {
             opcode: self.opcode(),
@@ -300,6 +317,7 @@ impl AdminCommand {
                 sqe.cdw10 = sqid as u32 | (cid as u32) << 16;
             }
             AdminCommand::AsyncEventRequest | AdminCommand::KeepAlive => {}
+            AdminCommand::DiscoveryInfoManagement { tas } => sqe.cdw10 = (tas & 0xf) as u32,
         }
         sqe
     }
@@ -364,6 +382,7 @@ mod tests {
             (any::<u16>(), any::<u16>()).prop_map(|(sqid, cid)| AdminCommand::Abort { sqid, cid }),
             Just(AdminCommand::AsyncEventRequest),
             Just(AdminCommand::KeepAlive),
+            (0u8..16).prop_map(|tas| AdminCommand::DiscoveryInfoManagement { tas }),
         ]
     }
 
@@ -382,7 +401,8 @@ mod tests {
         #[test]
         fn parse_never_panics(bytes in proptest::collection::vec(any::<u8>(), 64), opcode in prop_oneof![
             Just(op::IDENTIFY), Just(op::GET_LOG_PAGE), Just(op::GET_FEATURES), Just(op::SET_FEATURES),
-            Just(op::ABORT), Just(op::ASYNC_EVENT_REQUEST), Just(op::KEEP_ALIVE), any::<u8>()]) {
+            Just(op::ABORT), Just(op::ASYNC_EVENT_REQUEST), Just(op::KEEP_ALIVE),
+            Just(op::DISCOVERY_INFO_MGMT), any::<u8>()]) {
             let mut sqe = Sqe::decode(&bytes).unwrap();
             sqe.opcode = opcode;
             if let Ok(cmd) = AdminCommand::parse(&sqe) {
@@ -395,7 +415,7 @@ mod tests {
         fn only_known_opcodes(opcode: u8) {
             let sqe = Sqe { opcode, flags: FLAGS_PSDT_SGL, ..Sqe::default() };
             let known = [op::IDENTIFY, op::GET_LOG_PAGE, op::GET_FEATURES, op::SET_FEATURES, op::ABORT,
-                op::ASYNC_EVENT_REQUEST, op::KEEP_ALIVE];
+                op::ASYNC_EVENT_REQUEST, op::KEEP_ALIVE, op::DISCOVERY_INFO_MGMT];
             match AdminCommand::parse(&sqe) {
                 Ok(_) => prop_assert!(known.contains(&opcode)),
                 Err(s) => {
@@ -631,6 +651,67 @@ mod tests {
             AdminCommand::parse(&sqe(op::KEEP_ALIVE)),
             Ok(AdminCommand::KeepAlive)
         );
+    }
+
+    #[test]
+    fn discovery_info_management() {
+        // What libnvme's nvme_dim_send builds: CDW10 = TAS, nothing else; data host to controller.
+        assert_eq!(
+            crate::nvme::data_direction(op::DISCOVERY_INFO_MGMT, 0),
+            crate::nvme::DataDirection::ToController
+        );
+        for tas in [0, 1, 2] {
+            let mut s = sqe(op::DISCOVERY_INFO_MGMT);
+            s.cdw10 = tas as u32;
+            let cmd = AdminCommand::parse(&s).unwrap();
+            assert_eq!(cmd, AdminCommand::DiscoveryInfoManagement { tas });
+            assert_eq!(cmd.log_len(), 0);
+            let again = cmd.to_sqe(s.cid);
+            assert_eq!((again.opcode, again.cdw10), (0x21, tas as u32));
+            assert_eq!(AdminCommand::parse(&again), Ok(cmd));
+        }
+        // Reserved TAS values parse: the controller answers them.
+        let mut s = sqe(op::DISCOVERY_INFO_MGMT);
+        s.cdw10 = 0xf;
+        assert_eq!(
+            AdminCommand::parse(&s),
+            Ok(AdminCommand::DiscoveryInfoManagement { tas: 0xf })
+        );
+        // The NSID is not used and not judged.
+        s.nsid = 0xffff_ffff;
+        assert!(AdminCommand::parse(&s).is_ok());
+        // Reserved CDW10 31:4, CDW11..CDW15.
+        for bit in [4, 8, 16, 31] {
+            let mut s = sqe(op::DISCOVERY_INFO_MGMT);
+            s.cdw10 = 1 << bit;
+            assert_eq!(AdminCommand::parse(&s), Err(Status::INVALID_FIELD), "{bit}");
+        }
+        for dw in 11..=15 {
+            let mut s = sqe(op::DISCOVERY_INFO_MGMT);
+            match dw {
+                11 => s.cdw11 = 1,
+                12 => s.cdw12 = 1,
+                13 => s.cdw13 = 1,
+                14 => s.cdw14 = 1,
+                _ => s.cdw15 = 1 << 31,
+            }
+            assert_eq!(
+                AdminCommand::parse(&s),
+                Err(Status::INVALID_FIELD),
+                "CDW{dw}"
+            );
+        }
+        for (cdw2, cdw3, mptr) in [(1, 0, 0), (0, 1, 0), (0, 0, 1)] {
+            let mut s = sqe(op::DISCOVERY_INFO_MGMT);
+            (s.cdw2, s.cdw3, s.mptr) = (cdw2, cdw3, mptr);
+            assert_eq!(AdminCommand::parse(&s), Err(Status::INVALID_FIELD));
+        }
+        // TAS is cut to its 4 bits on the way out.
+        let b = AdminCommand::DiscoveryInfoManagement { tas: 0x12 }
+            .to_sqe(7)
+            .to_bytes();
+        assert_eq!((b[0], b[1], &b[40..44]), (0x21, 0x40, &[2u8, 0, 0, 0][..]));
+        assert!(b[44..64].iter().all(|&x| x == 0));
     }
 
     #[test]

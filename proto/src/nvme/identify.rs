@@ -23,7 +23,7 @@ pub struct IdentifyController {
     pub ver: u32,         // 80
     pub rtd3r: u32,       // 84
     pub rtd3e: u32,       // 88
-    pub oaes: u32,        // 92
+    pub oaes: u32,        // 92 (bits: `features::aec`, which shares them)
     pub ctratt: u32,      // 96
     pub cntrltype: u8,    // 111
     pub fguid: [u8; 16],  // 112
@@ -62,6 +62,7 @@ pub struct IdentifyController {
     pub fcatt: u8,        // 1802
     pub msdbd: u8,        // 1803
     pub ofcs: u16,        // 1804
+    pub dctype: u8,       // 1806 (`dctype`; a discovery controller's kind, TP8010)
     /// Power state 0 descriptor (2048..2080): max power in centiwatts.
     pub ps0_max_power_cw: u16,
 }
@@ -74,6 +75,16 @@ pub mod sgls {
     pub const KEYED: u32 = 1 << 2;
     /// SGL Data Block descriptors with an offset: data in the command capsule.
     pub const OFFSET: u32 = 1 << 20;
+}
+
+/// Identify Controller DCTYPE values. Hosts (libnvme, nvme-stas) register with a discovery
+/// controller (TP8010) only when it reports DDC or CDC.
+pub mod dctype {
+    pub const NOT_REPORTED: u8 = 0;
+    /// Direct Discovery Controller: the discovery controller of an NVM subsystem.
+    pub const DDC: u8 = 1;
+    /// Central Discovery Controller: hosts and DDCs register with it.
+    pub const CDC: u8 = 2;
 }
 
 /// Identify Controller CMIC bits.
@@ -153,6 +164,7 @@ impl IdentifyController {
         buf[1802] = self.fcatt;
         buf[1803] = self.msdbd;
         put_u16(buf, 1804, self.ofcs);
+        buf[1806] = self.dctype;
         put_u16(buf, 2048, self.ps0_max_power_cw);
     }
     pub fn to_bytes(&self) -> Box<[u8; IDENTIFY_LEN]> {
@@ -220,6 +232,7 @@ impl IdentifyController {
             fcatt: buf[1802],
             msdbd: buf[1803],
             ofcs: u16_at(buf, 1804),
+            dctype: buf[1806],
             ps0_max_power_cw: u16_at(buf, 2048),
         })
     }

@@ -27,6 +27,8 @@ pub mod admin_opcode {
     pub const GET_FEATURES: u8 = 0x0A;
     pub const ASYNC_EVENT_REQUEST: u8 = 0x0C;
     pub const KEEP_ALIVE: u8 = 0x18;
+    /// Discovery Information Management (TP8010): a host or DDC registers with a CDC.
+    pub const DISCOVERY_INFO_MGMT: u8 = 0x21;
     pub const FABRICS: u8 = 0x7F;
 }
 

@@ -76,6 +76,9 @@ statuses! {
     FEATURE_NOT_SAVEABLE = (sct::COMMAND_SPECIFIC, 0x0D, true, "Feature Identifier Not Saveable");
     FEATURE_NOT_CHANGEABLE = (sct::COMMAND_SPECIFIC, 0x0E, true, "Feature Not Changeable");
     FEATURE_NOT_NS_SPECIFIC = (sct::COMMAND_SPECIFIC, 0x0F, true, "Feature Not Namespace Specific");
+    // Discovery Information Management (TP8010). 0x32 may clear once the CDC frees room: no DNR.
+    INVALID_DISCOVERY_INFO = (sct::COMMAND_SPECIFIC, 0x2F, true, "Invalid Discovery Information");
+    INSUFFICIENT_DISCOVERY_RESOURCES = (sct::COMMAND_SPECIFIC, 0x32, false, "Insufficient Discovery Resources");
     CONNECT_INCOMPATIBLE_FORMAT = (sct::COMMAND_SPECIFIC, 0x80, true, "Connect Incompatible Format");
     CONNECT_CONTROLLER_BUSY = (sct::COMMAND_SPECIFIC, 0x81, true, "Connect Controller Busy");
     CONNECT_INVALID_PARAMETERS = (sct::COMMAND_SPECIFIC, 0x82, true, "Connect Invalid Parameters");
@@ -197,6 +200,13 @@ mod tests {
         assert_eq!(Status::NAMESPACE_NOT_READY.to_wire(false), 0x0104);
         assert_eq!(Status::CONNECT_INVALID_HOST.to_wire(false), 0x8308);
         assert_eq!(Status::LBA_OUT_OF_RANGE.to_wire(false), 0x8100);
+        assert_eq!(Status::INVALID_DISCOVERY_INFO.raw(), 0x412f);
+        assert_eq!(Status::INVALID_DISCOVERY_INFO.to_wire(false), 0x825e);
+        assert_eq!(Status::INSUFFICIENT_DISCOVERY_RESOURCES.raw(), 0x0132);
+        assert_eq!(
+            Status::from_raw(0x0132).name(),
+            "Insufficient Discovery Resources"
+        );
         assert_eq!(Status::from_wire(0x8004), Status::INVALID_FIELD);
         assert!(Status::SUCCESS.is_success());
         assert_eq!(Status::INVALID_FIELD.name(), "Invalid Field in Command");

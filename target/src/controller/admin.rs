@@ -5,7 +5,7 @@ use bytes::{Bytes, BytesMut};
 use fabrik_proto::nvme::admin::{cns, csi, AdminCommand};
 use fabrik_proto::nvme::features::{aec, fid, sel, NumberOfQueues};
 use fabrik_proto::nvme::identify::{
-    anacap, cmic, encode_ns_descriptors, encode_ns_list, sgls, IdentifyController,
+    anacap, cmic, dctype, encode_ns_descriptors, encode_ns_list, sgls, IdentifyController,
     IdentifyNamespace, LbaFormat, NsDescriptor, IDENTIFY_LEN,
 };
 use fabrik_proto::nvme::log::{
@@ -41,11 +41,14 @@ impl Controller {
                 | AdminCommand::SetFeatures { .. }
                 | AdminCommand::AsyncEventRequest
                 | AdminCommand::KeepAlive => {}
+                AdminCommand::DiscoveryInfoManagement { .. } if self.target.cdc.is_some() => {}
                 AdminCommand::Identify { .. } | AdminCommand::GetLogPage { .. } => {
                     return Err(Status::INVALID_FIELD)
                 }
                 _ => return Err(Status::INVALID_OPCODE),
             }
+        } else if matches!(cmd, AdminCommand::DiscoveryInfoManagement { .. }) {
+            return Err(Status::INVALID_OPCODE);
         }
         if !self.is_ready() && !matches!(cmd, AdminCommand::KeepAlive) {
             return Err(Status::COMMAND_SEQUENCE_ERROR);
@@ -84,7 +87,7 @@ impl Controller {
                 numd: _,
                 lpo,
                 csi: _,
-            } => self.get_log_page(nsid, lid, lsp, rae, lpo, len),
+            } => self.get_log_page(nsid, lid, lsp, rae, lpo, len).await,
             AdminCommand::GetFeatures {
                 nsid,
                 fid,
@@ -115,6 +118,9 @@ impl Controller {
                 }
             }
             AdminCommand::KeepAlive => Response::ok(),
+            AdminCommand::DiscoveryInfoManagement { tas } => {
+                self.discovery_info_management(tas, &data)
+            }
         }
     }
 
@@ -214,6 +220,11 @@ impl Controller {
                 aec::NS_ATTR_NOTICES | aec::ANA_CHANGE_NOTICES
             },
             cntrltype: if self.is_discovery() { 2 } else { 1 },
+            dctype: match (self.is_discovery(), &self.target.cdc) {
+                (false, _) => dctype::NOT_REPORTED,
+                (true, None) => dctype::DDC,
+                (true, Some(_)) => dctype::CDC,
+            },
             acl: 3,
             aerl: (limits::AER_LIMIT - 1) as u8,
             frmw: 1 << 1 | 1, // one slot, read-only
@@ -268,7 +279,7 @@ impl Controller {
         }
     }
 
-    fn get_log_page(
+    async fn get_log_page(
         &self,
         nsid: u32,
         log: u8,
@@ -309,7 +320,7 @@ impl Controller {
                 encode_changed_ns_list(&self.take_changed_namespaces(rae), &mut b);
                 b.to_vec()
             }
-            lid::DISCOVERY if self.is_discovery() => self.discovery_log_page(),
+            lid::DISCOVERY if self.is_discovery() => self.discovery_log_page().await,
             // Each read takes one page (an empty one when none is queued).
             reservation::NOTIFICATION_LOG if !self.is_discovery() => {
                 self.take_reservation_notice().encode().to_vec()

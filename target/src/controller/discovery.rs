@@ -1,5 +1,6 @@
 //! The discovery controller's log page: for the connecting host, every subsystem it may
-//! access on every port, with concrete addresses.
+//! access on every port, with concrete addresses; on a central discovery controller, what every
+//! registered box offers the host (`crate::cdc`).
 
 use std::net::SocketAddr;
 
@@ -8,8 +9,20 @@ use fabrik_proto::fabrics::discovery::{adrfam, encode_discovery_log, subtype, Di
 use super::Controller;
 
 impl Controller {
-    pub(super) fn discovery_log_page(&self) -> Vec<u8> {
+    pub(super) async fn discovery_log_page(&self) -> Vec<u8> {
         let genctr = self.target.discovery_genctr();
+        if let Some(dir) = &self.target.cdc {
+            // Boxes are read over NVMe/TCP, on the control runtime (not this queue's reactor).
+            let (dir, host) = (dir.clone(), self.hostnqn.clone().unwrap_or_default());
+            let read = self
+                .target
+                .spawn_control(async move { dir.log_for(&host, genctr).await });
+            let entries = read.await.unwrap_or_else(|e| {
+                tracing::error!("the CDC's discovery log for {}: {e}", self.host_label());
+                Default::default()
+            });
+            return encode_discovery_log(genctr, &entries);
+        }
         let mut entries = Vec::new();
         for port in self.target.ports() {
             // A wildcard listener is reported with the address this host reached us on.

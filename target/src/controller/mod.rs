@@ -12,6 +12,7 @@ mod admin;
 pub mod ana;
 pub mod auth;
 pub mod books;
+mod dim;
 mod discovery;
 mod events;
 mod fabrics;

@@ -210,6 +210,8 @@ pub struct TargetState {
     subsystems: RwLock<BTreeMap<String, Arc<Subsystem>>>,
     ports: RwLock<Vec<Port>>,
     discovery_genctr: AtomicU64,
+    /// Woken at every change of the discovery log (a box's registration with a CDC waits on it).
+    pub discovery_notify: tokio::sync::Notify,
     discovery_controllers: Mutex<HashMap<u16, Weak<Controller>>>,
     next_discovery_cntlid: AtomicU16,
     pub started: Instant,
@@ -245,6 +247,9 @@ pub struct TargetState {
     host_qos: Mutex<HashMap<String, Arc<crate::qos::Limiter>>>,
     /// Drives' I/O limits, by drive ID, kept as the hosts' are.
     drive_qos: Mutex<HashMap<String, Arc<crate::qos::Limiter>>>,
+    /// Set when this fabrikd is a central discovery controller (`--role cdc`): its discovery
+    /// log is made from the boxes registered here.
+    pub cdc: Option<Arc<crate::cdc::Directory>>,
 }
 
 impl TargetState {
@@ -314,6 +319,7 @@ impl TargetState {
             subsystems: RwLock::new(BTreeMap::new()),
             ports: RwLock::new(Vec::new()),
             discovery_genctr: AtomicU64::new(1),
+            discovery_notify: tokio::sync::Notify::new(),
             discovery_controllers: Mutex::new(HashMap::new()),
             next_discovery_cntlid: AtomicU16::new(0),
             started: Instant::now(),
@@ -330,7 +336,14 @@ impl TargetState {
             host_auth: RwLock::default(),
             host_qos: Mutex::default(),
             drive_qos: Mutex::default(),
+            cdc: None,
         }
+    }
+
+    /// This process is a central discovery controller with `directory`.
+    pub fn with_cdc(mut self, directory: Option<Arc<crate::cdc::Directory>>) -> TargetState {
+        self.cdc = directory;
+        self
     }
 
     /// This process is I/O module `module` of a pair: its half of the controller IDs, an ANA
@@ -425,6 +438,7 @@ impl TargetState {
     /// Bumps the discovery log generation and tells connected discovery controllers.
     pub fn discovery_changed(&self) {
         self.discovery_genctr.fetch_add(1, Ordering::AcqRel);
+        self.discovery_notify.notify_waiters();
         let ctrls: Vec<_> = self
             .discovery_controllers
             .lock()
@@ -451,6 +465,9 @@ impl TargetState {
 
     pub fn unregister_discovery_controller(&self, cntlid: u16) {
         self.discovery_controllers.lock().unwrap().remove(&cntlid);
+        if self.cdc.as_ref().is_some_and(|d| d.controller_gone(cntlid)) {
+            self.discovery_changed();
+        }
     }
 
     /// Every live controller, I/O and discovery.

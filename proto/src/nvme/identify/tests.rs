@@ -13,7 +13,7 @@ fn any_ctrl() -> impl Strategy<Value = IdentifyController> {
         (text(20), text(40), text(8), text(223)),
         any::<[u16; 14]>(),
         any::<[u32; 13]>(),
-        any::<[u8; 24]>(),
+        any::<[u8; 25]>(),
         any::<[u8; 16]>(),
     )
         .prop_map(
@@ -70,6 +70,7 @@ fn any_ctrl() -> impl Strategy<Value = IdentifyController> {
                 fcatt: b[19],
                 msdbd: b[20],
                 ofcs: w[13],
+                dctype: b[23],
                 ps0_max_power_cw: d[10] as u16,
             },
         )
@@ -222,6 +223,7 @@ fn controller_offsets() {
         ioccsz: 260,
         iorcsz: 1,
         msdbd: 1,
+        dctype: dctype::CDC,
         ps0_max_power_cw: 2500,
         ..Default::default()
     };
@@ -245,6 +247,7 @@ fn controller_offsets() {
     assert_eq!(&b[1792..1796], &260u32.to_le_bytes());
     assert_eq!(&b[1796..1800], &1u32.to_le_bytes());
     assert_eq!(b[1803], 1);
+    assert_eq!((b[1805], b[1806], b[1807]), (0, 2, 0));
     assert_eq!(&b[2048..2050], &2500u16.to_le_bytes());
     assert_eq!(IdentifyController::decode(&b[..]), Ok(c));
 }

@@ -55,8 +55,8 @@ fn identify_sgls_and_ioccsz_follow_the_port_caps() {
     assert_eq!(id.ioccsz, 64 / 16);
 }
 
-#[test]
-fn discovery_entries_follow_each_port_caps() {
+#[tokio::test]
+async fn discovery_entries_follow_each_port_caps() {
     let target = Arc::new(TargetState::new("box".into()));
     let nqn = Nqn::new("nqn.2024-01.io.fabrik:box:drive-00").unwrap();
     let sub = Subsystem::new(nqn, "SN".into(), "MODEL".into(), None);
@@ -83,7 +83,9 @@ fn discovery_entries_follow_each_port_caps() {
             caps,
         });
     }
-    let page = discovery_controller(target, BARE).discovery_log_page();
+    let page = discovery_controller(target, BARE)
+        .discovery_log_page()
+        .await;
     let (_, entries) = decode_discovery_log(&page).unwrap();
     let seen: Vec<(u16, u8, Tsas, u8)> = entries
         .iter()
