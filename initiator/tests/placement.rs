@@ -26,6 +26,7 @@ fn reference_box(drive_gbps: Option<f64>) -> BoxInventory {
             .map(|i| Drive {
                 nqn: format!("nqn.2024-01.io.fabrik:box:drive-{i:02}"),
                 gbytes_per_sec: drive_gbps,
+                ports: Vec::new(),
             })
             .collect(),
     }
@@ -177,6 +178,7 @@ fn dgx_h100_pairs_each_gpu_with_its_compute_nic() {
             .map(|i| Drive {
                 nqn: format!("nqn.box:drive-{i:02}"),
                 gbytes_per_sec: Some(6.8),
+                ports: Vec::new(),
             })
             .collect(),
     };
@@ -529,4 +531,55 @@ fn this_machine_without_gpus_gives_an_empty_plan_that_says_so() {
             "no GPU found under /sys: nothing to place"
         );
     }
+}
+
+/// Many boxes (as a central discovery controller lists them): each drive connects through a
+/// port of its own box, on the rail of the NIC port it is read through where its box has one.
+#[test]
+fn drives_of_many_boxes_connect_through_their_own_boxs_ports() {
+    use fabrik_initiator::proto::fabrics::discovery::{subtype, DiscoveryLogEntry, Tsas};
+    let entry = |b: usize, k: usize, d: usize| DiscoveryLogEntry {
+        trtype: Transport::Rdma.trtype(),
+        adrfam: 1,
+        subtype: subtype::NVM,
+        treq: 0,
+        portid: k as u16,
+        cntlid: 0xffff,
+        asqsz: 32,
+        eflags: 0,
+        trsvcid: "4420".into(),
+        subnqn: format!("nqn.2024-01.io.fabrik:box{b}:drive-{d:02}"),
+        traddr: format!("10.10.{k}.{}", 100 + b),
+        tsas: Tsas::Other([0; 16]),
+    };
+    // Box 1 on every rail, box 2 on rails 0 and 4 only; four drives each.
+    let mut entries = Vec::new();
+    for d in 0..4 {
+        entries.extend((0..6).map(|k| entry(1, k, d)));
+        entries.extend([0, 4].map(|k| entry(2, k, d)));
+    }
+    let inventory = BoxInventory::from_discovery(&entries);
+    assert_eq!(inventory.drives.len(), 8);
+    assert_eq!(inventory.ports.len(), 8);
+    let m = fixtures::machines::reference_2gpu();
+    let topo = Topology::read(m.root()).unwrap();
+    let plan = plan(&topo, &inventory, &PlaceOptions::default()).unwrap();
+    let mut seen = 0;
+    for c in plan.gpus.iter().flat_map(|g| &g.connections) {
+        let (own, _) = c.nqn.rsplit_once(":drive-").unwrap();
+        let b = own.rsplit_once(":box").unwrap().1;
+        assert_eq!(
+            c.target.traddr.rsplit('.').next().unwrap(),
+            format!("10{b}"),
+            "{c}: a port of box {b}"
+        );
+        if b == "1" {
+            // Box 1 is on every rail: the port on the NIC port's own network.
+            let rail = c.host_traddr.unwrap().to_string();
+            let rail = rail.split('.').nth(2).unwrap();
+            assert_eq!(c.target.traddr.split('.').nth(2).unwrap(), rail, "{c}");
+        }
+        seen += 1;
+    }
+    assert_eq!(seen, 8, "every drive connected");
 }

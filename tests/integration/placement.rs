@@ -178,6 +178,7 @@ async fn a_plan_naming_an_unknown_subsystem_is_not_composed() {
     inventory.drives.push(fabrik_initiator::placement::Drive {
         nqn: "nqn.2024-01.io.fabrik:otherbox:drive-00".into(),
         gbytes_per_sec: None,
+        ports: Vec::new(),
     });
     let machine = fixtures::machines::reference_2gpu();
     let topo = Topology::read(machine.root()).unwrap();

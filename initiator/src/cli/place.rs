@@ -38,7 +38,9 @@ pub struct PlanArgs {
     /// /var/lib/fabrik or ~/.local/share/fabrik].
     #[arg(long, env = "FABRIK_API_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
-    /// Or: ask the box's discovery controller at this address for its ports and drives.
+    /// Or: ask the discovery controller at this address for the ports and drives: a box's, or a
+    /// central discovery controller's (`fabrikd --role cdc`), which lists every box it knows,
+    /// each drive reached through its own box's ports.
     #[arg(long, value_name = "ADDR")]
     pub discover: Option<String>,
     /// Port of the discovery controller.

@@ -71,7 +71,7 @@ pub(super) fn connections(
             let source =
                 (!port.addrs.is_empty()).then(|| port.addrs[per_port[p] % port.addrs.len()]);
             per_port[p] += 1;
-            let Some(t) = pick_target(&inventory.ports, &per_target, source) else {
+            let Some(t) = pick_target(&inventory.ports, &per_target, source, &drive.ports) else {
                 continue;
             };
             per_target[t] += 1;
@@ -88,8 +88,15 @@ pub(super) fn connections(
     out
 }
 
-fn pick_target(targets: &[TargetPort], load: &[usize], source: Option<IpAddr>) -> Option<usize> {
-    (0..targets.len()).min_by_key(|&t| {
+/// The target port for a drive reachable through `reach` (empty: any of `targets`).
+fn pick_target(
+    targets: &[TargetPort],
+    load: &[usize],
+    source: Option<IpAddr>,
+    reach: &[TargetPort],
+) -> Option<usize> {
+    let reaches = |t: &usize| reach.is_empty() || reach.contains(&targets[*t]);
+    (0..targets.len()).filter(reaches).min_by_key(|&t| {
         let prefix = match (source, targets[t].traddr.parse::<IpAddr>()) {
             (Some(s), Ok(d)) => common_prefix(s, d),
             _ => 0,

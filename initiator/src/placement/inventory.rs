@@ -25,6 +25,11 @@ pub struct Drive {
     /// Sequential read throughput in GB/s, when known.
     #[serde(default)]
     pub gbytes_per_sec: Option<f64>,
+    /// The target ports that reach this drive; empty: every port of the inventory (one box).
+    /// Discovery through a central discovery controller lists many boxes, each drive behind
+    /// its own box's ports.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ports: Vec<TargetPort>,
 }
 
 /// What the box offers.
@@ -69,6 +74,7 @@ impl BoxInventory {
         for nqn in drives.iter().flat_map(|d| &d.subsystems) {
             if !inv.drives.iter().any(|d| &d.nqn == nqn) {
                 inv.drives.push(Drive {
+                    ports: Vec::new(),
                     nqn: nqn.clone(),
                     gbytes_per_sec: None,
                 });
@@ -94,13 +100,16 @@ impl BoxInventory {
                 trsvcid,
             };
             if !inv.ports.contains(&port) {
-                inv.ports.push(port);
+                inv.ports.push(port.clone());
             }
-            if !inv.drives.iter().any(|d| d.nqn == e.subnqn) {
-                inv.drives.push(Drive {
+            match inv.drives.iter_mut().find(|d| d.nqn == e.subnqn) {
+                Some(d) if !d.ports.contains(&port) => d.ports.push(port),
+                Some(_) => {}
+                None => inv.drives.push(Drive {
                     nqn: e.subnqn.clone(),
                     gbytes_per_sec: None,
-                });
+                    ports: vec![port],
+                }),
             }
         }
         inv
