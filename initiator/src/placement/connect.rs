@@ -195,11 +195,14 @@ mod tests {
         };
         let targets = [t("10.0.1.10"), t("10.0.2.10"), t("10.0.2.11")];
         let src = Some("10.0.2.1".parse().unwrap());
-        assert_eq!(pick_target(&targets, &[0, 0, 0], src), Some(1));
-        assert_eq!(pick_target(&targets, &[0, 1, 0], src), Some(2));
-        assert_eq!(pick_target(&targets, &[0, 1, 1], src), Some(1));
-        assert_eq!(pick_target(&targets, &[3, 1, 1], None), Some(1));
-        assert_eq!(pick_target(&[], &[], src), None);
+        assert_eq!(pick_target(&targets, &[0, 0, 0], src, &[]), Some(1));
+        assert_eq!(pick_target(&targets, &[0, 1, 0], src, &[]), Some(2));
+        assert_eq!(pick_target(&targets, &[0, 1, 1], src, &[]), Some(1));
+        assert_eq!(pick_target(&targets, &[3, 1, 1], None, &[]), Some(1));
+        assert_eq!(pick_target(&[], &[], src, &[]), None);
+        // A drive that only some ports reach: the best of those.
+        let reach = [targets[0].clone()];
+        assert_eq!(pick_target(&targets, &[0, 0, 0], src, &reach), Some(0));
     }
 
     #[test]
