@@ -95,6 +95,8 @@ pub struct Config {
     pub cdc_role: bool,
     /// A central discovery controller to register this box with (`--cdc`).
     pub cdc: Option<SocketAddr>,
+    /// Announce the discovery controller over mDNS (`--mdns`, `crate::announce`).
+    pub mdns: bool,
     /// The token for the other module's API (None: this module's own, as both are usually
     /// given the same `api_token`).
     pub peer_token: Option<String>,
@@ -146,6 +148,7 @@ impl Config {
             peer: None,
             cdc_role: false,
             cdc: None,
+            mdns: false,
             peer_token: None,
             hosts: Vec::new(),
             api_clients: Vec::new(),

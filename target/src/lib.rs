@@ -23,12 +23,14 @@
 //! - `transport`: the NVMe/TCP and NVMe/RDMA listeners that feed controller queues
 //! - `config`: fabrikd's settings
 //! - `registration`: a box registering with a central discovery controller
+//! - `announce`: the discovery controller announced over mDNS
 //! - `state`: the configuration persisted across restarts
 //! - `management`: the operations the REST API calls
 //! - `metrics`: the scrape of the counters
 //! - `crate`: `Target` (this file), which starts and stops a target
 //! - `endpoints`: where the REST API and `/metrics` are served
 
+pub mod announce;
 pub mod backend;
 pub mod cdc;
 pub mod config;
@@ -138,6 +140,8 @@ pub struct Target {
     stop: CancellationToken,
     /// The box's registration with a central discovery controller (`--cdc`).
     registration: Option<tokio::task::JoinHandle<()>>,
+    /// The discovery controller's mDNS announcements (`--mdns`).
+    announcer: Option<announce::Announcer>,
 }
 
 impl Target {
@@ -312,6 +316,16 @@ impl Target {
         let registration = config
             .cdc
             .map(|cdc| registration::spawn(target.clone(), cdc, stop.clone()));
+        let announcer = match config.mdns {
+            true => {
+                let (name, role) = match config.cdc_role {
+                    true => (format!("{}-cdc", target.box_name), "cdc"),
+                    false => (target.box_name.clone(), "box"),
+                };
+                Some(announce::Announcer::start(&name, role, &listen_addrs)?)
+            }
+            false => None,
+        };
         let audit = match config.persist_state {
             true => {
                 let path = config.data_dir.join(AUDIT_LOG);
@@ -330,6 +344,7 @@ impl Target {
             rdma_listen_addrs,
             stop,
             registration,
+            announcer,
         })
     }
 
@@ -385,9 +400,13 @@ impl Target {
     /// closes every connection, then flushes every drive.
     pub async fn shutdown(self) {
         self.stop.cancel();
-        // Deregistered from the CDC first, so its hosts stop being offered what goes now.
+        // Deregistered from the CDC and the announcements withdrawn first, so hosts stop being
+        // offered what goes now.
         if let Some(r) = self.registration {
             let _ = r.await;
+        }
+        if let Some(a) = self.announcer {
+            let _ = tokio::task::spawn_blocking(move || a.stop()).await;
         }
         self.manager.join_listeners().await;
         for sub in self.state.subsystems() {

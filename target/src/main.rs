@@ -122,6 +122,11 @@ struct Args {
     /// address); deregistered at a clean stop.
     #[arg(long, value_name = "ADDR:PORT")]
     cdc: Option<String>,
+    /// Announce this fabrikd's discovery controller over mDNS (`_nvme-disc._tcp`, NVMe-oF
+    /// TP8009) on its NVMe/TCP listeners, for hosts that find discovery controllers that way
+    /// (nvme-stas).
+    #[arg(long)]
+    mdns: bool,
 }
 
 fn main() -> ExitCode {
@@ -327,6 +332,7 @@ fn build_config(args: &Args) -> anyhow::Result<Config> {
                 .with_context(|| format!("--cdc {cdc:?}: expected ADDR:PORT"))?,
         );
     }
+    config.mdns = args.mdns;
     if let Some(cores) = &args.cores {
         config.cores = fabrik_target::reactor::parse_cores(cores)
             .map_err(|e| anyhow::anyhow!("--cores {cores:?}: {e}"))?;

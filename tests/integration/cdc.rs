@@ -275,3 +275,79 @@ fn a_cdc_serves_no_drives() {
     let err = cfg.validate().unwrap_err().to_string();
     assert!(err.contains("serves no drives"), "{err}");
 }
+
+/// Announced instances by name: port, TXT `p` and `role`.
+type Announced = std::collections::BTreeMap<String, (u16, String, String)>;
+
+/// Browses `_nvme-disc._tcp` on loopback until `done` holds for what was resolved (by instance
+/// name: port and TXT), or 10 s pass; `removed` collects withdrawn instances.
+fn browse_until(done: impl Fn(&Announced, &[String]) -> bool) -> (Announced, Vec<String>) {
+    use mdns_sd::{IfKind, ServiceDaemon, ServiceEvent};
+    let daemon = ServiceDaemon::new().unwrap();
+    daemon.disable_interface(IfKind::All).unwrap();
+    daemon.enable_interface(IfKind::LoopbackV4).unwrap();
+    let events = daemon
+        .browse(fabrik_target::announce::SERVICE_TYPE)
+        .unwrap();
+    let (mut found, mut removed) = (Announced::new(), Vec::new());
+    let start = std::time::Instant::now();
+    while !done(&found, &removed) && start.elapsed() < Duration::from_secs(10) {
+        match events.recv_timeout(Duration::from_millis(200)) {
+            Ok(ServiceEvent::ServiceResolved(r)) => {
+                let txt = |k| r.get_property_val_str(k).unwrap_or_default().to_string();
+                found.insert(r.fullname.clone(), (r.port, txt("p"), txt("role")));
+                assert_eq!(
+                    txt("nqn"),
+                    fabrik_initiator::proto::fabrics::nqn::DISCOVERY_NQN
+                );
+            }
+            Ok(ServiceEvent::ServiceRemoved(_, name)) => removed.push(name),
+            _ => {}
+        }
+    }
+    let _ = daemon.shutdown();
+    (found, removed)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn boxes_and_the_cdc_announce_themselves_over_mdns() {
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut cfg = cdc_config(dirs[0].path());
+    cfg.box_name = "mdns-test".into();
+    cfg.mdns = true;
+    let cdc = start(cfg).await;
+    let mut cfg = config(dirs[1].path(), BackendKind::Null, 1, 1 << 20);
+    cfg.box_name = "mdns-test-box".into();
+    cfg.mdns = true;
+    let b = start(cfg).await;
+    let (cdc_port, box_port) = (addr(&cdc).port(), addr(&b).port());
+    let cdc_name = format!("mdns-test-cdc.{}", fabrik_target::announce::SERVICE_TYPE);
+    let box_name = format!("mdns-test-box.{}", fabrik_target::announce::SERVICE_TYPE);
+    let (found, _) = tokio::task::spawn_blocking({
+        let (c, bx) = (cdc_name.clone(), box_name.clone());
+        move || browse_until(move |f, _| f.contains_key(&c) && f.contains_key(&bx))
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        found.get(&cdc_name),
+        Some(&(cdc_port, "tcp".into(), "cdc".into())),
+        "{found:?}"
+    );
+    assert_eq!(
+        found.get(&box_name),
+        Some(&(box_port, "tcp".into(), "box".into())),
+        "{found:?}"
+    );
+
+    // A clean stop withdraws the announcement.
+    let browsing = tokio::task::spawn_blocking({
+        let bx = box_name.clone();
+        move || browse_until(move |_, r| r.contains(&bx))
+    });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    b.shutdown().await;
+    let (_, removed) = browsing.await.unwrap();
+    assert!(removed.contains(&box_name), "withdrawn: {removed:?}");
+    cdc.shutdown().await;
+}
