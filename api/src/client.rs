@@ -283,6 +283,11 @@ impl Client {
             .await
     }
 
+    /// What is registered with a central discovery controller (404 from a box).
+    pub async fn cdc_registrations(&self) -> Result<Vec<CdcRegistration>, ClientError> {
+        self.get("/cdc/registrations").await
+    }
+
     pub async fn module(&self) -> Result<Module, ClientError> {
         self.get("/module").await
     }

@@ -83,6 +83,8 @@ pub trait Management: Send + Sync + 'static {
     fn disconnect_controller(&self, id: u64) -> MgmtResult<()>;
 
     fn ana_groups(&self) -> Vec<AnaGroup>;
+    /// What is registered with this central discovery controller; NotFound on a box.
+    fn cdc_registrations(&self) -> MgmtResult<Vec<CdcRegistration>>;
     fn ana_group(&self, id: u32) -> MgmtResult<AnaGroup>;
     /// Puts the group in `req.state` (kept across restarts).
     fn set_ana_group(&self, id: u32, req: AnaGroupRequest) -> MgmtResult<AnaGroup>;

@@ -400,6 +400,29 @@ impl AnaState {
     }
 }
 
+/// An entity registered with this central discovery controller (`fabrikd --role cdc`) through
+/// Discovery Information Management: a box's discovery controller, or a host (`nvme dim`).
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct CdcRegistration {
+    /// Its NQN (EID): `nqn.2024-01.io.fabrik:<box>` for a fabrik box.
+    pub nqn: String,
+    /// Its name (ENAME): a box's name, a host's host name.
+    pub name: String,
+    /// "box" (a discovery controller) or "host".
+    pub entity: String,
+    /// Where a box's discovery controller answers; the CDC reads hosts' logs from there.
+    pub addresses: Vec<CdcAddress>,
+}
+
+/// A discovery controller's address, as registered.
+#[derive(Clone, Debug, Serialize, Deserialize, ToSchema, PartialEq)]
+pub struct CdcAddress {
+    /// "tcp" or "rdma" (or the TRTYPE number of another transport).
+    pub transport: String,
+    pub traddr: String,
+    pub trsvcid: String,
+}
+
 /// An ANA (asymmetric namespace access) group: the namespaces in it and its state as this
 /// target's ports report it (Identify ANAGRPID, the ANA log page).
 #[derive(Clone, Debug, Serialize, Deserialize, ToSchema, PartialEq)]

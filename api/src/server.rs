@@ -17,7 +17,7 @@ use crate::http::LocalAdmin;
 use crate::management::Management;
 use crate::models::*;
 use crate::routes::{
-    self, ana, compositions, controllers, drives, hosts, ports, subsystems, volumes,
+    self, ana, cdc, compositions, controllers, drives, hosts, ports, subsystems, volumes,
 };
 
 #[derive(OpenApi)]
@@ -36,6 +36,7 @@ use crate::routes::{
         volumes::add_spare, volumes::set_rebuild_limit, volumes::scrub,
         ana::list, ana::get, ana::set, ana::module, ana::set_module,
         ana::config, ana::apply_config, ana::push_config,
+        cdc::registrations,
     ),
     components(schemas(Problem)),
     modifiers(&BearerAuth),
@@ -139,6 +140,7 @@ pub fn router(m: Arc<dyn Management>, auth: Auth) -> Router {
         .route("/ports", get(ports::list).post(ports::create))
         .route("/ports/{id}", get(ports::get).delete(ports::delete))
         .route("/ana-groups", get(ana::list))
+        .route("/cdc/registrations", get(cdc::registrations))
         .route("/ana-groups/{id}", get(ana::get).put(ana::set))
         .route("/module", get(ana::module).put(ana::set_module))
         .route("/module/config", get(ana::config).put(ana::apply_config))

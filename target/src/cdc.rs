@@ -271,6 +271,26 @@ impl Directory {
     }
 }
 
+/// A registration as the management API shows it.
+pub fn view(r: &Registration) -> fabrik_api::models::CdcRegistration {
+    fabrik_api::models::CdcRegistration {
+        nqn: r.eid.clone(),
+        name: r.ename.clone(),
+        entity: entity_name(r.etype).into(),
+        addresses: r
+            .entries
+            .iter()
+            .filter(|_| r.etype == etype::DDC)
+            .map(|e| fabrik_api::models::CdcAddress {
+                transport: Transport::from_trtype(e.trtype)
+                    .map_or(e.trtype.to_string(), |t| t.as_str().into()),
+                traddr: e.traddr.clone(),
+                trsvcid: e.trsvcid.clone(),
+            })
+            .collect(),
+    }
+}
+
 fn entity_name(etype: u16) -> &'static str {
     match etype {
         etype::DDC => "box",

@@ -405,6 +405,15 @@ impl Management for Manager {
         self.ana_groups_view()
     }
 
+    fn cdc_registrations(&self) -> MgmtResult<Vec<api::CdcRegistration>> {
+        let Some(dir) = &self.target.cdc else {
+            return Err(MgmtError::NotFound(
+                "this fabrikd is a box, not a central discovery controller (--role cdc)".into(),
+            ));
+        };
+        Ok(dir.registrations().iter().map(crate::cdc::view).collect())
+    }
+
     fn ana_group(&self, id: u32) -> MgmtResult<api::AnaGroup> {
         self.ana_group_by_id(id)
     }

@@ -110,8 +110,9 @@ async fn hosts_discover_every_box_from_the_cdc_each_what_it_may_use() {
         HostIdentity::random(),
         HostIdentity::random(),
     );
-    let cdc = start(cdc_config(dirs[0].path())).await;
-    let at = addr(&cdc);
+    let cdc_api = common::api::start_with(cdc_config(dirs[0].path())).await;
+    let cdc = &cdc_api.target;
+    let at = addr(cdc);
     assert!(cdc.subsystem_nqns().is_empty(), "a CDC serves no drives");
     let watcher = persistent(at, &a).await;
 
@@ -126,6 +127,34 @@ async fn hosts_discover_every_box_from_the_cdc_each_what_it_may_use() {
     .await;
     notified(&watcher, "boxes registered").await;
     assert_eq!(seen(at, &b).await, nqns(&box2), "B only box2's");
+    // The CDC's management API lists them.
+    let regs = cdc_api.admin.cdc_registrations().await.unwrap();
+    let listed: Vec<(&str, &str, String)> = regs
+        .iter()
+        .map(|r| {
+            let a = &r.addresses[0];
+            (
+                r.nqn.as_str(),
+                r.entity.as_str(),
+                format!("{} {}:{}", a.transport, a.traddr, a.trsvcid),
+            )
+        })
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            (
+                "nqn.2024-01.io.fabrik:box1",
+                "box",
+                format!("tcp {}", addr(&box1))
+            ),
+            (
+                "nqn.2024-01.io.fabrik:box2",
+                "box",
+                format!("tcp {}", addr(&box2))
+            ),
+        ]
+    );
     assert!(seen(at, &c).await.is_empty(), "C none");
     // Each entry is a path to the box that serves it, not to the CDC.
     let log = discover(at, &a.nqn).await.unwrap();
@@ -162,9 +191,10 @@ async fn hosts_discover_every_box_from_the_cdc_each_what_it_may_use() {
     assert!(seen(at, &b).await.is_empty());
     notified(&watcher, "a box left").await;
 
+    assert_eq!(cdc_api.admin.cdc_registrations().await.unwrap().len(), 1);
     watcher.shutdown().await.unwrap();
     box1.shutdown().await;
-    cdc.shutdown().await;
+    cdc_api.stop().await;
 }
 
 /// The raw DIM command, with any data.
@@ -181,7 +211,14 @@ async fn dim_raw(ctrl: &Controller, task: u8, data: Vec<u8>) -> Status {
 async fn registrations_are_checked_and_only_a_cdc_takes_them() {
     let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
     let cdc = start(cdc_config(dirs[0].path())).await;
-    let plain = start(config(dirs[1].path(), BackendKind::Null, 1, 1 << 20)).await;
+    let plain_api =
+        common::api::start_with(config(dirs[1].path(), BackendKind::Null, 1, 1 << 20)).await;
+    common::api::assert_problem(
+        plain_api.admin.cdc_registrations().await,
+        404,
+        "not a central discovery controller",
+    );
+    let plain = &plain_api.target;
     let host = HostIdentity::random();
     let data = DimData {
         etype: etype::HOST,
@@ -194,7 +231,7 @@ async fn registrations_are_checked_and_only_a_cdc_takes_them() {
     };
 
     // A box's own discovery controller is no CDC: DIM is not a command it knows.
-    let ctrl = Controller::connect(ConnectOptions::discovery(addr(&plain)).with_host(&host))
+    let ctrl = Controller::connect(ConnectOptions::discovery(addr(plain)).with_host(&host))
         .await
         .unwrap();
     assert_eq!(ctrl.identity().dctype, dctype::DDC);
@@ -253,7 +290,7 @@ async fn registrations_are_checked_and_only_a_cdc_takes_them() {
     // A box pointed at a box's discovery controller instead of a CDC does not pretend to be
     // registered, and serves on.
     let dir = tempfile::tempdir().unwrap();
-    let confused = start(box_config(dir.path(), "confused", addr(&plain), &[&host])).await;
+    let confused = start(box_config(dir.path(), "confused", addr(plain), &[&host])).await;
     assert_eq!(
         discover(addr(&confused), &host.nqn)
             .await
@@ -263,7 +300,7 @@ async fn registrations_are_checked_and_only_a_cdc_takes_them() {
         2
     );
     confused.shutdown().await;
-    plain.shutdown().await;
+    plain_api.stop().await;
     cdc.shutdown().await;
 }
 

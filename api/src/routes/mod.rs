@@ -1,6 +1,7 @@
 //! The `/api/v1` routes, one file per resource.
 
 pub mod ana;
+pub mod cdc;
 pub mod compositions;
 pub mod controllers;
 pub mod drives;

@@ -441,6 +441,33 @@ pub async fn compositions(args: ListArgs) -> Result<()> {
     Ok(())
 }
 
+/// `fabrik cdc`: what is registered with a central discovery controller.
+pub async fn cdc(args: ListArgs) -> Result<()> {
+    let list = args.api.client()?.cdc_registrations().await?;
+    if args.api.json {
+        return print_json(&list);
+    }
+    table(
+        &["NQN", "NAME", "ENTITY", "DISCOVERY AT"],
+        list.iter()
+            .map(|r| {
+                let at: Vec<String> = r
+                    .addresses
+                    .iter()
+                    .map(|a| format!("{} {}:{}", a.transport, a.traddr, a.trsvcid))
+                    .collect();
+                vec![
+                    r.nqn.clone(),
+                    r.name.clone(),
+                    r.entity.clone(),
+                    at.join(", "),
+                ]
+            })
+            .collect(),
+    );
+    Ok(())
+}
+
 pub async fn subsystems(args: ListArgs) -> Result<()> {
     let list = args.api.client()?.subsystems().await?;
     if args.api.json {

@@ -103,6 +103,9 @@ enum Command {
     AnaGroups(admin::AnaGroupsArgs),
     /// Show this I/O module, or put it into maintenance and back (management API).
     Module(admin::ModuleArgs),
+    /// List the boxes and hosts registered with a central discovery controller (its
+    /// management API).
+    Cdc(admin::ListArgs),
     /// Bad input over NVMe/RDMA against a target (for its tests).
     #[command(hide = true)]
     RdmaProbe(rdma_probe::RdmaProbeArgs),
@@ -129,6 +132,7 @@ pub async fn run() -> Result<()> {
         Command::Drives(args) => admin::drives(args).await,
         Command::Hosts(args) => hosts::run(args).await,
         Command::Volumes(args) => volumes::run(args).await,
+        Command::Cdc(args) => admin::cdc(args).await,
         Command::TlsIdentity(args) => tls_identity::run(args).await,
         Command::Compose(args) => admin::compose(args).await,
         Command::Decompose(args) => admin::decompose(args).await,
