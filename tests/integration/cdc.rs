@@ -388,3 +388,31 @@ async fn boxes_and_the_cdc_announce_themselves_over_mdns() {
     assert!(removed.contains(&box_name), "withdrawn: {removed:?}");
     cdc.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_box_registers_again_with_a_cdc_that_restarted() {
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let host = HostIdentity::random();
+    let cdc = start(cdc_config(dirs[0].path())).await;
+    let at = addr(&cdc);
+    let b = start(box_config(dirs[1].path(), "box1", at, &[&host])).await;
+    wait_seen(at, &host, &nqns(&b), "registered").await;
+    cdc.shutdown().await;
+    // A new CDC on the same address: the box finds it again (its retries start at 1 s).
+    let mut cfg = cdc_config(dirs[2].path());
+    cfg.listen = vec![at];
+    let cdc = start(cfg).await;
+    wait_seen(
+        at,
+        &host,
+        &nqns(&b),
+        "registered again after the CDC restarted",
+    )
+    .await;
+    b.shutdown().await;
+    assert!(
+        seen(at, &host).await.is_empty(),
+        "deregistered at the box's stop"
+    );
+    cdc.shutdown().await;
+}
