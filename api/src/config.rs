@@ -72,6 +72,12 @@ pub struct ConfigFile {
     pub peer: Option<String>,
     /// Its token (default: this module's own `api_token`).
     pub peer_token: Option<String>,
+    /// "box" (the default) or "cdc": a central discovery controller, which serves no drives.
+    pub role: Option<String>,
+    /// The central discovery controller to register this box with, `ADDR:PORT`.
+    pub cdc: Option<String>,
+    /// Announce the discovery controller over mDNS (`_nvme-disc._tcp`).
+    pub mdns: Option<bool>,
     pub drives: Option<GeneratedDrives>,
     #[serde(default, rename = "drive")]
     pub drive: Vec<DriveEntry>,

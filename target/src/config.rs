@@ -218,6 +218,23 @@ impl Config {
         if let Some(t) = &file.peer_token {
             self.peer_token = Some(t.clone());
         }
+        match file.role.as_deref() {
+            None | Some("box") => {}
+            Some("cdc") => {
+                self.cdc_role = true;
+                self.drives = 0;
+            }
+            Some(r) => bail!("role = {r:?}: expected \"box\" or \"cdc\""),
+        }
+        if let Some(cdc) = &file.cdc {
+            self.cdc = Some(
+                cdc.parse()
+                    .map_err(|_| anyhow::anyhow!("cdc = {cdc:?}: expected ADDR:PORT"))?,
+            );
+        }
+        if let Some(on) = file.mdns {
+            self.mdns = on;
+        }
         if file.api.is_some() {
             self.api = file.api.clone();
         }
@@ -665,6 +682,29 @@ mod tests {
         assert_eq!(c.drive_list().len(), 3);
         assert_eq!(c.backend, BackendKind::Ram);
         assert!(c.drive_list()[0].path.is_none());
+    }
+
+    #[test]
+    fn the_file_names_a_cdc_role_a_cdc_and_mdns() {
+        let mut c = Config::default_jbof("/tmp/x".into());
+        let f = ConfigFile::parse("cdc = \"10.0.0.9:8009\"\nmdns = true").unwrap();
+        c.apply_file(&f).unwrap();
+        assert_eq!(c.cdc, Some("10.0.0.9:8009".parse().unwrap()));
+        assert!(c.mdns && !c.cdc_role);
+        c.validate().unwrap();
+        let mut c = Config::default_jbof("/tmp/x".into());
+        c.apply_file(&ConfigFile::parse("role = \"cdc\"").unwrap())
+            .unwrap();
+        assert!(c.cdc_role);
+        assert!(c.drive_list().is_empty(), "a CDC serves no drives");
+        c.validate().unwrap();
+        for (bad, why) in [("role = \"jbof\"", "role"), ("cdc = \"nowhere\"", "cdc")] {
+            let e = Config::default_jbof("/tmp/x".into())
+                .apply_file(&ConfigFile::parse(bad).unwrap())
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
     }
 
     #[test]

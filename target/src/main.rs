@@ -332,7 +332,7 @@ fn build_config(args: &Args) -> anyhow::Result<Config> {
                 .with_context(|| format!("--cdc {cdc:?}: expected ADDR:PORT"))?,
         );
     }
-    config.mdns = args.mdns;
+    config.mdns |= args.mdns;
     if let Some(cores) = &args.cores {
         config.cores = fabrik_target::reactor::parse_cores(cores)
             .map_err(|e| anyhow::anyhow!("--cores {cores:?}: {e}"))?;
