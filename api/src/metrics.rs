@@ -54,6 +54,19 @@ pub struct Snapshot {
     pub ana_groups: Vec<AnaGroupMetrics>,
     pub module: ModuleMetrics,
     pub volumes: Vec<VolumeMetrics>,
+    /// Set on a central discovery controller (`fabrikd --role cdc`).
+    pub cdc: Option<CdcMetrics>,
+}
+
+/// A central discovery controller's registrations and reads of boxes.
+#[derive(Clone, Debug, Default)]
+pub struct CdcMetrics {
+    pub boxes: u64,
+    pub hosts: u64,
+    /// Hosts' logs made (one per host and generation of the CDC's log).
+    pub host_logs: u64,
+    /// Boxes whose discovery log could not be read for a host (left out of that host's log).
+    pub box_reads_failed: u64,
 }
 
 /// This I/O module of the box.
@@ -293,11 +306,41 @@ impl Collector for SnapshotCollector {
         self.encode_ana_groups(&mut out)?;
         self.encode_module(&mut out)?;
         self.encode_volumes(&mut out)?;
+        self.encode_cdc(&mut out)?;
         self.encode_controllers(&mut out)
     }
 }
 
 impl SnapshotCollector {
+    /// A central discovery controller's registered boxes and hosts, and its reads of boxes'
+    /// logs (an alert on failures: a box registered but unreachable from the CDC).
+    fn encode_cdc(&self, out: &mut Out<'_, '_>) -> Result<(), std::fmt::Error> {
+        let Some(c) = &self.0.cdc else {
+            return Ok(());
+        };
+        out.gauges(
+            "fabrik_cdc_registrations",
+            "Entities registered with this central discovery controller, by kind (box or host).",
+            None,
+            [
+                (vec![("entity", "box")], c.boxes),
+                (vec![("entity", "host")], c.hosts),
+            ],
+        )?;
+        out.counters(
+            "fabrik_cdc_host_logs",
+            "Hosts' discovery logs made from the boxes' (one per host and generation).",
+            None,
+            [(vec![], c.host_logs)],
+        )?;
+        out.counters(
+            "fabrik_cdc_box_reads_failed",
+            "Boxes whose discovery log could not be read for a host (left out of that host's log).",
+            None,
+            [(vec![], c.box_reads_failed)],
+        )
+    }
+
     /// Whether this module is in maintenance (an alert when it stays so), and what it still
     /// has in flight (a planned failover waits for 0).
     fn encode_module(&self, out: &mut Out<'_, '_>) -> Result<(), std::fmt::Error> {
@@ -742,6 +785,12 @@ mod tests {
                 maintenance: true,
                 io_in_flight: 7,
             },
+            cdc: Some(CdcMetrics {
+                boxes: 2,
+                hosts: 1,
+                host_logs: 5,
+                box_reads_failed: 1,
+            }),
             volumes: vec![VolumeMetrics {
                 volume: "r5".into(),
                 level: "raid5".into(),
@@ -788,6 +837,10 @@ mod tests {
             "fabrik_ana_group_changes_total{group=\"1\"} 3",
             "fabrik_module_maintenance{module=\"b\"} 1",
             "fabrik_module_io_in_flight{module=\"b\"} 7",
+            "fabrik_cdc_registrations{entity=\"box\"} 2",
+            "fabrik_cdc_registrations{entity=\"host\"} 1",
+            "fabrik_cdc_host_logs_total 5",
+            "fabrik_cdc_box_reads_failed_total 1",
         ] {
             assert!(text.lines().any(|l| l == line), "no line {line:?} in\n{text}");
         }

@@ -15,6 +15,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -93,6 +94,8 @@ pub struct Directory {
     /// the entries and the header again, and must see one generation throughout.
     logs: Mutex<HashMap<String, (u64, HostLog)>>,
     fetch: Fetch,
+    host_logs: AtomicU64,
+    box_reads_failed: AtomicU64,
 }
 
 impl Default for Directory {
@@ -124,6 +127,20 @@ impl Directory {
             registrations: Mutex::default(),
             logs: Mutex::default(),
             fetch,
+            host_logs: AtomicU64::new(0),
+            box_reads_failed: AtomicU64::new(0),
+        }
+    }
+
+    /// Registrations by kind, and the reads of boxes' logs.
+    pub fn metrics(&self) -> fabrik_api::metrics::CdcMetrics {
+        let regs = self.registrations.lock().unwrap();
+        let boxes = regs.values().filter(|r| r.etype == etype::DDC).count() as u64;
+        fabrik_api::metrics::CdcMetrics {
+            boxes,
+            hosts: regs.len() as u64 - boxes,
+            host_logs: self.host_logs.load(Ordering::Relaxed),
+            box_reads_failed: self.box_reads_failed.load(Ordering::Relaxed),
         }
     }
 
@@ -248,6 +265,7 @@ impl Directory {
             }
         }
         let log = Arc::new(entries);
+        self.host_logs.fetch_add(1, Ordering::Relaxed);
         let mut logs = self.logs.lock().unwrap();
         if logs.len() >= MAX_CACHED_HOSTS {
             logs.clear();
@@ -266,6 +284,7 @@ impl Directory {
                 Err(e) => why = format!("{addr}: {e}"),
             }
         }
+        self.box_reads_failed.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(eid = %reg.eid, name = %reg.ename, host = %hostnqn, "box left out of the CDC's discovery log: {why}");
         Vec::new()
     }
@@ -420,6 +439,9 @@ mod tests {
         assert_eq!(reads.load(std::sync::atomic::Ordering::Relaxed), n);
         dir.log_for("A", 6).await;
         assert_eq!(reads.load(std::sync::atomic::Ordering::Relaxed), n + 3);
+        let m = dir.metrics();
+        assert_eq!((m.boxes, m.hosts, m.host_logs), (3, 0, 4));
+        assert_eq!(m.box_reads_failed, 4, "the dead box, in each of the 4 logs");
     }
 
     #[tokio::test]

@@ -100,6 +100,7 @@ pub fn snapshot(manager: &Manager) -> Snapshot {
         })
         .collect();
     Snapshot {
+        cdc: target.cdc.as_ref().map(|d| d.metrics()),
         volumes: manager.volume_metrics(),
         version: env!("CARGO_PKG_VERSION").to_string(),
         box_name: target.box_name.clone(),
