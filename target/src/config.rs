@@ -95,7 +95,7 @@ pub struct Config {
     pub cdc_role: bool,
     /// A central discovery controller to register this box with (`--cdc`).
     pub cdc: Option<SocketAddr>,
-    /// Announce the discovery controller over mDNS (`--mdns`, `crate::announce`).
+    /// Announce the discovery controller over mDNS (`--mdns`).
     pub mdns: bool,
     /// The token for the other module's API (None: this module's own, as both are usually
     /// given the same `api_token`).

@@ -128,11 +128,12 @@ async fn serve(
         let data = registration_data(target);
         ctrl.discovery_info_management(task, &data).await
     };
+    // Read before the registration's data: a change made meanwhile is sent as an update.
+    let mut genctr = target.discovery_genctr();
     dim(tas::REGISTER).await.map_err(|e| e.to_string())?;
     tracing::info!(eid = %entity_nqn(target), "registered with the central discovery controller");
     // An Asynchronous Event Request stays outstanding: it fails when the connection is lost.
     let mut lost = Box::pin(ctrl.async_event_request());
-    let mut genctr = target.discovery_genctr();
     loop {
         let changed = target.discovery_notify.notified();
         tokio::pin!(changed);
