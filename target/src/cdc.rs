@@ -34,6 +34,10 @@ const BOX_TIMEOUT: Duration = Duration::from_secs(3);
 const MAX_REGISTRATIONS: usize = 1024;
 /// Hosts whose logs are kept; past this the cache starts over.
 const MAX_CACHED_HOSTS: usize = 4096;
+/// Boxes' logs read at once. A change sends every persistent host to read its log again at
+/// the same moment, each read a connection to every box: the herd waits its turn here instead
+/// of opening thousands of connections at once.
+const MAX_CONCURRENT_READS: usize = 64;
 
 /// One entity registered with the CDC.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -94,6 +98,7 @@ pub struct Directory {
     /// the entries and the header again, and must see one generation throughout.
     logs: Mutex<HashMap<String, (u64, HostLog)>>,
     fetch: Fetch,
+    reads: tokio::sync::Semaphore,
     host_logs: AtomicU64,
     box_reads_failed: AtomicU64,
 }
@@ -127,6 +132,7 @@ impl Directory {
             registrations: Mutex::default(),
             logs: Mutex::default(),
             fetch,
+            reads: tokio::sync::Semaphore::new(MAX_CONCURRENT_READS),
             host_logs: AtomicU64::new(0),
             box_reads_failed: AtomicU64::new(0),
         }
@@ -279,6 +285,7 @@ impl Directory {
     async fn box_log(&self, reg: &Registration, hostnqn: &str) -> Vec<DiscoveryLogEntry> {
         let mut why = String::from("no NVMe/TCP address registered");
         for addr in reg.discovery_addrs() {
+            let _turn = self.reads.acquire().await.expect("never closed");
             match (self.fetch)(addr, hostnqn.to_string()).await {
                 Ok(entries) => return entries,
                 Err(e) => why = format!("{addr}: {e}"),
@@ -461,6 +468,40 @@ mod tests {
         // Deregistering what is not registered changes nothing.
         let got = dir.manage(tas::DEREGISTER, &box_data("box1", "", 1), 7, peer());
         assert_eq!(got, Ok(None));
+    }
+
+    /// Many hosts reading at once read at most `MAX_CONCURRENT_READS` boxes at a time.
+    #[tokio::test]
+    async fn a_herd_of_hosts_reads_boxes_a_bounded_number_at_a_time() {
+        use std::sync::atomic::AtomicUsize;
+        let (now, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let (n, m) = (now.clone(), most.clone());
+        let fetch: Fetch = Arc::new(move |_, _| {
+            let (n, m) = (n.clone(), m.clone());
+            Box::pin(async move {
+                let at = n.fetch_add(1, Ordering::SeqCst) + 1;
+                m.fetch_max(at, Ordering::SeqCst);
+                tokio::task::yield_now().await;
+                n.fetch_sub(1, Ordering::SeqCst);
+                Ok(Vec::new())
+            })
+        });
+        let dir = Arc::new(Directory::with_fetch(fetch));
+        for b in 0..4 {
+            let data = box_data(&format!("box{b}"), "127.0.0.2", 1 + b as u16);
+            dir.manage(tas::REGISTER, &data, b, peer()).unwrap();
+        }
+        let hosts = (0..100).map(|h| {
+            let dir = dir.clone();
+            tokio::spawn(async move { dir.log_for(&format!("host{h}"), 1).await })
+        });
+        for h in join_all(hosts).await {
+            h.unwrap();
+        }
+        let most = most.load(Ordering::SeqCst);
+        assert!(most > 1, "reads run side by side ({most})");
+        assert!(most <= MAX_CONCURRENT_READS, "{most} reads at once");
+        assert_eq!(dir.metrics().host_logs, 100);
     }
 
     #[tokio::test]
