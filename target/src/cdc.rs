@@ -488,7 +488,7 @@ mod tests {
         });
         let dir = Arc::new(Directory::with_fetch(fetch));
         for b in 0..4 {
-            let data = box_data(&format!("box{b}"), "127.0.0.2", 1 + b as u16);
+            let data = box_data(&format!("box{b}"), "127.0.0.2", 1 + b);
             dir.manage(tas::REGISTER, &data, b, peer()).unwrap();
         }
         let hosts = (0..100).map(|h| {
