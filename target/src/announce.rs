@@ -11,8 +11,7 @@ use anyhow::Context;
 use fabrik_proto::fabrics::nqn::DISCOVERY_NQN;
 use mdns_sd::{IfKind, ServiceDaemon, ServiceInfo};
 
-/// The DNS-SD service type of NVMe-oF discovery controllers.
-pub const SERVICE_TYPE: &str = "_nvme-disc._tcp.local.";
+pub use fabrik_initiator::host::mdns::SERVICE_TYPE;
 
 /// The announcements of one fabrikd; withdrawn (mDNS goodbye) by `stop`.
 pub struct Announcer {

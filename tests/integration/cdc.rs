@@ -357,25 +357,28 @@ async fn boxes_and_the_cdc_announce_themselves_over_mdns() {
     cfg.box_name = "mdns-test-box".into();
     cfg.mdns = true;
     let b = start(cfg).await;
-    let (cdc_port, box_port) = (addr(&cdc).port(), addr(&b).port());
-    let cdc_name = format!("mdns-test-cdc.{}", fabrik_target::announce::SERVICE_TYPE);
     let box_name = format!("mdns-test-box.{}", fabrik_target::announce::SERVICE_TYPE);
-    let (found, _) = tokio::task::spawn_blocking({
-        let (c, bx) = (cdc_name.clone(), box_name.clone());
-        move || browse_until(move |f, _| f.contains_key(&c) && f.contains_key(&bx))
+    // What `fabrik mdns` lists.
+    let found = tokio::task::spawn_blocking(|| {
+        fabrik_initiator::host::mdns::browse(Duration::from_secs(3), true)
     })
     .await
+    .unwrap()
     .unwrap();
-    assert_eq!(
-        found.get(&cdc_name),
-        Some(&(cdc_port, "tcp".into(), "cdc".into())),
-        "{found:?}"
+    let by_name = |n: &str| found.iter().find(|a| a.instance == n).cloned();
+    let (c, bx) = (by_name("mdns-test-cdc"), by_name("mdns-test-box"));
+    let (c, bx) = (
+        c.expect("the CDC announced"),
+        bx.expect("the box announced"),
     );
+    assert_eq!(c.addrs, [addr(&cdc)]);
+    assert_eq!(bx.addrs, [addr(&b)]);
     assert_eq!(
-        found.get(&box_name),
-        Some(&(box_port, "tcp".into(), "box".into())),
-        "{found:?}"
+        (c.role.as_deref(), bx.role.as_deref()),
+        (Some("cdc"), Some("box"))
     );
+    assert_eq!(c.transport, Some(fabrik_initiator::Transport::Tcp));
+    assert_eq!(c.nqn, fabrik_initiator::proto::fabrics::nqn::DISCOVERY_NQN);
 
     // A clean stop withdraws the announcement.
     let browsing = tokio::task::spawn_blocking({

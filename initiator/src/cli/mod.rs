@@ -27,6 +27,7 @@ mod id_ctrl;
 mod id_ns;
 mod io_check;
 mod list;
+mod mdns;
 mod place;
 mod rdma_probe;
 mod rw;
@@ -106,6 +107,9 @@ enum Command {
     /// List the boxes and hosts registered with a central discovery controller (its
     /// management API).
     Cdc(admin::ListArgs),
+    /// List the discovery controllers (boxes, central discovery controllers) announced over
+    /// mDNS (`_nvme-disc._tcp`).
+    Mdns(mdns::MdnsArgs),
     /// Bad input over NVMe/RDMA against a target (for its tests).
     #[command(hide = true)]
     RdmaProbe(rdma_probe::RdmaProbeArgs),
@@ -133,6 +137,7 @@ pub async fn run() -> Result<()> {
         Command::Hosts(args) => hosts::run(args).await,
         Command::Volumes(args) => volumes::run(args).await,
         Command::Cdc(args) => admin::cdc(args).await,
+        Command::Mdns(args) => mdns::run(args).await,
         Command::TlsIdentity(args) => tls_identity::run(args).await,
         Command::Compose(args) => admin::compose(args).await,
         Command::Decompose(args) => admin::decompose(args).await,

@@ -7,6 +7,7 @@ pub mod discovery;
 pub mod events;
 pub mod io;
 pub mod kernel;
+pub mod mdns;
 pub mod ns_identity;
 pub mod options;
 pub mod queue;
