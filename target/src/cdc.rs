@@ -254,22 +254,21 @@ impl Directory {
             .cloned()
             .collect();
         let reads = boxes.iter().map(|b| self.box_log(b, hostnqn));
-        let mut entries: Vec<DiscoveryLogEntry> = Vec::new();
-        for got in join_all(reads).await {
-            for e in got {
-                let path = |x: &DiscoveryLogEntry| {
-                    (
-                        x.trtype,
-                        x.subnqn.clone(),
-                        x.traddr.clone(),
-                        x.trsvcid.clone(),
-                    )
-                };
-                if e.subtype == subtype::NVM && !entries.iter().any(|x| path(x) == path(&e)) {
-                    entries.push(e);
-                }
-            }
-        }
+        let mut paths = std::collections::HashSet::new();
+        let entries: Vec<DiscoveryLogEntry> = join_all(reads)
+            .await
+            .into_iter()
+            .flatten()
+            .filter(|e| e.subtype == subtype::NVM)
+            .filter(|e| {
+                paths.insert((
+                    e.trtype,
+                    e.subnqn.clone(),
+                    e.traddr.clone(),
+                    e.trsvcid.clone(),
+                ))
+            })
+            .collect();
         let log = Arc::new(entries);
         self.host_logs.fetch_add(1, Ordering::Relaxed);
         let mut logs = self.logs.lock().unwrap();

@@ -218,13 +218,9 @@ impl Config {
         if let Some(t) = &file.peer_token {
             self.peer_token = Some(t.clone());
         }
-        match file.role.as_deref() {
-            None | Some("box") => {}
-            Some("cdc") => {
-                self.cdc_role = true;
-                self.drives = 0;
-            }
-            Some(r) => bail!("role = {r:?}: expected \"box\" or \"cdc\""),
+        if let Some(role) = &file.role {
+            self.set_role(role)
+                .map_err(|e| anyhow::anyhow!("role = {role:?}: {e}"))?;
         }
         if let Some(cdc) = &file.cdc {
             self.cdc = Some(
@@ -401,6 +397,19 @@ impl Config {
                 Transport::Tcp => self.listen.push(l.addr),
                 Transport::Rdma => self.rdma_listen.push(l.addr),
             }
+        }
+        Ok(())
+    }
+
+    /// "box", or "cdc": a central discovery controller, which serves no drives.
+    pub fn set_role(&mut self, role: &str) -> Result<(), String> {
+        match role {
+            "box" => self.cdc_role = false,
+            "cdc" => {
+                self.cdc_role = true;
+                self.drives = 0;
+            }
+            _ => return Err("expected box or cdc".into()),
         }
         Ok(())
     }

@@ -249,6 +249,16 @@ fn build_config(args: &Args) -> anyhow::Result<Config> {
         || args.block_size.is_some()
         || args.box_name.is_some();
     config.explicit.hosts |= args.allow_any_host || !args.host.is_empty();
+    if let Some(role) = &args.role {
+        // Before --drives: a CDC given drives is refused (Config::validate), not silently emptied.
+        config
+            .set_role(role)
+            .map_err(|e| anyhow::anyhow!("--role {role:?}: {e}"))?;
+        if config.cdc_role && args.data_dir.is_none() {
+            // Not the box's own state, should one run on the same machine.
+            config.data_dir = config.data_dir.join("cdc");
+        }
+    }
     if let Some(n) = args.drives {
         config.drives = n;
     }
@@ -310,21 +320,6 @@ fn build_config(args: &Args) -> anyhow::Result<Config> {
         anyhow::bail!(
             "an I/O module needs the box's name (--box-name or box_name), the same on both modules"
         );
-    }
-    match args.role.as_deref() {
-        None | Some("box") => {}
-        Some("cdc") => {
-            config.cdc_role = true;
-            if args.drives.is_some() {
-                anyhow::bail!("--role cdc serves no drives: leave out --drives");
-            }
-            config.drives = 0;
-            if args.data_dir.is_none() {
-                // Not the box's own state, should one run on the same machine.
-                config.data_dir = config.data_dir.join("cdc");
-            }
-        }
-        Some(r) => anyhow::bail!("--role {r:?}: expected box or cdc"),
     }
     if let Some(cdc) = &args.cdc {
         config.cdc = Some(

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fabrik_initiator::{ConnectOptions, Controller, HostError, HostIdentity};
+use fabrik_initiator::{ConnectOptions, Controller, HostIdentity};
 use fabrik_proto::fabrics::dim::{etype, tas, DimData, DimEntry, EKTYPE};
 use fabrik_proto::fabrics::discovery::{adrfam, subtype};
 use fabrik_proto::fabrics::nqn::DISCOVERY_NQN;
@@ -85,7 +85,7 @@ pub fn spawn(
     tokio::spawn(async move {
         let mut backoff = FIRST_BACKOFF;
         loop {
-            match registered(&target, cdc, &stop).await {
+            match registered(&target, cdc, &stop, &mut backoff).await {
                 Ok(()) => return,
                 Err(e) => {
                     tracing::warn!(%cdc, "registration with the central discovery controller: {e}; trying again in {backoff:?}")
@@ -101,17 +101,19 @@ pub fn spawn(
 }
 
 /// One registration: connect, register, update on every change until the connection is lost
-/// (`Err`) or the box stops (deregistered, `Ok`).
+/// (`Err`) or the box stops (deregistered, `Ok`). A registration that succeeded starts the
+/// retries over at `FIRST_BACKOFF`: a CDC that restarts is found again in a second.
 async fn registered(
     target: &TargetState,
     cdc: SocketAddr,
     stop: &CancellationToken,
+    backoff: &mut Duration,
 ) -> Result<(), String> {
     let host = HostIdentity::with_nqn(entity_nqn(target));
     let mut opts = ConnectOptions::discovery(cdc).with_host(&host);
     opts.kato_ms = KATO_MS;
     let ctrl = Controller::connect(opts).await.map_err(|e| e.to_string())?;
-    let outcome = serve(target, &ctrl, stop).await;
+    let outcome = serve(target, &ctrl, stop, backoff).await;
     let _ = ctrl.shutdown().await;
     outcome
 }
@@ -120,6 +122,7 @@ async fn serve(
     target: &TargetState,
     ctrl: &Controller,
     stop: &CancellationToken,
+    backoff: &mut Duration,
 ) -> Result<(), String> {
     if ctrl.identity().dctype != dctype::CDC {
         return Err("the controller there is not a central discovery controller".into());
@@ -132,6 +135,7 @@ async fn serve(
     let mut genctr = target.discovery_genctr();
     dim(tas::REGISTER).await.map_err(|e| e.to_string())?;
     tracing::info!(eid = %entity_nqn(target), "registered with the central discovery controller");
+    *backoff = FIRST_BACKOFF;
     // An Asynchronous Event Request stays outstanding: it fails when the connection is lost.
     let mut lost = Box::pin(ctrl.async_event_request());
     loop {
@@ -156,12 +160,8 @@ async fn serve(
             r = &mut lost => match r {
                 // An event (the CDC's own log changed): ask for the next one.
                 Ok(_) => lost = Box::pin(ctrl.async_event_request()),
-                Err(e) => return Err(lost_connection(e)),
+                Err(e) => return Err(format!("connection lost ({e})")),
             },
         }
     }
-}
-
-fn lost_connection(e: HostError) -> String {
-    format!("connection lost ({e})")
 }
