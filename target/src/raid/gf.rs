@@ -430,9 +430,12 @@ mod tests {
             // The write path's: new buffers, with and without Q; and each alone.
             prop_assert_eq!(parity(&refs, true), (rp.clone(), Some(rq.clone())));
             prop_assert_eq!(parity(&refs, false), (rp.clone(), None));
+            // Over buffers that do not hold the answer already.
+            p.fill(0xa5);
             gen_p(&refs, &mut p);
             prop_assert_eq!(&p, &rp);
             let some: Vec<Option<&[u8]>> = refs.iter().map(|d| Some(*d)).collect();
+            q.fill(0xa5);
             gen_q(&some, &mut q);
             prop_assert_eq!(&q, &rq);
         }

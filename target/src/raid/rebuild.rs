@@ -12,6 +12,7 @@ use std::time::{Duration, Instant, SystemTime};
 use bytes::Bytes;
 use futures_util::future::join_all;
 
+use super::gf;
 use super::meta::{self, Record, Superblock};
 use super::volume::{lost_data, MemberState, Slot, Volume, REBUILDING};
 use crate::backend::{Drive, DriveError};
@@ -216,20 +217,21 @@ impl Volume {
             }
             return Err(self.lost_data(offset, len as u64));
         }
-        let rows = self.gather(stripe, 0, len).await?;
-        let refs: Vec<&[u8]> = rows.data.iter().map(|d| &d[..]).collect();
-        if let Some((_, b)) = self
-            .parity_of(stripe, &refs)
-            .into_iter()
-            .find(|(m, _)| *m == i)
-        {
-            return Ok(Bytes::from(b));
+        let mut rows = self.gather(stripe, 0, len).await?;
+        // Only what the member holds: its data strip, or the one parity it carries.
+        if let Some(j) = (0..l.data_strips()).find(|&j| l.member_of(stripe, j) == i) {
+            return Ok(Bytes::from(std::mem::take(&mut rows.data[j])));
         }
-        let j = (0..l.data_strips())
-            .find(|&j| l.member_of(stripe, j) == i)
-            .expect("every member has a role in every stripe");
-        let mut rows = rows;
-        Ok(Bytes::from(std::mem::take(&mut rows.data[j])))
+        let refs: Vec<&[u8]> = rows.data.iter().map(|d| &d[..]).collect();
+        let mut b = vec![0u8; len];
+        match l.parity_members(stripe) {
+            (Some(p), _) if p == i => gf::gen_p(&refs, &mut b),
+            _ => {
+                let some: Vec<Option<&[u8]>> = refs.iter().map(|d| Some(*d)).collect();
+                gf::gen_q(&some, &mut b);
+            }
+        }
+        Ok(Bytes::from(b))
     }
 
     /// The last scrub's report (or the one running).

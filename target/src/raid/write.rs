@@ -342,10 +342,16 @@ impl Volume {
     }
 
     /// Zeroes a range: parts of stripes through the write path, whole stripes on every member
-    /// at once (zeros are their own parity).
+    /// at once (zeros are their own parity). Not while a member is not active on a parity
+    /// volume: what it held lives only in parity, and zeroing straight on the others writes no
+    /// log record, so a crash halfway would rebuild it from torn parity. Then every stripe goes
+    /// through the write path, which logs its lost rows.
     pub(super) async fn zero_volume(&self, offset: u64, len: u64) -> Result<(), DriveError> {
         check_range(self.info(), offset, len)?;
         self.check_alive(offset, len)?;
+        if self.layout.level.parity() > 0 && self.is_degraded() {
+            return self.write_zeros_through(offset, len).await;
+        }
         let sb = self.layout.stripe_bytes();
         let first_full = offset.next_multiple_of(sb);
         let end = offset + len;
