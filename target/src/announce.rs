@@ -1,6 +1,8 @@
 //! Announcing this fabrikd's discovery controller over mDNS (`fabrikd --mdns`), as NVMe-oF's
 //! TP8009 has it: service `_nvme-disc._tcp`, the NVMe/TCP port as the service's port, TXT
-//! `p=tcp` and `nqn=` the discovery NQN (`NQN=` too, the key older nvme-stas reads). Hosts
+//! `p=tcp` and `nqn=` the discovery NQN (not `NQN=` as well: TXT keys are case-insensitive, RFC
+//! 6763, and the responder drops the second; older nvme-stas then falls back to the same NQN).
+//! Hosts
 //! running nvme-stas (or `fabrik`) find boxes and central discovery controllers without being
 //! told their addresses. A listener on a loopback address is announced on loopback only; one on
 //! a wildcard address on every interface, with each interface's addresses.
@@ -29,12 +31,7 @@ impl Announcer {
             daemon.enable_interface(vec![IfKind::LoopbackV4, IfKind::LoopbackV6])?;
         }
         let host = format!("{}.local.", dns_label(name));
-        let txt = [
-            ("p", "tcp"),
-            ("nqn", DISCOVERY_NQN),
-            ("NQN", DISCOVERY_NQN),
-            ("role", role),
-        ];
+        let txt = [("p", "tcp"), ("nqn", DISCOVERY_NQN), ("role", role)];
         let mut names = Vec::new();
         for (i, addr) in listen.iter().enumerate() {
             let instance = match i {

@@ -42,18 +42,16 @@ pub fn browse(wait: Duration, loopback_only: bool) -> Result<Vec<Announced>, Hos
             .map_err(mdns)?;
     }
     let events = daemon.browse(SERVICE_TYPE).map_err(mdns)?;
-    let mut found: Vec<Announced> = Vec::new();
+    // By instance: a service resolved again replaces what it said before.
+    let mut found = std::collections::BTreeMap::new();
     let end = Instant::now() + wait;
     while let Some(left) = end.checked_duration_since(Instant::now()) {
         let Ok(event) = events.recv_timeout(left) else {
             break;
         };
         if let ServiceEvent::ServiceResolved(r) = event {
-            let txt = |k: &str| {
-                r.get_property_val_str(k)
-                    .or_else(|| r.get_property_val_str(&k.to_uppercase()))
-                    .map(str::to_string)
-            };
+            // mdns-sd looks TXT keys up regardless of case (`nqn` finds older nvme-stas's `NQN`).
+            let txt = |k: &str| r.get_property_val_str(k).map(str::to_string);
             let mut addrs: Vec<SocketAddr> = r
                 .addresses
                 .iter()
@@ -65,21 +63,22 @@ pub fn browse(wait: Duration, loopback_only: bool) -> Result<Vec<Announced>, Hos
                 .strip_suffix(&format!(".{SERVICE_TYPE}"))
                 .unwrap_or(&r.fullname)
                 .to_string();
-            found.retain(|f| f.instance != instance);
-            found.push(Announced {
-                instance,
-                addrs,
-                transport: match txt("p").as_deref() {
-                    Some("tcp") => Some(Transport::Tcp),
-                    Some("roce" | "iwarp" | "rdma") => Some(Transport::Rdma),
-                    _ => None,
+            found.insert(
+                instance.clone(),
+                Announced {
+                    instance,
+                    addrs,
+                    transport: match txt("p").as_deref() {
+                        Some("tcp") => Some(Transport::Tcp),
+                        Some("roce" | "iwarp" | "rdma") => Some(Transport::Rdma),
+                        _ => None,
+                    },
+                    nqn: txt("nqn").unwrap_or_else(|| DISCOVERY_NQN.to_string()),
+                    role: txt("role"),
                 },
-                nqn: txt("nqn").unwrap_or_else(|| DISCOVERY_NQN.to_string()),
-                role: txt("role"),
-            });
+            );
         }
     }
     let _ = daemon.shutdown();
-    found.sort_by(|a, b| a.instance.cmp(&b.instance));
-    Ok(found)
+    Ok(found.into_values().collect())
 }
