@@ -141,6 +141,16 @@ impl Volume {
                 break Err("the volume stopped".to_string());
             }
             let end = (s + BATCH).min(l.stripes);
+            // Paced before the batch, not after: what is rebuilt never runs ahead of the limit
+            // (a batch written first and waited for afterwards showed 1.5x the limit meanwhile).
+            let limit = self.rebuild_limit.load(Ordering::Relaxed);
+            if limit > 0 {
+                let next = written + (end - s) * l.strip;
+                let due = started + Duration::from_secs_f64(next as f64 / limit as f64);
+                if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                    crate::timer::sleep(wait).await;
+                }
+            }
             let stripes: Vec<u64> = (s..end).collect();
             let done = {
                 let _locks = self.lock_stripes(&stripes).await;
@@ -171,13 +181,7 @@ impl Volume {
                 });
             }
             s = end;
-            let limit = self.rebuild_limit.load(Ordering::Relaxed);
-            if limit > 0 {
-                let due = started + Duration::from_secs_f64(written as f64 / limit as f64);
-                if let Some(wait) = due.checked_duration_since(Instant::now()) {
-                    crate::timer::sleep(wait).await;
-                }
-            } else {
+            if self.rebuild_limit.load(Ordering::Relaxed) == 0 {
                 tokio::task::yield_now().await;
             }
         };

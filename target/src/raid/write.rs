@@ -12,7 +12,7 @@ use futures_util::future::join_all;
 use super::gf;
 use super::layout::{Level, Piece};
 use super::meta;
-use super::volume::{lost_data, Volume};
+use super::volume::{lost_data, Rows, Volume};
 use crate::backend::{check_range, Drive, DriveError};
 
 impl Volume {
@@ -284,7 +284,19 @@ impl Volume {
         while w0 < r1 {
             let w1 = (w0 + meta::LOG_WINDOW).min(r1);
             let rows = (w1 - w0) as usize;
-            let mut full = self.gather(stripe, w0, rows).await?;
+            // Rows the write covers in every data strip need no reading (a whole stripe written
+            // while degraded): they are laid over in full below.
+            let covered = (0..l.data_strips()).all(|j| {
+                pieces
+                    .iter()
+                    .any(|p| p.strip == j && p.within <= w0 && p.within + p.len >= w1)
+            });
+            let mut full = match covered {
+                true => Rows {
+                    data: vec![vec![0u8; rows]; l.data_strips()],
+                },
+                false => self.gather(stripe, w0, rows).await?,
+            };
             let mut touched = Vec::new();
             for p in pieces {
                 let (a, b) = (p.within.max(w0), (p.within + p.len).min(w1));

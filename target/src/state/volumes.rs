@@ -38,7 +38,7 @@ pub struct VolumeState {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rebuild_mib_per_sec: Option<u64>,
     /// Changes of its members so far (see `raid::Volume::generation`).
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "super::is_zero")]
     pub generation: u64,
     /// False until its members were initialized: a volume whose making a crash cut short is
     /// made again at the next start.
@@ -99,10 +99,6 @@ impl VolumeState {
     pub fn all_drives(&self) -> impl Iterator<Item = &str> {
         self.drives.iter().chain(&self.spares).map(String::as_str)
     }
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
 }
 
 pub fn volume_id(name: &str) -> String {
