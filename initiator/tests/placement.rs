@@ -582,4 +582,16 @@ fn drives_of_many_boxes_connect_through_their_own_boxs_ports() {
         seen += 1;
     }
     assert_eq!(seen, 8, "every drive connected");
+    // A drive limited to ports the box does not list is an error, not a drive left out.
+    let mut lost = inventory.clone();
+    lost.drives[0].ports = vec![TargetPort {
+        trtype: Transport::Rdma,
+        traddr: "10.99.0.1".into(),
+        trsvcid: 4420,
+    }];
+    let nqn = lost.drives[0].nqn.clone();
+    assert_eq!(
+        fabrik_initiator::placement::plan(&topo, &lost, &PlaceOptions::default()).err(),
+        Some(PlaceError::DriveUnreachable(nqn))
+    );
 }

@@ -40,7 +40,8 @@ impl std::fmt::Display for Connection {
 
 /// Per GPU, its drives in turn over its ports (closest first); on each port the source
 /// addresses in turn; to the target port whose address shares the longest prefix with the
-/// source address (the same subnet, on a network with one subnet per rail), least used first.
+/// source address (the same subnet, on a network with one subnet per rail), least used first,
+/// among the ports that reach the drive (its own box's, when it names any).
 pub(super) fn connections(
     gpus: &[PciAddr],
     ports: &[NicPort],

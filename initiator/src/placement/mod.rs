@@ -119,6 +119,8 @@ pub enum PlaceError {
     },
     #[error("the box lists drives but no ports to reach them")]
     NoTargetPorts,
+    #[error("drive {0} names target ports of its own, none of them among the box's ports")]
+    DriveUnreachable(String),
     #[error("bandwidth goal {0} GB/s is not a positive number")]
     BadGoal(f64),
 }
@@ -136,6 +138,12 @@ pub fn plan(
     }
     if !inventory.drives.is_empty() && inventory.ports.is_empty() {
         return Err(PlaceError::NoTargetPorts);
+    }
+    // A drive limited to ports the inventory lacks would be left out of the plan unsaid.
+    let unreachable =
+        |d: &&Drive| !d.ports.is_empty() && !d.ports.iter().any(|p| inventory.ports.contains(p));
+    if let Some(d) = inventory.drives.iter().find(unreachable) {
+        return Err(PlaceError::DriveUnreachable(d.nqn.clone()));
     }
     let all_gpus: Vec<PciAddr> = topo.gpus().map(|g| g.addr).collect();
     let wanted = match &opts.gpus {
