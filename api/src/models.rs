@@ -677,4 +677,9 @@ pub struct VolumeRequest {
     /// Drives kept to rebuild onto.
     #[serde(default)]
     pub spares: Vec<String>,
+    /// Serve only this much, rounded up to whole stripes (default: all the drives hold). Making
+    /// the volume erases only that much, so a small volume on big drives is made quickly.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub capacity_bytes: Option<u64>,
 }

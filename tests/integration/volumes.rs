@@ -22,6 +22,7 @@ fn r5_request() -> VolumeRequest {
         drives: ["00", "01", "02", "03", "04"].map(String::from).to_vec(),
         strip_kib: Some(64),
         spares: vec!["05".into()],
+        capacity_bytes: None,
     }
 }
 
@@ -171,6 +172,7 @@ async fn every_level_serves_and_raid6_survives_two_failures() {
                 drives: drives.iter().map(|d| d.to_string()).collect(),
                 strip_kib: Some(16),
                 spares: vec![],
+                capacity_bytes: None,
             })
             .await
             .unwrap();
@@ -192,6 +194,72 @@ async fn every_level_serves_and_raid6_survives_two_failures() {
         }
         ctrl.shutdown().await.unwrap();
     }
+    api.stop().await;
+}
+
+/// A one-drive RAID 0 capped below what its drive holds (what the CSI driver makes by
+/// default): it serves the cap, rounded up to a stripe, reads zeros where an earlier tenant
+/// wrote, keeps its size across a restart; a cap the drive cannot hold is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_one_drive_volume_serves_only_its_capacity() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = common::config(dir.path(), BackendKind::File, 2, 32 * MIB);
+    let api = start_with(cfg.clone()).await;
+    let host = HostIdentity::random();
+    // An earlier tenant's data on drive 00, where the volume's data area will be.
+    let open = fabrik_api::models::CompositionRequest {
+        host_nqn: host.nqn.clone(),
+        drives: vec!["00".into()],
+        ports: None,
+        shared: false,
+    };
+    let c = api.admin.compose(&open).await.unwrap();
+    let ctrl = connect(api.nvme(), &nqn("00"), &host).await.unwrap();
+    let old = common::random_data(64 * BLOCK, 3);
+    ctrl.write(1, 2048, old, true).await.unwrap();
+    ctrl.shutdown().await.unwrap();
+    api.admin.decompose(&c.id).await.unwrap();
+
+    let mut req = VolumeRequest {
+        name: "one".into(),
+        level: "raid0".into(),
+        drives: vec!["00".into()],
+        capacity_bytes: Some(40 * 1024 * 1024 + 1),
+        ..Default::default()
+    };
+    assert_problem(
+        api.admin
+            .create_volume(&VolumeRequest {
+                capacity_bytes: Some(64 * MIB),
+                ..req.clone()
+            })
+            .await,
+        422,
+        "not one these drives hold",
+    );
+    req.capacity_bytes = Some(10 * MIB + 1);
+    let v = api.admin.create_volume(&req).await.unwrap();
+    // Rounded up to whole 64 KiB stripes.
+    assert_eq!(v.capacity_bytes, 10 * MIB + 64 * 1024);
+    let ctrl = connect(api.nvme(), &v.nqn, &host).await.unwrap();
+    let ns = ctrl.identify_namespace(1).await.unwrap();
+    assert_eq!(ns.nsze * BLOCK as u64, v.capacity_bytes);
+    let zeros = ctrl.read(1, 0, 2560).await.unwrap();
+    assert!(zeros.iter().all(|b| *b == 0), "a new volume reads zeros");
+    let last = ns.nsze - 8;
+    let data = common::random_data(8 * BLOCK, 9);
+    ctrl.write(1, last, data.clone(), true).await.unwrap();
+    assert!(ctrl.write(1, ns.nsze, data.clone(), false).await.is_err());
+    ctrl.shutdown().await.unwrap();
+    api.stop().await;
+
+    let api = start_with(cfg).await;
+    let v = api.admin.volume("one").await.unwrap();
+    assert_eq!(v.capacity_bytes, 10 * MIB + 64 * 1024);
+    let ctrl = connect(api.nvme(), &v.nqn, &host).await.unwrap();
+    let got = ctrl.read(1, last, 8).await.unwrap();
+    common::assert_same_data(&got, &data, "after the restart");
+    ctrl.shutdown().await.unwrap();
     api.stop().await;
 }
 
@@ -422,6 +490,7 @@ async fn members_returning_errors_are_failed_and_the_host_sees_none() {
             .to_vec(),
         strip_kib: Some(16),
         spares: vec![],
+        capacity_bytes: None,
     };
     let v = api.admin.create_volume(&req).await.unwrap();
     let host = HostIdentity::random();

@@ -33,6 +33,9 @@ enum VolumesAction {
         /// Drives kept to rebuild onto.
         #[arg(long, value_delimiter = ',')]
         spares: Vec<String>,
+        /// Serve only this much (e.g. 100G; rounded up to whole stripes) [default: all].
+        #[arg(long, value_parser = fabrik_initiator::bench::parse_size)]
+        size: Option<u64>,
     },
     /// One volume, with its members.
     Show { name: String },
@@ -82,6 +85,7 @@ pub async fn run(args: VolumesArgs) -> Result<()> {
             drives,
             strip_kib,
             spares,
+            size,
         }) => {
             let req = VolumeRequest {
                 name,
@@ -89,6 +93,7 @@ pub async fn run(args: VolumesArgs) -> Result<()> {
                 drives,
                 strip_kib,
                 spares,
+                capacity_bytes: size,
             };
             client.create_volume(&req).await?
         }

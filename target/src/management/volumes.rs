@@ -472,6 +472,7 @@ impl Manager {
             failed: Vec::new(),
             rebuilding: None,
             rebuild_mib_per_sec: None,
+            capacity_bytes: req.capacity_bytes,
             generation: 0,
             created: false,
             took: Vec::new(),

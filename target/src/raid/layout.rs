@@ -61,7 +61,10 @@ impl Level {
     /// Checks a member count for the level.
     pub fn check_members(self, n: usize) -> Result<(), String> {
         let min = match self {
-            Level::Raid0 | Level::Raid1 => 2,
+            // RAID 0 of one drive: a drive served as a volume (a capacity of its own, erased
+            // when made), which is what the CSI driver hands out by default.
+            Level::Raid0 => 1,
+            Level::Raid1 => 2,
             Level::Raid10 | Level::Raid6 => 4,
             Level::Raid5 => 3,
         };

@@ -37,6 +37,9 @@ pub struct VolumeState {
     /// How fast a rebuild may write, in MiB/s (None: as fast as it can).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rebuild_mib_per_sec: Option<u64>,
+    /// What it serves, when less than its drives hold (whole stripes: rounded up to one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_bytes: Option<u64>,
     /// Changes of its members so far (see `raid::Volume::generation`).
     #[serde(default, skip_serializing_if = "super::is_zero")]
     pub generation: u64,
@@ -86,13 +89,24 @@ impl VolumeState {
     /// Its layout over `members` (the smallest decides how many stripes there are).
     pub fn layout(&self, members: &[MemberSpec]) -> Result<Layout, String> {
         let bytes = members.iter().map(|m| m.drive.info().capacity).min();
-        Layout::new(
+        let mut layout = Layout::new(
             self.level,
             self.drives.len(),
             self.strip_kib.saturating_mul(1024),
             bytes.unwrap_or(0),
             crate::raid::meta::DATA_OFFSET,
-        )
+        )?;
+        if let Some(cap) = self.capacity_bytes {
+            let stripes = cap.div_ceil(layout.stripe_bytes());
+            if cap == 0 || stripes > layout.stripes {
+                return Err(format!(
+                    "a capacity of {cap} bytes is not one these drives hold (1 to {})",
+                    layout.capacity()
+                ));
+            }
+            layout.stripes = stripes;
+        }
+        Ok(layout)
     }
 
     /// Every drive it holds, spares too.
