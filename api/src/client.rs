@@ -46,7 +46,8 @@ type Https = hyper_rustls::HttpsConnector<HttpConnector>;
 /// How requests reach fabrikd.
 enum Via {
     /// HTTP or HTTPS; an error when the trusted roots could not be read (said at each call).
-    Http(Result<HyperClient<Https, Full<Bytes>>, String>),
+    /// (Boxed: the client is large, more so with HTTP/2 compiled in for gRPC elsewhere.)
+    Http(Result<Box<HyperClient<Https, Full<Bytes>>>, String>),
     /// fabrikd's local socket: no token, the socket's file permissions decide.
     Unix(PathBuf),
 }
@@ -71,7 +72,7 @@ impl Client {
                 .https_or_http()
                 .enable_http1()
                 .build();
-            HyperClient::builder(TokioExecutor::new()).build(connector)
+            Box::new(HyperClient::builder(TokioExecutor::new()).build(connector))
         });
         Client {
             base: base.trim_end_matches('/').to_string(),
@@ -230,6 +231,16 @@ impl Client {
 
     pub async fn subsystem(&self, nqn: &str) -> Result<Subsystem, ClientError> {
         self.get(&format!("/subsystems/{}", seg(nqn))).await
+    }
+
+    /// Opens a subsystem to any host, or closes it to all but those allowed or composed.
+    pub async fn set_subsystem_access(
+        &self,
+        nqn: &str,
+        allow_any_host: bool,
+    ) -> Result<Subsystem, ClientError> {
+        let path = format!("/subsystems/{}/access", seg(nqn));
+        self.put(&path, &AccessRequest { allow_any_host }).await
     }
 
     pub async fn hosts(&self) -> Result<Vec<Host>, ClientError> {
