@@ -721,6 +721,37 @@ s_cdc() {
   kill -TERM "${pids[0]}"; wait "${pids[0]}"
   return $rc
 }
+# The CSI driver with the kernel host: fabrik-csi (controller and node plugin in one process,
+# the box through its local API socket) driven by csi-node-check as the attacher and the kubelet
+# would: volumes made, published, staged (nvme connect, mkfs, mount), written, unstaged
+# (disconnected), staged again and read back; a block volume through its device file.
+s_csi() {
+  local csi check d=$DATA/csi box pid rc=0 i log=/tmp/fabrik-csi.log
+  case $FABRIKD in */fake-fabrikd) echo "  fake-fabrikd has no volumes: nothing to test"; return 0 ;; esac
+  csi=$(command -v fabrik-csi) && check=$(command -v csi-node-check) ||
+    { echo "  no fabrik-csi or csi-node-check in the guest"; return 1; }
+  [ "$(ctrl_count)" = 0 ] || { timeout 60 nvme disconnect-all; wait_no_ctrls 30; }
+  rm -rf $d; mkdir -p $d/box $d/work
+  echo "+ fabrikd --box-name csibox --listen 127.0.0.1:4434 --drives 4 --drive-size 128M --backend file"
+  "$FABRIKD" --data-dir $d/box --listen 127.0.0.1:4434 --box-name csibox --drives 4 --drive-size 128M \
+    --backend file --api off --metrics off >> $LOGF 2>&1 &
+  box=$!
+  wait_port 127.0.0.1 4434 60 || { assert "the box listens" false; kill $box; return 1; }
+  for i in $(seq 50); do [ -S $d/box/api.sock ] && break; sleep 0.1; done
+  echo "+ fabrik-csi --endpoint unix:///tmp/csi.sock --box unix:$d/box/api.sock --node-id guest-node"
+  "$csi" --endpoint unix:///tmp/csi.sock --box unix:$d/box/api.sock --node-id guest-node > $log 2>&1 &
+  pid=$!
+  for i in $(seq 50); do [ -S /tmp/csi.sock ] && break; sleep 0.1; done
+  x timeout 300 "$check" unix:///tmp/csi.sock $d/work; rc=$?
+  assert "the CSI node lifecycle passes with the kernel host" [ $rc = 0 ] || rc=1
+  assert "no volume is left connected" [ "$(ctrl_count)" = 0 ] || rc=1
+  kill -TERM $pid; wait $pid
+  assert "fabrik-csi stops on SIGTERM, its socket removed" [ ! -e /tmp/csi.sock ] || rc=1
+  kill -TERM $box; wait $box
+  tail -n 30 $log | sed 's/^/  fabrik-csi: /'
+  [ -n "$OUT" ] && cp $log $OUT/
+  return $rc
+}
 suite_after_fio() {
   skipped metrics || step "fabrikd /metrics counts the fio traffic (scraped in the guest)" s_metrics
 }
@@ -735,6 +766,7 @@ suite_extra_steps() {
   skipped modfabrik || step "two I/O modules: fabrik bench --verify across ${MOD_KILLS:-20} kill -9 of module A" s_modules_fabrik
   skipped resv || step "reservations between two hosts through both modules (nvme resv-*), kept across a restart" s_resv_hosts
   skipped cdc || step "a central discovery controller: two boxes register, nvme discover per host, notices" s_cdc
+  skipped csi || step "the CSI driver's node side: stage, publish, unstage with nvme connect, mkfs, mounts" s_csi
   step "fabrikd log has no panic" s_log
 }
 
