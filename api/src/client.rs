@@ -233,16 +233,6 @@ impl Client {
         self.get(&format!("/subsystems/{}", seg(nqn))).await
     }
 
-    /// Opens a subsystem to any host, or closes it to all but those allowed or composed.
-    pub async fn set_subsystem_access(
-        &self,
-        nqn: &str,
-        allow_any_host: bool,
-    ) -> Result<Subsystem, ClientError> {
-        let path = format!("/subsystems/{}/access", seg(nqn));
-        self.put(&path, &AccessRequest { allow_any_host }).await
-    }
-
     pub async fn hosts(&self) -> Result<Vec<Host>, ClientError> {
         self.get("/hosts").await
     }

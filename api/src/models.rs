@@ -682,4 +682,9 @@ pub struct VolumeRequest {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 1)]
     pub capacity_bytes: Option<u64>,
+    /// Whether any host may connect to its subsystem [default: true, as a box serves its
+    /// drives]; false: only the hosts it is composed to or allowed on, from the moment it is
+    /// served.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_any_host: Option<bool>,
 }

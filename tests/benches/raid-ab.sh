@@ -13,7 +13,9 @@
 #   4K random read, QD32:                        r5 / r0     goal 1.0 (within 5 %)
 #   4K random write, QD32 (read-modify-write):   r5 / r0     (no goal: what parity costs)
 #   128K sequential read, QD8:                   r5d / r5    goal >= 0.5 (degraded / healthy)
-# Also prints the parity kernels' speed on one core (examples/parity_speed, if built).
+# Also prints the parity kernels' speed on one core (examples/parity_speed, if built; PARITY=0:
+# not). FIGURES=REGEX measures only the figures whose name matches. Each figure's ratio is the
+# median of the rounds' own ratios (each round runs A and B back to back, so drift cancels).
 set -euo pipefail
 ROUNDS=${1:-3}
 SECS=${2:-5}
@@ -56,35 +58,41 @@ figures=(
   "4K-randwrite-qd32|r0 r5|--rw randwrite --bs 4k --iodepth 32|iops"
   "128K-read-qd8|r5 r5d|--rw read --bs 128k --iodepth 8|bw"
 )
+[ -n "${FIGURES:-}" ] && mapfile -t figures < <(printf '%s\n' "${figures[@]}" | grep -E "^[^|]*(${FIGURES})")
 median() { sort -g | awk '{a[NR]=$1} END{print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-declare -A got=()
+declare -A got=() ratios=()
 for r in $(seq "$ROUNDS"); do
   for f in "${figures[@]}"; do
     IFS='|' read -r name vols args unit <<<"$f"
     # Alternate which goes first.
     order=$vols; [ $((r % 2)) = 0 ] && order=$(tr ' ' '\n' <<<"$vols" | tac | tr '\n' ' ')
+    declare -A round=()
     for v in $order; do
       # shellcheck disable=SC2086
       read -r iops bps <<<"$(bench "$v" $args --time "$SECS")"
       val=$([ "$unit" = iops ] && echo "$iops" || echo "$bps")
       got[$name,$v]+="$val "
+      round[$v]=$val
       printf '  round %s %-18s %-4s %s\n' "$r" "$name" "$v" \
         "$([ "$unit" = iops ] && awk -v x="$iops" 'BEGIN{printf "%.0fK IOPS", x/1e3}' || awk -v x="$bps" 'BEGIN{printf "%.2f GB/s", x/1e9}')"
     done
+    read -r a b <<<"$vols"
+    ratios[$name]+="$(awk -v a="${round[$a]}" -v b="${round[$b]}" 'BEGIN{printf "%.4f", b/a}') "
   done
 done
 echo
-echo "| figure | A | B | B/A (median of $ROUNDS) |"
-echo "|---|---|---|---|"
+echo "| figure | A | B | B/A (median of $ROUNDS rounds' ratios) | rounds' ratios |"
+echo "|---|---|---|---|---|"
 for f in "${figures[@]}"; do
   IFS='|' read -r name vols _ unit <<<"$f"
   read -r a b <<<"$vols"
   ma=$(tr ' ' '\n' <<<"${got[$name,$a]}" | grep . | median)
   mb=$(tr ' ' '\n' <<<"${got[$name,$b]}" | grep . | median)
   fmt() { [ "$unit" = iops ] && awk -v x="$1" 'BEGIN{printf "%.0fK IOPS", x/1e3}' || awk -v x="$1" 'BEGIN{printf "%.2f GB/s", x/1e9}'; }
-  echo "| $name | $a $(fmt "$ma") | $b $(fmt "$mb") | $(awk -v a="$ma" -v b="$mb" 'BEGIN{printf "%.2f", b/a}') |"
+  mr=$(tr ' ' '\n' <<<"${ratios[$name]}" | grep . | median)
+  echo "| $name | $a $(fmt "$ma") | $b $(fmt "$mb") | $(printf '%.2f' "$mr") | ${ratios[$name]}|"
 done
-if [ -x "$BIN/examples/parity_speed" ]; then
+if [ "${PARITY:-1}" != 0 ] && [ -x "$BIN/examples/parity_speed" ]; then
   echo
   echo "parity on one core (taskset -c ${TARGET_CORES%%[-,]*}):"
   taskset -c "${TARGET_CORES%%[-,]*}" "$BIN/examples/parity_speed" 2

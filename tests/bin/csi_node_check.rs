@@ -85,17 +85,32 @@ impl Check {
         v.context("CreateVolume answered no volume")
     }
 
-    async fn publish(&mut self, v: &Volume, cap: &VolumeCapability) -> Result<HashMap<String, String>> {
+    async fn publish(
+        &mut self,
+        v: &Volume,
+        cap: &VolumeCapability,
+    ) -> Result<HashMap<String, String>> {
         let req = ControllerPublishVolumeRequest {
             volume_id: v.volume_id.clone(),
             node_id: self.node_id.clone(),
             volume_capability: Some(cap.clone()),
             ..Default::default()
         };
-        Ok(self.ctl.controller_publish_volume(req).await?.into_inner().publish_context)
+        Ok(self
+            .ctl
+            .controller_publish_volume(req)
+            .await?
+            .into_inner()
+            .publish_context)
     }
 
-    async fn stage(&mut self, v: &Volume, ctx: &HashMap<String, String>, cap: &VolumeCapability, at: &Path) -> Result<()> {
+    async fn stage(
+        &mut self,
+        v: &Volume,
+        ctx: &HashMap<String, String>,
+        cap: &VolumeCapability,
+        at: &Path,
+    ) -> Result<()> {
         let req = NodeStageVolumeRequest {
             volume_id: v.volume_id.clone(),
             publish_context: ctx.clone(),
@@ -154,7 +169,12 @@ impl Check {
             volume_path: path.display().to_string(),
             staging_target_path: String::new(),
         };
-        Ok(self.node.node_get_volume_stats(req).await?.into_inner().usage)
+        Ok(self
+            .node
+            .node_get_volume_stats(req)
+            .await?
+            .into_inner()
+            .usage)
     }
 
     async fn retire(&mut self, v: &Volume) -> Result<()> {
@@ -181,12 +201,25 @@ impl Check {
         for _ in 0..2 {
             self.stage(&v, &ctx, &cap, &staged).await?;
         }
-        ensure!(connected(&v.volume_id), "staged, but the host has no subsystem {}", v.volume_id);
-        ensure!(mounted(&staged), "staged, but {} is no mount point", staged.display());
+        ensure!(
+            connected(&v.volume_id),
+            "staged, but the host has no subsystem {}",
+            v.volume_id
+        );
+        ensure!(
+            mounted(&staged),
+            "staged, but {} is no mount point",
+            staged.display()
+        );
         for _ in 0..2 {
-            self.node_publish(&v, &ctx, &cap, &staged, &target, false).await?;
+            self.node_publish(&v, &ctx, &cap, &staged, &target, false)
+                .await?;
         }
-        ensure!(mounted(&target), "published, but {} is no mount point", target.display());
+        ensure!(
+            mounted(&target),
+            "published, but {} is no mount point",
+            target.display()
+        );
         let text = b"written through fabrik-csi\n";
         let file = target.join("hello.txt");
         let mut f = std::fs::File::create(&file)?;
@@ -194,7 +227,9 @@ impl Check {
         f.sync_all()?;
         drop(f);
         let usage = self.stats(&v, &target).await?;
-        let bytes = usage.iter().find(|u| u.unit == volume_usage::Unit::Bytes as i32);
+        let bytes = usage
+            .iter()
+            .find(|u| u.unit == volume_usage::Unit::Bytes as i32);
         ensure!(
             bytes.is_some_and(|b| b.total > 32 * MIB && b.used > 0 && b.available > 0),
             "stats of the mounted volume: {usage:?}"
@@ -203,17 +238,29 @@ impl Check {
         for _ in 0..2 {
             self.node_unpublish(&v, &target).await?;
         }
-        ensure!(!target.exists(), "unpublished, but {} is still there", target.display());
+        ensure!(
+            !target.exists(),
+            "unpublished, but {} is still there",
+            target.display()
+        );
         for _ in 0..2 {
             self.unstage(&v, &staged).await?;
         }
-        ensure!(!mounted(&staged), "unstaged, but {} is still mounted", staged.display());
-        ensure!(!connected(&v.volume_id), "unstaged, but the host is still connected");
+        ensure!(
+            !mounted(&staged),
+            "unstaged, but {} is still mounted",
+            staged.display()
+        );
+        ensure!(
+            !connected(&v.volume_id),
+            "unstaged, but the host is still connected"
+        );
         println!("ok: unpublished and unstaged: unmounted and disconnected");
 
         let ro = mount_cap(Mode::SingleNodeReaderOnly);
         self.stage(&v, &ctx, &ro, &staged).await?;
-        self.node_publish(&v, &ctx, &ro, &staged, &target, true).await?;
+        self.node_publish(&v, &ctx, &ro, &staged, &target, true)
+            .await?;
         let back = std::fs::read(target.join("hello.txt"))?;
         ensure!(back == text, "read back {back:?} after a reconnect");
         match std::fs::write(target.join("other.txt"), b"x") {
@@ -236,10 +283,14 @@ impl Check {
         std::fs::create_dir_all(&staged)?;
         self.stage(&v, &ctx, &cap, &staged).await?;
         for _ in 0..2 {
-            self.node_publish(&v, &ctx, &cap, &staged, &target, false).await?;
+            self.node_publish(&v, &ctx, &cap, &staged, &target, false)
+                .await?;
         }
         let data = pattern(1 << 20, 7);
-        let mut dev = std::fs::OpenOptions::new().read(true).write(true).open(&target)?;
+        let mut dev = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&target)?;
         dev.seek(SeekFrom::Start(4096))?;
         dev.write_all(&data)?;
         dev.sync_all()?;
@@ -252,23 +303,32 @@ impl Check {
         );
         self.node_unpublish(&v, &target).await?;
         self.unstage(&v, &staged).await?;
-        ensure!(!connected(&v.volume_id), "unstaged, but the host is still connected");
+        ensure!(
+            !connected(&v.volume_id),
+            "unstaged, but the host is still connected"
+        );
         self.stage(&v, &ctx, &cap, &staged).await?;
-        self.node_publish(&v, &ctx, &cap, &staged, &target, false).await?;
+        self.node_publish(&v, &ctx, &cap, &staged, &target, false)
+            .await?;
         let mut back = vec![0u8; data.len()];
         let mut dev = std::fs::File::open(&target)?;
         dev.seek(SeekFrom::Start(4096))?;
         dev.read_exact(&mut back)?;
         drop(dev); // open, the device file could not be unmounted
-        ensure!(back == data, "the block volume read back other data after a reconnect");
+        ensure!(
+            back == data,
+            "the block volume read back other data after a reconnect"
+        );
         println!("ok: block volume written through its device file, read back after a reconnect ({usage:?})");
         // Staged as a filesystem now, it holds data that is none: refused, not formatted.
         let fs = mount_cap(Mode::SingleNodeWriter);
         let other = self.work.join("blk-as-fs");
         match self.stage(&v, &ctx, &fs, &other).await {
-            Err(e) if e.downcast_ref::<tonic::Status>().is_some_and(|s| {
-                s.code() == tonic::Code::FailedPrecondition && s.message().contains("not formatted over")
-            }) => {}
+            Err(e)
+                if e.downcast_ref::<tonic::Status>().is_some_and(|s| {
+                    s.code() == tonic::Code::FailedPrecondition
+                        && s.message().contains("not formatted over")
+                }) => {}
             other => bail!("a volume holding data was staged as a filesystem: {other:?}"),
         }
         println!("ok: a volume holding data is not formatted over");
@@ -313,7 +373,11 @@ async fn main() {
 async fn run(socket: &str, work: &Path) -> Result<()> {
     let ch = channel(fabrik_csi::endpoint_path(socket).map_err(anyhow::Error::msg)?).await?;
     let mut node = NodeClient::new(ch.clone());
-    let node_id = node.node_get_info(NodeGetInfoRequest {}).await?.into_inner().node_id;
+    let node_id = node
+        .node_get_info(NodeGetInfoRequest {})
+        .await?
+        .into_inner()
+        .node_id;
     println!("node {node_id}");
     let mut check = Check {
         ctl: ControllerClient::new(ch),

@@ -22,7 +22,7 @@ fn r5_request() -> VolumeRequest {
         drives: ["00", "01", "02", "03", "04"].map(String::from).to_vec(),
         strip_kib: Some(64),
         spares: vec!["05".into()],
-        capacity_bytes: None,
+        ..Default::default()
     }
 }
 
@@ -172,7 +172,7 @@ async fn every_level_serves_and_raid6_survives_two_failures() {
                 drives: drives.iter().map(|d| d.to_string()).collect(),
                 strip_kib: Some(16),
                 spares: vec![],
-                capacity_bytes: None,
+                ..Default::default()
             })
             .await
             .unwrap();
@@ -225,6 +225,7 @@ async fn a_one_drive_volume_serves_only_its_capacity() {
         level: "raid0".into(),
         drives: vec!["00".into()],
         capacity_bytes: Some(40 * 1024 * 1024 + 1),
+        allow_any_host: Some(false),
         ..Default::default()
     };
     assert_problem(
@@ -241,6 +242,13 @@ async fn a_one_drive_volume_serves_only_its_capacity() {
     let v = api.admin.create_volume(&req).await.unwrap();
     // Rounded up to whole 64 KiB stripes.
     assert_eq!(v.capacity_bytes, 10 * MIB + 64 * 1024);
+    // Closed: no host till one is composed to it.
+    assert!(connect(api.nvme(), &v.nqn, &host).await.is_err());
+    let open = fabrik_api::models::CompositionRequest {
+        drives: vec![v.id.clone()],
+        ..open
+    };
+    api.admin.compose(&open).await.unwrap();
     let ctrl = connect(api.nvme(), &v.nqn, &host).await.unwrap();
     let ns = ctrl.identify_namespace(1).await.unwrap();
     assert_eq!(ns.nsze * BLOCK as u64, v.capacity_bytes);
@@ -256,6 +264,9 @@ async fn a_one_drive_volume_serves_only_its_capacity() {
     let api = start_with(cfg).await;
     let v = api.admin.volume("one").await.unwrap();
     assert_eq!(v.capacity_bytes, 10 * MIB + 64 * 1024);
+    assert!(connect(api.nvme(), &v.nqn, &HostIdentity::random())
+        .await
+        .is_err());
     let ctrl = connect(api.nvme(), &v.nqn, &host).await.unwrap();
     let got = ctrl.read(1, last, 8).await.unwrap();
     common::assert_same_data(&got, &data, "after the restart");
@@ -490,7 +501,7 @@ async fn members_returning_errors_are_failed_and_the_host_sees_none() {
             .to_vec(),
         strip_kib: Some(16),
         spares: vec![],
-        capacity_bytes: None,
+        ..Default::default()
     };
     let v = api.admin.create_volume(&req).await.unwrap();
     let host = HostIdentity::random();

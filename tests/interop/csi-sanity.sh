@@ -5,7 +5,7 @@
 # NVMe host. Put csi-sanity, fabrikd, fabrik-csi in the share's bin/, e.g.
 #   S=$HOME/.cache/fabrik-interop/share-interop; mkdir -p $S/bin $S/out
 #   cp ../shared/csi-sanity/csi-sanity build/release/{fabrikd,fabrik-csi} $S/bin/
-#   SHARE_DIR=$S tests/interop/vm.sh run tests/interop/csi-sanity.sh [FOCUS=regex] [SKIP_SPECS=regex]
+#   SHARE_DIR=$S tests/interop/vm.sh run tests/interop/csi-sanity.sh [ACCESS=mount|block] [FOCUS=regex] [SKIP_SPECS=regex]
 # Artifacts: /share/out/csi-sanity.log, csi-sanity-junit.xml, fabrik-csi.log, fabrikd-csi*.log.
 set -u
 . /vmh/lib.sh
@@ -29,7 +29,7 @@ C=$!
 for i in $(seq 50); do [ -S /tmp/csi.sock ] && break; sleep 0.1; done
 args=(--csi.endpoint=unix:///tmp/csi.sock --csi.mountdir=/tmp/csi-mount --csi.stagingdir=/tmp/csi-staging
       --csi.testvolumesize=16777216 --ginkgo.junit-report=$OUT/csi-sanity-junit.xml --ginkgo.v
-      --ginkgo.timeout=50m)
+      --ginkgo.timeout=50m --csi.testvolumeaccesstype=${ACCESS:-mount})
 [ -n "${FOCUS:-}" ] && args+=(--ginkgo.focus="$FOCUS")
 [ -n "${SKIP_SPECS:-}" ] && args+=(--ginkgo.skip="$SKIP_SPECS")
 echo "+ csi-sanity ${args[*]}"

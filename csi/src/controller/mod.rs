@@ -151,19 +151,6 @@ impl ControllerService {
         }
     }
 
-    /// Closes a volume's subsystem to every host but those it is composed to (a box serves a
-    /// new volume to any host, as it does its drives).
-    async fn close(&self, l: &Located) -> Result<(), Status> {
-        let nqn = &l.volume.nqn;
-        let b = &self.boxes[l.at];
-        let sub = b.call(CALL_LIMIT, |c| c.subsystem(nqn)).await?;
-        if sub.allow_any_host {
-            b.call(CALL_LIMIT, |c| c.set_subsystem_access(nqn, false))
-                .await?;
-        }
-        Ok(())
-    }
-
     /// The volume ID's volume, or NOT_FOUND.
     async fn existing(&self, volume_id: &str) -> Result<Located, Status> {
         let not_found = || Status::not_found(format!("no volume {volume_id}"));
@@ -319,8 +306,6 @@ impl Controller for ControllerService {
                     l.volume.members.len()
                 )));
             }
-            // A retry after a crash between making it and closing it closes it now.
-            self.close(&l).await?;
             return Ok(Response::new(CreateVolumeResponse {
                 volume: Some(self.volume_message(&l)),
             }));
@@ -344,6 +329,8 @@ impl Controller for ControllerService {
             strip_kib: Some(shape.strip >> 10),
             spares: Vec::new(),
             capacity_bytes: bytes,
+            // Closed from the start: no host reaches it till it is published.
+            allow_any_host: Some(false),
         };
         tracing::info!(csi_name = %req.name, volume = %name, r#box = %b.url, drives = ?make.drives, "making a volume");
         let volume = b
@@ -360,7 +347,6 @@ impl Controller for ControllerService {
                 }
             })?;
         let l = Located { at, volume };
-        self.close(&l).await?;
         Ok(Response::new(CreateVolumeResponse {
             volume: Some(self.volume_message(&l)),
         }))

@@ -36,6 +36,9 @@ enum VolumesAction {
         /// Serve only this much (e.g. 100G; rounded up to whole stripes) [default: all].
         #[arg(long, value_parser = fabrik_initiator::bench::parse_size)]
         size: Option<u64>,
+        /// Serve it to no host till one is composed to it (default: any host, as drives).
+        #[arg(long)]
+        closed: bool,
     },
     /// One volume, with its members.
     Show { name: String },
@@ -86,6 +89,7 @@ pub async fn run(args: VolumesArgs) -> Result<()> {
             strip_kib,
             spares,
             size,
+            closed,
         }) => {
             let req = VolumeRequest {
                 name,
@@ -94,6 +98,7 @@ pub async fn run(args: VolumesArgs) -> Result<()> {
                 strip_kib,
                 spares,
                 capacity_bytes: size,
+                allow_any_host: closed.then_some(false),
             };
             client.create_volume(&req).await?
         }

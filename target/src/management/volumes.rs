@@ -473,6 +473,7 @@ impl Manager {
             rebuilding: None,
             rebuild_mib_per_sec: None,
             capacity_bytes: req.capacity_bytes,
+            closed: req.allow_any_host == Some(false),
             generation: 0,
             created: false,
             took: Vec::new(),

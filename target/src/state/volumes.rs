@@ -40,6 +40,9 @@ pub struct VolumeState {
     /// What it serves, when less than its drives hold (whole stripes: rounded up to one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capacity_bytes: Option<u64>,
+    /// Served to no host till one is allowed or composed (else to any host, as drives are).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub closed: bool,
     /// Changes of its members so far (see `raid::Volume::generation`).
     #[serde(default, skip_serializing_if = "super::is_zero")]
     pub generation: u64,
@@ -144,7 +147,7 @@ pub fn volume_subsystem(box_name: &str, v: &VolumeState) -> SubsystemState {
         serial: super::serial_number(box_name, &format!("V{:02X}{:02X}{:02X}", h[0], h[1], h[2])),
         model: format!("fabrik {} volume", v.level.name()),
         nqn,
-        allow_any_host: true,
+        allow_any_host: !v.closed,
         hosts: Vec::new(),
         namespaces: vec![super::NamespaceState {
             nsid: 1,
