@@ -37,11 +37,11 @@ fn main() {
             .map(|i| (0..STRIP).map(|b| (b * 31 + i * 7) as u8).collect())
             .collect();
         let refs: Vec<&[u8]> = data.iter().map(|d| &d[..]).collect();
-        let (mut p, mut q) = (vec![0u8; STRIP], vec![0u8; STRIP]);
         let bytes = k * STRIP;
         let p_rate = rate(bytes, || drop(gf::parity(&refs, false)), secs);
         let pq_rate = rate(bytes, || drop(gf::parity(&refs, true)), secs);
-        gf::gen_pq(&refs, &mut p, &mut q);
+        let (p, q) = gf::parity(&refs, true);
+        let q = q.unwrap();
         let mut work = data.clone();
         let (mut pp, mut qq) = (p.clone(), q.clone());
         let rec_rate = rate(

@@ -11,11 +11,16 @@ use super::meta::{self, Record, LOG_SLOTS};
 use super::volume::{lost_data, MemberState, Volume};
 use crate::backend::DriveError;
 
-/// The slots: the sequence number of the record in each (None: free), and whether its
-/// write is done.
+/// A claimed slot: its record's sequence number, and whether the write it logs is done.
+#[derive(Clone, Copy)]
+struct Slot {
+    seq: u64,
+    done: bool,
+}
+
+/// The slots (None: free).
 pub(super) struct Log {
-    slots: Vec<Option<u64>>,
-    done: Vec<bool>,
+    slots: Vec<Option<Slot>>,
     next_seq: u64,
 }
 
@@ -24,17 +29,18 @@ impl Log {
     pub(super) fn new(last_seq: u64) -> Log {
         Log {
             slots: vec![None; LOG_SLOTS],
-            done: vec![false; LOG_SLOTS],
             next_seq: last_seq + 1,
         }
     }
 
-    /// Records below this are done: the lowest in a slot, or the next to come.
-    fn tail(&self) -> u64 {
+    /// Records below this are done: the lowest in a slot (but those in `freeing`), or the next
+    /// to come.
+    fn tail(&self, freeing: &[usize]) -> u64 {
         self.slots
             .iter()
-            .flatten()
-            .copied()
+            .enumerate()
+            .filter(|(i, _)| !freeing.contains(i))
+            .filter_map(|(_, s)| s.map(|s| s.seq))
             .min()
             .unwrap_or(self.next_seq)
     }
@@ -53,7 +59,7 @@ impl Volume {
     }
 
     pub(super) fn log_tail(&self) -> u64 {
-        self.log.lock().unwrap().tail()
+        self.log.lock().unwrap().tail(&[])
     }
 
     /// Puts `record` (its sequence number and generation filled in here) in a free slot on every
@@ -77,7 +83,9 @@ impl Volume {
 
     /// The write of the record in `slot` is done (its slot is freed once durable).
     pub(super) fn record_done(&self, slot: usize) {
-        self.log.lock().unwrap().done[slot] = true;
+        if let Some(s) = &mut self.log.lock().unwrap().slots[slot] {
+            s.done = true;
+        }
         self.log_freed.notify_waiters();
     }
 
@@ -88,11 +96,10 @@ impl Volume {
                 if let Some(i) = log.slots.iter().position(Option::is_none) {
                     let seq = log.next_seq;
                     log.next_seq += 1;
-                    log.slots[i] = Some(seq);
-                    log.done[i] = false;
+                    log.slots[i] = Some(Slot { seq, done: false });
                     return Ok((i, seq));
                 }
-                if log.done.iter().any(|&d| d) {
+                if log.slots.iter().flatten().any(|s| s.done) {
                     None
                 } else {
                     Some(self.log_freed.notified())
@@ -112,27 +119,19 @@ impl Volume {
         let batch: Vec<usize> = {
             let log = self.log.lock().unwrap();
             (0..LOG_SLOTS)
-                .filter(|&i| log.done[i] && log.slots[i].is_some())
+                .filter(|&i| log.slots[i].is_some_and(|s| s.done))
                 .collect()
         };
         if batch.is_empty() {
             return Ok(());
         }
         self.flush_members().await?;
-        let tail = {
-            let log = self.log.lock().unwrap();
-            (0..LOG_SLOTS)
-                .filter(|i| !batch.contains(i))
-                .filter_map(|i| log.slots[i])
-                .min()
-                .unwrap_or(log.next_seq)
-        };
+        let tail = self.log.lock().unwrap().tail(&batch);
         self.write_bitmap_tail(&self.intent.snapshot(), tail)
             .await?;
         let mut log = self.log.lock().unwrap();
         for i in batch {
             log.slots[i] = None;
-            log.done[i] = false;
         }
         drop(log);
         self.log_freed.notify_waiters();
@@ -146,14 +145,14 @@ impl Volume {
         let len = (meta::DATA_OFFSET - meta::LOG_OFFSET) as usize;
         let mut found: BTreeMap<u64, Record> = BTreeMap::new();
         let mut last = 0;
-        for m in self
-            .members
-            .iter()
-            .filter(|m| m.state() == MemberState::Active)
-        {
-            let Ok(area) = m.drive().read(meta::LOG_OFFSET, len).await else {
-                continue;
-            };
+        let areas = join_all(
+            self.members
+                .iter()
+                .filter(|m| m.state() == MemberState::Active)
+                .map(|m| async move { m.drive().read(meta::LOG_OFFSET, len).await }),
+        )
+        .await;
+        for area in areas.into_iter().flatten() {
             for slot in 0..LOG_SLOTS {
                 let at = (meta::slot_offset(slot) - meta::LOG_OFFSET) as usize;
                 let Some(r) = Record::decode(&area[at..at + meta::LOG_SLOT as usize], tag) else {
@@ -179,23 +178,22 @@ impl Volume {
         let _lock = self.lock_stripes(&[r.stripe]).await;
         let offset = l.member_offset(r.stripe, r.r0);
         let rows = r.rows as usize;
-        let mut data = Vec::with_capacity(l.data_strips());
-        for j in 0..l.data_strips() {
+        let strips = (0..l.data_strips()).map(|j| async move {
             match r.lost.iter().position(|&x| x == j) {
-                Some(k) => data.push(Bytes::copy_from_slice(&r.data[k * rows..(k + 1) * rows])),
+                Some(k) => Some(Bytes::copy_from_slice(&r.data[k * rows..(k + 1) * rows])),
                 None => {
                     let m = l.member_of(r.stripe, j);
-                    let got = self.member_read(m, r.stripe, offset, rows).await;
-                    data.push(got.ok_or_else(|| lost_data(offset, rows as u64))?);
+                    self.member_read(m, r.stripe, offset, rows).await
                 }
             }
-        }
-        let refs: Vec<&[u8]> = data.iter().map(|d| &d[..]).collect();
-        let writes = self
-            .parity_of(r.stripe, &refs)
+        });
+        let data: Vec<Bytes> = join_all(strips)
+            .await
             .into_iter()
-            .map(|(m, b)| (m, Bytes::from(b)))
-            .collect();
+            .collect::<Option<_>>()
+            .ok_or_else(|| lost_data(offset, rows as u64))?;
+        let refs: Vec<&[u8]> = data.iter().map(|d| &d[..]).collect();
+        let writes = self.parity_of(r.stripe, &refs);
         self.write_members(r.stripe, offset, writes, false).await?;
         Ok(true)
     }

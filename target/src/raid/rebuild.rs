@@ -347,7 +347,7 @@ impl Volume {
             for (m, w) in want {
                 match self.member_read(m, stripe, offset, len).await {
                     Some(b) if b[..] == w[..] => {}
-                    Some(_) => fixes.push((m, Bytes::from(w))),
+                    Some(_) => fixes.push((m, w)),
                     None => return Err(self.lost_data(offset, len as u64)),
                 }
             }
@@ -446,11 +446,7 @@ impl Volume {
         }
         let rows = self.gather(stripe, 0, len).await?;
         let refs: Vec<&[u8]> = rows.data.iter().map(|d| &d[..]).collect();
-        let writes = self
-            .parity_of(stripe, &refs)
-            .into_iter()
-            .map(|(m, b)| (m, Bytes::from(b)))
-            .collect();
+        let writes = self.parity_of(stripe, &refs);
         self.write_members(stripe, offset, writes, false).await
     }
 

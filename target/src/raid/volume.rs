@@ -570,11 +570,12 @@ impl Volume {
     }
 
     /// The parity of `stripe` made from its data strips `data` (whole rows): each parity
-    /// member with what it holds.
-    pub(super) fn parity_of(&self, stripe: u64, data: &[&[u8]]) -> Vec<(usize, Vec<u8>)> {
+    /// member with what it holds, ready to write.
+    pub(super) fn parity_of(&self, stripe: u64, data: &[&[u8]]) -> Vec<(usize, Bytes)> {
         let (pm, qm) = self.layout.parity_members(stripe);
         let (p, q) = gf::parity(data, qm.is_some());
-        pm.map(|m| (m, p)).into_iter().chain(qm.zip(q)).collect()
+        let p = pm.map(|m| (m, Bytes::from(p)));
+        p.into_iter().chain(qm.zip(q.map(Bytes::from))).collect()
     }
 
     pub(super) async fn lock_stripes(

@@ -144,7 +144,7 @@ impl Volume {
             .enumerate()
             .map(|(i, b)| (l.member_of(stripe, i), b))
             .collect();
-        writes.extend(parity.into_iter().map(|(m, b)| (m, Bytes::from(b))));
+        writes.extend(parity);
         self.write_members(stripe, offset, writes, fua).await
     }
 
@@ -181,7 +181,6 @@ impl Volume {
         let r0 = pieces.iter().map(|p| p.within).min().unwrap_or(0);
         let r1 = pieces.iter().map(|p| p.within + p.len).max().unwrap_or(0);
         let rows = (r1 - r0) as usize;
-        let offset = l.member_offset(stripe, r0);
         let new_of = |p: &Piece| data.slice(p.buf_off..p.buf_off + p.len as usize);
         let lost = (0..k)
             .map(|i| l.member_of(stripe, i))
@@ -199,21 +198,36 @@ impl Volume {
                 .write_rebuilt_rows(stripe, pieces, data, fua, r0, r1)
                 .await;
         };
-        let writes = join_all(pieces.iter().map(|p| {
+        let data = pieces.iter().map(|p| (p.strip, p.within, new_of(p)));
+        self.write_rows(stripe, data, parity, r0, rows, fua).await
+    }
+
+    /// Writes `data` (data strip, first row, bytes) and `parity` (member, rows `r0..r0 + rows`)
+    /// at once; fails only when the volume no longer holds those rows.
+    async fn write_rows(
+        &self,
+        stripe: u64,
+        data: impl Iterator<Item = (usize, u64, Bytes)>,
+        parity: Vec<(usize, Bytes)>,
+        r0: u64,
+        rows: usize,
+        fua: bool,
+    ) -> Result<(), DriveError> {
+        let l = &self.layout;
+        let offset = l.member_offset(stripe, r0);
+        let data_writes = data.map(|(j, row, b)| {
             self.member_write(
-                l.member_of(stripe, p.strip),
+                l.member_of(stripe, j),
                 stripe,
-                l.member_offset(stripe, p.within),
-                new_of(p),
+                l.member_offset(stripe, row),
+                b,
                 fua,
             )
-        }));
-        let parity_done = join_all(
-            parity
-                .into_iter()
-                .map(|(m, b)| self.member_write(m, stripe, offset, Bytes::from(b), fua)),
-        );
-        futures_util::join!(writes, parity_done);
+        });
+        let parity_writes = parity
+            .into_iter()
+            .map(|(m, b)| self.member_write(m, stripe, offset, b, fua));
+        futures_util::join!(join_all(data_writes), join_all(parity_writes));
         self.check_alive(offset, rows as u64)
     }
 
@@ -226,7 +240,7 @@ impl Volume {
         new_of: &impl Fn(&Piece) -> Bytes,
         r0: u64,
         rows: usize,
-    ) -> Option<Vec<(usize, Vec<u8>)>> {
+    ) -> Option<Vec<(usize, Bytes)>> {
         let l = &self.layout;
         let (pm, qm) = l.parity_members(stripe);
         let offset = l.member_offset(stripe, r0);
@@ -263,7 +277,12 @@ impl Volume {
             _ => (None, None),
         };
         gf::apply_delta(&refs, p, q);
-        Some(parity)
+        Some(
+            parity
+                .into_iter()
+                .map(|(m, b)| (m, Bytes::from(b)))
+                .collect(),
+        )
     }
 
     /// Writes rows `r0..r1` of a stripe with a lost member, a window at a time: the window's
@@ -330,24 +349,13 @@ impl Volume {
             };
             let refs: Vec<&[u8]> = full.data.iter().map(|d| &d[..]).collect();
             let parity = self.parity_of(stripe, &refs);
-            let offset = l.member_offset(stripe, w0);
-            let data_writes = touched.into_iter().map(|(j, a, b)| {
-                self.member_write(
-                    l.member_of(stripe, j),
-                    stripe,
-                    l.member_offset(stripe, a),
-                    b,
-                    fua,
-                )
-            });
-            let parity_writes = parity
-                .into_iter()
-                .map(|(m, b)| self.member_write(m, stripe, offset, Bytes::from(b), fua));
-            futures_util::join!(join_all(data_writes), join_all(parity_writes));
+            let written = self
+                .write_rows(stripe, touched.into_iter(), parity, w0, rows, fua)
+                .await;
             if let Some(slot) = slot {
                 self.record_done(slot);
             }
-            self.check_alive(offset, rows as u64)?;
+            written?;
             w0 = w1;
         }
         Ok(())
