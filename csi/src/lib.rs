@@ -3,19 +3,20 @@
 //! boxes' REST API; the node plugin connects them with the kernel NVMe host and hands over a
 //! block device or a mounted filesystem.
 
+#![forbid(unsafe_code)]
+
 pub mod boxes;
+pub mod caps;
+pub mod controller;
+pub mod identity;
 pub mod names;
+pub mod node;
 
 /// The CSI v1 messages and services (generated from `proto/csi.proto`).
 #[allow(clippy::all, missing_docs)]
 pub mod pb {
     tonic::include_proto!("csi.v1");
 }
-
-pub mod caps;
-pub mod controller;
-pub mod identity;
-pub mod node;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};

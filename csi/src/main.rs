@@ -1,6 +1,8 @@
 //! fabrik-csi: the Kubernetes CSI driver for fabrik boxes (controller plugin with `--box`,
 //! node plugin with `--node-id`, or both).
 
+#![forbid(unsafe_code)]
+
 use clap::Parser;
 use fabrik_csi::boxes::StorageBox;
 use fabrik_csi::controller::ControllerService;
@@ -13,7 +15,9 @@ struct Args {
     /// The CSI socket: unix:///PATH.
     #[arg(long, env = "CSI_ENDPOINT")]
     endpoint: String,
-    /// A box's management API, `URL[,rack=NAME]` (repeat for each box): runs the controller.
+    /// A box's management API, `URL[,rack=NAME][,drives=FIRST-LAST]` (repeat for each box):
+    /// runs the controller. Without drives=, it makes volumes of the box's drives no host may
+    /// reach (closed to all) only.
     #[arg(long = "box", value_name = "URL")]
     boxes: Vec<String>,
     /// The boxes' API token.

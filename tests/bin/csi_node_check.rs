@@ -42,14 +42,11 @@ fn block_cap() -> VolumeCapability {
 }
 
 fn mounted(path: &Path) -> bool {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    fabrik_csi::node::system::mount_points(&info)
-        .iter()
-        .any(|p| p == path)
+    fabrik_csi::node::system::is_mount_point(path).unwrap_or(false)
 }
 
 fn connected(nqn: &str) -> bool {
-    fabrik_csi::node::system::subsystem_connected(Path::new("/sys/class/nvme-subsystem"), nqn)
+    fabrik_csi::node::system::subsystem_present(Path::new("/sys"), nqn)
 }
 
 fn pattern(len: usize, mut seed: u64) -> Vec<u8> {
@@ -264,7 +261,7 @@ impl Check {
         let back = std::fs::read(target.join("hello.txt"))?;
         ensure!(back == text, "read back {back:?} after a reconnect");
         match std::fs::write(target.join("other.txt"), b"x") {
-            Err(e) if e.raw_os_error() == Some(libc_erofs()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ReadOnlyFilesystem => {}
             other => bail!("a read-only publish took a write: {other:?}"),
         }
         println!("ok: staged again and published read-only: the file is there, writes refused");
@@ -320,27 +317,70 @@ impl Check {
             "the block volume read back other data after a reconnect"
         );
         println!("ok: block volume written through its device file, read back after a reconnect ({usage:?})");
-        // Staged as a filesystem now, it holds data that is none: refused, not formatted.
+        // Not disconnected under a pod that still has it.
+        expect_status(
+            self.unstage(&v, &staged).await,
+            tonic::Code::FailedPrecondition,
+            "still in use",
+        )?;
+        ensure!(connected(&v.volume_id), "disconnected while published");
+        println!("ok: a volume still published is not unstaged");
+        // Published read-only: a write through the device file is refused.
+        self.node_unpublish(&v, &target).await?;
+        let ro = self.work.join("pods/c/dev");
+        self.node_publish(&v, &ctx, &cap, &staged, &ro, true)
+            .await?;
+        let wrote = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&ro)
+            .and_then(|mut f| f.write_all(&data[..4096]).and_then(|()| f.sync_all()));
+        ensure!(wrote.is_err(), "a read-only block publish took a write");
+        println!(
+            "ok: a read-only block publish refuses writes ({})",
+            wrote.unwrap_err()
+        );
+        self.node_unpublish(&v, &ro).await?;
+        self.unstage(&v, &staged).await?;
+        // A publish context of another volume is refused, not staged.
+        let mut wrong = ctx.clone();
+        wrong.insert("nqn".into(), format!("{}0", v.volume_id));
+        expect_status(
+            self.stage(&v, &wrong, &cap, &staged).await,
+            tonic::Code::InvalidArgument,
+            "not volume",
+        )?;
+        // Staged as a filesystem now, it holds data that is none: refused, not formatted, and
+        // the connect this stage made is undone.
         let fs = mount_cap(Mode::SingleNodeWriter);
         let other = self.work.join("blk-as-fs");
-        match self.stage(&v, &ctx, &fs, &other).await {
-            Err(e)
-                if e.downcast_ref::<tonic::Status>().is_some_and(|s| {
-                    s.code() == tonic::Code::FailedPrecondition
-                        && s.message().contains("not formatted over")
-                }) => {}
-            other => bail!("a volume holding data was staged as a filesystem: {other:?}"),
-        }
-        println!("ok: a volume holding data is not formatted over");
-        self.node_unpublish(&v, &target).await?;
-        self.unstage(&v, &staged).await?;
+        expect_status(
+            self.stage(&v, &ctx, &fs, &other).await,
+            tonic::Code::FailedPrecondition,
+            "not formatted over",
+        )?;
+        ensure!(
+            !connected(&v.volume_id),
+            "a stage that failed left its connect behind"
+        );
+        println!(
+            "ok: a volume holding data is not formatted over, and the failed stage disconnects"
+        );
         self.retire(&v).await?;
         Ok(())
     }
 }
 
-fn libc_erofs() -> i32 {
-    30 // EROFS on Linux
+/// `r` is the gRPC error `code` saying `words`.
+fn expect_status(r: Result<()>, code: tonic::Code, words: &str) -> Result<()> {
+    match &r {
+        Err(e)
+            if e.downcast_ref::<tonic::Status>()
+                .is_some_and(|s| s.code() == code && s.message().contains(words)) =>
+        {
+            Ok(())
+        }
+        _ => bail!("expected {code:?} saying {words:?}, got {r:?}"),
+    }
 }
 
 async fn channel(socket: PathBuf) -> Result<Channel> {

@@ -116,8 +116,17 @@ async fn volumes_are_made_published_and_deleted_through_the_boxes() {
     let dir = tempfile::tempdir().unwrap();
     let a = start_box(&dir.path().join("a"), "box-a", 3, 64 * MIB).await;
     let b = start_box(&dir.path().join("b"), "box-b", 4, 128 * MIB).await;
+    // Box A gives the driver its drives 00-02 (a pool, though any host may reach them); box B
+    // gives none, so only the drives closed to every host are the driver's: three of its four.
+    for d in ["00", "01", "02"] {
+        let path = format!("/subsystems/nqn.2024-01.io.fabrik:box-b:drive-{d}/access");
+        let closed = fabrik_api::models::AccessRequest {
+            allow_any_host: false,
+        };
+        let _: fabrik_api::models::Subsystem = b.admin.put(&path, &closed).await.unwrap();
+    }
     let urls = [
-        format!("http://{},rack=r1", a.api),
+        format!("http://{},rack=r1,drives=00-02", a.api),
         format!("http://{},rack=r2", b.api),
     ];
     let (channel, stop) = start_driver(dir.path(), &urls).await;
@@ -153,7 +162,7 @@ async fn volumes_are_made_published_and_deleted_through_the_boxes() {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(all.available_capacity as u64, 3 * 60 * MIB + 4 * 124 * MIB);
+    assert_eq!(all.available_capacity as u64, 3 * 60 * MIB + 3 * 124 * MIB);
     assert_eq!(all.maximum_volume_size, Some((124 * MIB) as i64));
     let r1 = ctl
         .get_capacity(capacity(Some(rack("r1")), &[]))
@@ -207,6 +216,40 @@ async fn volumes_are_made_published_and_deleted_through_the_boxes() {
         Code::AlreadyExists,
         "not what is asked",
     );
+    let mut strips = one.clone();
+    strips.parameters.insert("stripKiB".into(), "128".into());
+    assert_code(
+        ctl.create_volume(strips).await,
+        Code::AlreadyExists,
+        "64 KiB strips",
+    );
+    let mut elsewhere = one.clone();
+    elsewhere.accessibility_requirements = Some(TopologyRequirement {
+        requisite: vec![rack("r2")],
+        preferred: vec![],
+    });
+    assert_code(
+        ctl.create_volume(elsewhere).await,
+        Code::AlreadyExists,
+        "on box",
+    );
+    // XFS needs 300 MiB: more than a limit of 100 MiB allows.
+    let mut xfs = create("pvc-xfs", MIB as i64, &[]);
+    xfs.capacity_range.as_mut().unwrap().limit_bytes = (100 * MIB) as i64;
+    xfs.volume_capabilities = vec![VolumeCapability {
+        access_mode: Some(AccessMode {
+            mode: Mode::SingleNodeWriter as i32,
+        }),
+        access_type: Some(AccessType::Mount(MountVolume {
+            fs_type: "xfs".into(),
+            ..Default::default()
+        })),
+    }];
+    assert_code(
+        ctl.create_volume(xfs).await,
+        Code::OutOfRange,
+        "at least 314572800 bytes",
+    );
     // Closed to every host till published.
     assert!(connect(a.nvme(), &v1.volume_id, &HostIdentity::random())
         .await
@@ -218,7 +261,8 @@ async fn volumes_are_made_published_and_deleted_through_the_boxes() {
         ("raid0", 1)
     );
 
-    // RAID 5 over three drives, only where r2 is required: box-b.
+    // RAID 5 over three drives, only where r2 is required: box-b's three closed drives, not
+    // its open one.
     let mut five = create(
         "pvc-five",
         (100 * MIB) as i64,
@@ -237,14 +281,14 @@ async fn volumes_are_made_published_and_deleted_through_the_boxes() {
         .unwrap();
     assert!(v5.volume_id.contains(":box-b:vol-csi-"), "{v5:?}");
     assert!(v5.capacity_bytes as u64 >= 100 * MIB);
-    assert_eq!(
-        b.admin
-            .volume(v5.volume_id.rsplit_once(":vol-").unwrap().1)
-            .await
-            .unwrap()
-            .level,
-        "raid5"
-    );
+    let made5 = b
+        .admin
+        .volume(v5.volume_id.rsplit_once(":vol-").unwrap().1)
+        .await
+        .unwrap();
+    assert_eq!(made5.level, "raid5");
+    let members: Vec<&str> = made5.members.iter().map(|m| m.drive.as_str()).collect();
+    assert_eq!(members, ["00", "01", "02"]);
 
     // No box holds it: RESOURCE_EXHAUSTED, saying what each box has.
     assert_code(
@@ -420,9 +464,23 @@ async fn volumes_are_made_published_and_deleted_through_the_boxes() {
         node_id: NODE.into(),
         secrets: HashMap::new(),
     };
-    ctl.controller_unpublish_volume(unpublish.clone())
-        .await
-        .unwrap();
+    // Unpublished from another node: nothing to do, still published to this one.
+    let other = ControllerUnpublishVolumeRequest {
+        node_id: "nqn.2024-01.io.fabrik:node:n2".into(),
+        ..unpublish.clone()
+    };
+    ctl.controller_unpublish_volume(other).await.unwrap();
+    assert_code(
+        ctl.delete_volume(delete(&v1.volume_id)).await,
+        Code::FailedPrecondition,
+        NODE,
+    );
+    // From every node (no node ID): unpublished; again: the same.
+    let every = ControllerUnpublishVolumeRequest {
+        node_id: String::new(),
+        ..unpublish.clone()
+    };
+    ctl.controller_unpublish_volume(every).await.unwrap();
     ctl.controller_unpublish_volume(unpublish).await.unwrap();
     assert!(connect(a.nvme(), &v1.volume_id, &node).await.is_err());
     ctl.delete_volume(delete(&v1.volume_id)).await.unwrap();

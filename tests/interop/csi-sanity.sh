@@ -23,8 +23,8 @@ fabrikd --data-dir $D/b --listen 127.0.0.1:4442 --box-name box-b --drives 10 --d
   --backend file --api off --metrics off > $OUT/fabrikd-csi-b.log 2>&1 &
 B=$!
 for i in $(seq 100); do [ -S $D/a/api.sock ] && [ -S $D/b/api.sock ] && break; sleep 0.2; done
-fabrik-csi --endpoint unix:///tmp/csi.sock --box "unix:$D/a/api.sock,rack=r1" \
-  --box "unix:$D/b/api.sock,rack=r2" --node-id guest-node --rack r1 > $OUT/fabrik-csi.log 2>&1 &
+fabrik-csi --endpoint unix:///tmp/csi.sock --box "unix:$D/a/api.sock,rack=r1,drives=00-09" \
+  --box "unix:$D/b/api.sock,rack=r2,drives=00-09" --node-id guest-node --rack r1 > $OUT/fabrik-csi.log 2>&1 &
 C=$!
 for i in $(seq 50); do [ -S /tmp/csi.sock ] && break; sleep 0.1; done
 args=(--csi.endpoint=unix:///tmp/csi.sock --csi.mountdir=/tmp/csi-mount --csi.stagingdir=/tmp/csi-staging

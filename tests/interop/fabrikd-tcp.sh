@@ -738,8 +738,8 @@ s_csi() {
   box=$!
   wait_port 127.0.0.1 4434 60 || { assert "the box listens" false; kill $box; return 1; }
   for i in $(seq 50); do [ -S $d/box/api.sock ] && break; sleep 0.1; done
-  echo "+ fabrik-csi --endpoint unix:///tmp/csi.sock --box unix:$d/box/api.sock --node-id guest-node"
-  "$csi" --endpoint unix:///tmp/csi.sock --box unix:$d/box/api.sock --node-id guest-node > $log 2>&1 &
+  echo "+ fabrik-csi --endpoint unix:///tmp/csi.sock --box unix:$d/box/api.sock,drives=00-03 --node-id guest-node"
+  "$csi" --endpoint unix:///tmp/csi.sock --box unix:$d/box/api.sock,drives=00-03 --node-id guest-node > $log 2>&1 &
   pid=$!
   for i in $(seq 50); do [ -S /tmp/csi.sock ] && break; sleep 0.1; done
   x timeout 300 "$check" unix:///tmp/csi.sock $d/work; rc=$?

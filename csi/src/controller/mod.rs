@@ -18,19 +18,24 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use tonic::{Request, Response, Status};
 
+/// Cheap to clone: a volume is made in a task of its own (see `create_volume`).
+#[derive(Clone)]
 pub struct ControllerService {
-    boxes: Vec<StorageBox>,
+    boxes: Arc<Vec<StorageBox>>,
     /// Volumes (fabrik names) with an operation under way: a second one is ABORTED, as CSI asks.
     busy: Arc<Mutex<BTreeSet<String>>>,
-    /// One placement at a time, so two new volumes never pick the same free drives.
-    placing: tokio::sync::Mutex<()>,
 }
 
 /// A volume found on a box.
 struct Located {
-    at: usize,
+    box_index: usize,
     volume: api::Volume,
 }
+
+/// The smallest XFS that mkfs.xfs makes (xfsprogs 5.19 on).
+const XFS_MIN: u64 = 300 << 20;
+/// How often a new volume's placement is tried again when another took its drives first.
+const PLACEMENT_TRIES: usize = 3;
 
 /// Holds a volume's name in `busy` while an operation on it runs.
 struct Busy {
@@ -51,9 +56,8 @@ fn invalid(e: impl Into<String>) -> Status {
 impl ControllerService {
     pub fn new(boxes: Vec<StorageBox>) -> ControllerService {
         ControllerService {
-            boxes,
+            boxes: Arc::new(boxes),
             busy: Arc::default(),
-            placing: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -80,10 +84,10 @@ impl ControllerService {
     async fn locate(&self, name: &str, nqn: Option<&str>) -> Result<Option<Located>, Status> {
         let answers = join_all(self.boxes.iter().map(|b| b.find(|c| c.volume(name)))).await;
         let mut failed = None;
-        for (at, answer) in answers.into_iter().enumerate() {
+        for (box_index, answer) in answers.into_iter().enumerate() {
             match answer {
                 Ok(Some(volume)) if nqn.is_none_or(|n| n == volume.nqn) => {
-                    return Ok(Some(Located { at, volume }))
+                    return Ok(Some(Located { box_index, volume }))
                 }
                 Ok(_) => {}
                 Err(e) => failed = Some(e),
@@ -98,9 +102,8 @@ impl ControllerService {
         }
     }
 
-    /// Each answering box's free drives: in no volume, composed to no one, healthy, keeping
-    /// data (not ram or null), and exported (if at all) alone by a subsystem no host is
-    /// connected to. Boxes that do not answer are named in the second list.
+    /// Each answering box's free drives (see `free_drives`). Boxes that do not answer are named
+    /// in the second list.
     async fn candidates(&self) -> (Vec<Candidate>, Vec<String>) {
         let answers = join_all(self.boxes.iter().map(|b| async move {
             let drives = b.call(CALL_LIMIT, |c| c.drives()).await?;
@@ -113,14 +116,14 @@ impl ControllerService {
         for (b, answer) in self.boxes.iter().zip(answers) {
             match answer {
                 Ok((drives, subsystems)) => out.push(Candidate {
-                    name: b.url.clone(),
+                    url: b.url.clone(),
                     rack: b.rack.clone(),
-                    free: free_drives(&drives, &subsystems),
+                    free: free_drives(b, &drives, &subsystems),
                 }),
                 Err(e) => {
                     down.push(e.message().to_string());
                     out.push(Candidate {
-                        name: b.url.clone(),
+                        url: b.url.clone(),
                         rack: b.rack.clone(),
                         free: Vec::new(),
                     });
@@ -131,13 +134,13 @@ impl ControllerService {
     }
 
     fn volume_message(&self, l: &Located) -> Volume {
-        let b = &self.boxes[l.at];
+        let b = &self.boxes[l.box_index];
         let mut context = HashMap::new();
         context.insert("box".to_string(), b.url.clone());
         context.insert("level".to_string(), l.volume.level.clone());
         context.insert("drives".to_string(), l.volume.members.len().to_string());
         Volume {
-            capacity_bytes: l.volume.capacity_bytes as i64,
+            capacity_bytes: i64::try_from(l.volume.capacity_bytes).unwrap_or(i64::MAX),
             volume_id: l.volume.nqn.clone(),
             volume_context: context,
             content_source: None,
@@ -162,7 +165,7 @@ impl ControllerService {
 
     /// Compositions of the volume on its box.
     async fn compositions_of(&self, l: &Located) -> Result<Vec<api::Composition>, Status> {
-        let all = self.boxes[l.at]
+        let all = self.boxes[l.box_index]
             .call(CALL_LIMIT, |c| c.compositions())
             .await?;
         Ok(all
@@ -178,7 +181,7 @@ impl ControllerService {
         l: &Located,
         c: &api::Composition,
     ) -> Result<HashMap<String, String>, Status> {
-        let b = &self.boxes[l.at];
+        let b = &self.boxes[l.box_index];
         let nqn = l.volume.nqn.clone();
         let sub = b.call(CALL_LIMIT, |c| c.subsystem(&nqn)).await?;
         let ns = sub.namespaces.first().ok_or_else(|| {
@@ -205,10 +208,118 @@ impl ControllerService {
             ("uuid".to_string(), ns.uuid.clone()),
         ]))
     }
+
+    /// CreateVolume's work: the volume of that name if a box has it (and it is what is asked),
+    /// else a new one where placement puts it.
+    async fn make(
+        &self,
+        req: &CreateVolumeRequest,
+        name: &str,
+        shape: &Shape,
+        bytes: Option<u64>,
+    ) -> Result<Volume, Status> {
+        let racks = racks(req.accessibility_requirements.as_ref());
+        if let Some(l) = self.locate(name, None).await? {
+            return self
+                .same(req, shape, &racks, &l)
+                .map(|()| self.volume_message(&l));
+        }
+        let mut tries = 0;
+        loop {
+            let (candidates, down) = self.candidates().await;
+            let (box_index, drives) =
+                placement::place(shape, bytes, &candidates, &racks).map_err(|e| {
+                    let down = if down.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; not answering: {}", down.join("; "))
+                    };
+                    Status::resource_exhausted(format!("{e}{down}"))
+                })?;
+            let b = &self.boxes[box_index];
+            let request = VolumeRequest {
+                name: name.to_string(),
+                level: shape.level.clone(),
+                drives,
+                strip_kib: Some(shape.strip >> 10),
+                spares: Vec::new(),
+                capacity_bytes: bytes,
+                // Closed from the start: no host reaches it till it is published.
+                allow_any_host: Some(false),
+            };
+            tracing::info!(csi_name = %req.name, volume = %name, r#box = %b.url, drives = ?request.drives, "making a volume");
+            match b.call(CREATE_LIMIT, |c| c.create_volume(&request)).await {
+                Ok(volume) => return Ok(self.volume_message(&Located { box_index, volume })),
+                // Another volume took a drive between the look and the request: look again.
+                Err(e) if e.code() == tonic::Code::Aborted && tries + 1 < PLACEMENT_TRIES => {
+                    tracing::info!(volume = %name, "placement raced: {}", e.message());
+                    tries += 1;
+                }
+                Err(e) if e.code() == tonic::Code::Unavailable => {
+                    return Err(Status::unavailable(format!(
+                        "{} (the box may have made it: a retry finds it)",
+                        e.message()
+                    )))
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Whether volume `l`, found under the name asked for, is what `req` asks: else
+    /// ALREADY_EXISTS (or ABORTED while its box is still making it).
+    fn same(
+        &self,
+        req: &CreateVolumeRequest,
+        shape: &Shape,
+        racks: &Racks,
+        l: &Located,
+    ) -> Result<(), Status> {
+        let v = &l.volume;
+        // A box answers a volume it is still making with no capacity.
+        if v.capacity_bytes == 0 {
+            return Err(Status::aborted(format!(
+                "volume {:?} is being made on box {}",
+                req.name, self.boxes[l.box_index].url
+            )));
+        }
+        let range = req.capacity_range.unwrap_or_default();
+        let (required, limit) = (
+            range.required_bytes.max(0) as u64,
+            range.limit_bytes.max(0) as u64,
+        );
+        let cap = v.capacity_bytes;
+        let same = v.level == shape.level
+            && v.members.len() == shape.members
+            && v.strip_kib << 10 == shape.strip
+            && racks.allows(self.boxes[l.box_index].rack.as_deref())
+            && cap >= required
+            && (limit == 0 || cap <= limit);
+        if same {
+            return Ok(());
+        }
+        Err(Status::already_exists(format!(
+            "volume {:?} exists as {} of {} drives ({} KiB strips), {cap} bytes, on box {}: not what is asked now",
+            req.name,
+            v.level,
+            v.members.len(),
+            v.strip_kib,
+            self.boxes[l.box_index].url
+        )))
+    }
 }
 
-/// Drives placement may take (see `candidates`).
-fn free_drives(drives: &[api::Drive], subsystems: &[api::Subsystem]) -> Vec<(String, u64)> {
+/// Drives placement may take: those of the box's pool (`drives=` of its `--box`), or without
+/// one, those no host may reach (in no subsystem, or in one closed to every host: how an
+/// operator hands a drive to the driver); and of those, the ones in no volume, composed to no
+/// one, healthy, keeping data (not ram or null), exported (if at all) alone by a subsystem no
+/// host is connected to. Making a volume erases its drives: a drive a host may still use is
+/// never taken on a guess.
+fn free_drives(
+    b: &StorageBox,
+    drives: &[api::Drive],
+    subsystems: &[api::Subsystem],
+) -> Vec<(String, u64)> {
     let in_use = |nqn: &String| {
         subsystems
             .iter()
@@ -218,11 +329,15 @@ fn free_drives(drives: &[api::Drive], subsystems: &[api::Subsystem]) -> Vec<(Str
     drives
         .iter()
         .filter(|d| {
-            d.volume.is_none()
+            let offered = match b.pool {
+                Some(_) => b.in_pool(&d.id),
+                None => d.subsystems.is_empty() || d.hosts.as_ref().is_some_and(|h| h.is_empty()),
+            };
+            offered
+                && d.volume.is_none()
                 && d.composed_to.is_empty()
                 && d.health.state == "ok"
                 && !matches!(d.backend.as_str(), "ram" | "null")
-                && d.hosts.as_ref().is_none_or(|h| h.is_empty())
                 && !d.subsystems.iter().any(in_use)
         })
         .map(|d| (d.id.clone(), d.capacity_bytes))
@@ -241,8 +356,21 @@ fn racks(req: Option<&TopologyRequirement>) -> Racks {
     }
 }
 
-/// The bytes a new volume serves for `range` (None: all its drives hold), or OUT_OF_RANGE.
-fn size_for(shape: &Shape, range: Option<&CapacityRange>) -> Result<Option<u64>, Status> {
+/// The least a volume with these capabilities may serve (mkfs.xfs makes none smaller).
+fn minimum(caps: &[VolumeCapability]) -> u64 {
+    let xfs = caps.iter().any(|c| {
+        matches!(&c.access_type, Some(volume_capability::AccessType::Mount(m)) if m.fs_type == "xfs")
+    });
+    if xfs {
+        XFS_MIN
+    } else {
+        0
+    }
+}
+
+/// The bytes a new volume serves for `range` (None: all its drives hold), at least `min`, or
+/// OUT_OF_RANGE.
+fn size_for(shape: &Shape, range: Option<&CapacityRange>, min: u64) -> Result<Option<u64>, Status> {
     let (required, limit) = range.map_or((0, 0), |r| (r.required_bytes, r.limit_bytes));
     if required < 0 || limit < 0 {
         return Err(invalid("capacity_range holds a negative size"));
@@ -256,11 +384,12 @@ fn size_for(shape: &Shape, range: Option<&CapacityRange>) -> Result<Option<u64>,
     let bytes = match (required, limit) {
         (0, 0) => return Ok(None),
         (0, l) => l / shape.stripe_bytes() * shape.stripe_bytes(),
-        (r, _) => shape.rounded(r),
+        (r, _) => shape.rounded(r.max(min)),
     };
-    if bytes == 0 || (limit > 0 && bytes > limit) {
+    if bytes == 0 || bytes < min || (limit > 0 && bytes > limit) {
         return Err(Status::out_of_range(format!(
-            "a {} volume of {} drives serves whole stripes of {} bytes: none lies between {required} and {limit} bytes",
+            "a {} volume of {} drives serves whole stripes of {} bytes, and at least {min} bytes \
+             here: none lies between {required} and {limit} bytes",
             shape.level,
             shape.members,
             shape.stripe_bytes()
@@ -286,69 +415,24 @@ impl Controller for ControllerService {
             ));
         }
         let shape = Shape::from_parameters(&req.parameters).map_err(invalid)?;
-        let bytes = size_for(&shape, req.capacity_range.as_ref())?;
+        let bytes = size_for(
+            &shape,
+            req.capacity_range.as_ref(),
+            minimum(&req.volume_capabilities),
+        )?;
         let name = names::volume_name(&req.name);
-        let _busy = self.claim(&name)?;
-        if let Some(l) = self.locate(&name, None).await? {
-            let (required, limit) = req
-                .capacity_range
-                .map_or((0, 0), |r| (r.required_bytes as u64, r.limit_bytes as u64));
-            let cap = l.volume.capacity_bytes;
-            let same = l.volume.level == shape.level
-                && l.volume.members.len() == shape.members
-                && cap >= required
-                && (limit == 0 || cap <= limit);
-            if !same {
-                return Err(Status::already_exists(format!(
-                    "volume {:?} exists as {} of {} drives, {cap} bytes: not what is asked now",
-                    req.name,
-                    l.volume.level,
-                    l.volume.members.len()
-                )));
-            }
-            return Ok(Response::new(CreateVolumeResponse {
-                volume: Some(self.volume_message(&l)),
-            }));
-        }
-        let racks = racks(req.accessibility_requirements.as_ref());
-        let _placing = self.placing.lock().await;
-        let (candidates, down) = self.candidates().await;
-        let (at, drives) = placement::place(&shape, bytes, &candidates, &racks).map_err(|e| {
-            let down = if down.is_empty() {
-                String::new()
-            } else {
-                format!("; not answering: {}", down.join("; "))
-            };
-            Status::resource_exhausted(format!("{e}{down}"))
-        })?;
-        let b = &self.boxes[at];
-        let make = VolumeRequest {
-            name: name.clone(),
-            level: shape.level.clone(),
-            drives,
-            strip_kib: Some(shape.strip >> 10),
-            spares: Vec::new(),
-            capacity_bytes: bytes,
-            // Closed from the start: no host reaches it till it is published.
-            allow_any_host: Some(false),
-        };
-        tracing::info!(csi_name = %req.name, volume = %name, r#box = %b.url, drives = ?make.drives, "making a volume");
-        let volume = b
-            .call(CREATE_LIMIT, |c| c.create_volume(&make))
-            .await
-            .map_err(|e| {
-                if e.code() == tonic::Code::Unavailable {
-                    Status::unavailable(format!(
-                        "{} (the box may have made it: a retry finds it)",
-                        e.message()
-                    ))
-                } else {
-                    e
-                }
-            })?;
-        let l = Located { at, volume };
+        let busy = self.claim(&name)?;
+        // Erasing a big volume outlasts the caller's deadline: the work goes on in a task of its
+        // own (holding the volume busy, so a retry meanwhile is ABORTED, which the provisioner
+        // retries), and the call that finds it made answers.
+        let this = self.clone();
+        let made = tokio::spawn(async move {
+            let _busy = busy;
+            this.make(&req, &name, &shape, bytes).await
+        });
+        let volume = made.await.map_err(|e| Status::internal(e.to_string()))??;
         Ok(Response::new(CreateVolumeResponse {
-            volume: Some(self.volume_message(&l)),
+            volume: Some(volume),
         }))
     }
 
@@ -375,8 +459,11 @@ impl Controller for ControllerService {
                 c.host_nqn
             )));
         }
-        tracing::info!(volume = %name, r#box = %self.boxes[l.at].url, "deleting a volume");
-        match self.boxes[l.at].find(|c| c.delete_volume(name)).await? {
+        tracing::info!(volume = %name, r#box = %self.boxes[l.box_index].url, "deleting a volume");
+        match self.boxes[l.box_index]
+            .find(|c| c.delete_volume(name))
+            .await?
+        {
             Some(()) | None => Ok(Response::new(DeleteVolumeResponse {})),
         }
     }
@@ -419,7 +506,7 @@ impl Controller for ControllerService {
                     shared: false,
                 };
                 tracing::info!(volume = %name, node = %req.node_id, "publishing");
-                self.boxes[l.at]
+                self.boxes[l.box_index]
                     .call(CALL_LIMIT, |c| c.compose(&compose))
                     .await?
             }
@@ -448,7 +535,7 @@ impl Controller for ControllerService {
         for c in self.compositions_of(&l).await? {
             if req.node_id.is_empty() || c.host_nqn == req.node_id {
                 tracing::info!(volume = %name, node = %c.host_nqn, "unpublishing");
-                self.boxes[l.at].find(|x| x.decompose(&c.id)).await?;
+                self.boxes[l.box_index].find(|x| x.decompose(&c.id)).await?;
             }
         }
         Ok(done)
@@ -513,7 +600,7 @@ impl Controller for ControllerService {
         }))
         .await;
         let mut entries = Vec::new();
-        for (at, answer) in answers.into_iter().enumerate() {
+        for (box_index, answer) in answers.into_iter().enumerate() {
             let (volumes, compositions) = answer?;
             for volume in volumes
                 .into_iter()
@@ -524,7 +611,7 @@ impl Controller for ControllerService {
                     .filter(|c| c.drives.contains(&volume.id))
                     .map(|c| c.host_nqn.clone())
                     .collect();
-                let l = Located { at, volume };
+                let l = Located { box_index, volume };
                 entries.push(list_volumes_response::Entry {
                     volume: Some(self.volume_message(&l)),
                     status: Some(list_volumes_response::VolumeStatus {
@@ -568,10 +655,19 @@ impl Controller for ControllerService {
         request: Request<GetCapacityRequest>,
     ) -> Result<Response<GetCapacityResponse>, Status> {
         let req = request.into_inner();
-        for cap in &req.volume_capabilities {
-            crate::caps::check(cap).map_err(invalid)?;
-        }
         let shape = Shape::from_parameters(&req.parameters).map_err(invalid)?;
+        // Capacity for volumes with every capability asked: none, for one not served.
+        if req
+            .volume_capabilities
+            .iter()
+            .any(|c| crate::caps::check(c).is_err())
+        {
+            return Ok(Response::new(GetCapacityResponse {
+                available_capacity: 0,
+                maximum_volume_size: Some(0),
+                minimum_volume_size: None,
+            }));
+        }
         let racks = match &req.accessible_topology {
             None => Racks::default(),
             Some(t) => Racks {
@@ -586,10 +682,12 @@ impl Controller for ControllerService {
         };
         let (candidates, _) = self.candidates().await;
         let (total, largest) = placement::capacity(&shape, &candidates, &racks);
+        let min = minimum(&req.volume_capabilities);
+        let bytes = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         Ok(Response::new(GetCapacityResponse {
-            available_capacity: total as i64,
-            maximum_volume_size: Some(largest as i64),
-            minimum_volume_size: None,
+            available_capacity: bytes(total),
+            maximum_volume_size: Some(bytes(largest)),
+            minimum_volume_size: (min > 0).then_some(bytes(min)),
         }))
     }
 

@@ -2,7 +2,9 @@
 //! and which of its free drives (the smallest that hold it). Pure: the controller feeds it what
 //! the boxes said.
 
-/// What every member of a volume keeps before its data (the box's superblock, bitmap and log).
+/// What every member of a volume keeps before its data: the box's superblock, bitmap and log
+/// (fabrikd's `raid::meta::DATA_OFFSET`; a box that kept more would refuse a volume placed
+/// too tightly, with a clear error, not make a wrong one).
 pub const MEMBER_METADATA: u64 = 4 << 20;
 pub const DEFAULT_STRIP: u64 = 64 << 10;
 
@@ -110,8 +112,7 @@ impl Shape {
 /// A box as placement sees it: its rack and its free drives (ID, bytes).
 #[derive(Clone, Debug)]
 pub struct Candidate {
-    /// How errors name it (its URL).
-    pub name: String,
+    pub url: String,
     pub rack: Option<String>,
     pub free: Vec<(String, u64)>,
 }
@@ -173,7 +174,7 @@ pub fn place(
             let drives = fits[..shape.members].iter().map(|d| d.0.clone()).collect();
             return Ok((i, drives));
         }
-        short.push(format!("{}: {}", boxes[i].name, fits.len()));
+        short.push(format!("{}: {}", boxes[i].url, fits.len()));
     }
     Err(format!(
         "no box has {} free drives of at least {need} bytes for {} ({})",
@@ -218,7 +219,7 @@ mod tests {
 
     fn cand(rack: Option<&str>, sizes: &[u64]) -> Candidate {
         Candidate {
-            name: format!("box-{}", rack.unwrap_or("any")),
+            url: format!("http://box-{}", rack.unwrap_or("any")),
             rack: rack.map(String::from),
             free: sizes
                 .iter()

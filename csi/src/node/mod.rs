@@ -22,13 +22,16 @@ use tonic::{Request, Response, Status};
 const DEVICE_WAIT: Duration = Duration::from_secs(30);
 const CONNECT_LIMIT: Duration = Duration::from_secs(60);
 const MKFS_LIMIT: Duration = Duration::from_secs(600);
+const SYS: &str = "/sys";
 
+/// Cheap to clone: a stage runs in a task of its own (see `node_stage_volume`).
+#[derive(Clone)]
 pub struct NodeService {
     /// The node's ID: the host NQN it connects as.
     node_id: String,
+    /// The host ID it connects with (None: nvme-cli's own, from /etc/nvme/hostid).
+    host_id: Option<String>,
     rack: Option<String>,
-    /// Where sysfs is (tests point it elsewhere).
-    sys: PathBuf,
     busy: Arc<Mutex<BTreeSet<String>>>,
 }
 
@@ -49,6 +52,14 @@ fn invalid(e: impl Into<String>) -> Status {
 
 fn internal(e: impl std::fmt::Display) -> Status {
     Status::internal(e.to_string())
+}
+
+/// Runs blocking file system work (reads of a device, mounts, statvfs: a path that is down may
+/// hold them for its I/O timeout) off the async workers.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, Status> + Send + 'static,
+) -> Result<T, Status> {
+    tokio::task::spawn_blocking(f).await.map_err(internal)?
 }
 
 /// The mount flags CSI's `mount_flags` may name, as the kernel's; the rest go to the
@@ -77,13 +88,21 @@ fn split_flags(flags: &[String]) -> (MountFlags, String) {
     (known, data.join(","))
 }
 
+fn mounted(path: &Path) -> Result<bool, Status> {
+    system::is_mount_point(path).map_err(|e| internal(format!("reading the mount table: {e}")))
+}
+
 impl NodeService {
     /// `node`: the Kubernetes node name (or a host NQN) the node is known by.
     pub fn new(node: &str, rack: Option<String>) -> Result<NodeService, String> {
+        let node_id = names::node_id(node)?;
+        // A node known by its own NQN keeps its own host ID (Linux refuses one NQN under two
+        // IDs); a node name's NQN gets one derived from it.
+        let host_id = (!node.starts_with("nqn.")).then(|| names::host_id(&node_id));
         Ok(NodeService {
-            node_id: names::node_id(node)?,
+            node_id,
+            host_id,
             rack,
-            sys: PathBuf::from("/sys"),
             busy: Arc::default(),
         })
     }
@@ -104,17 +123,19 @@ impl NodeService {
         })
     }
 
-    fn device(&self, ctx: &HashMap<String, String>) -> Option<PathBuf> {
+    /// The volume's block device, if the host has it.
+    fn device(id: &str, ctx: &HashMap<String, String>) -> Option<PathBuf> {
         let get = |k: &str| ctx.get(k).map_or("", String::as_str);
-        system::find_device(&self.sys.join("block"), get("nguid"), get("uuid"))
+        system::find_device(Path::new(SYS), id, get("nguid"), get("uuid"))
     }
 
-    /// Connects the host to the volume's subsystem (unless it is already) and waits for its
-    /// namespace's block device.
-    async fn connect(&self, id: &str, ctx: &HashMap<String, String>) -> Result<PathBuf, Status> {
-        if let Some(dev) = self.device(ctx) {
-            return Ok(dev);
-        }
+    /// Connects the host to the volume's subsystem (unless it is connected) and waits for its
+    /// namespace's block device; whether this call connected it, too.
+    async fn connect(
+        &self,
+        id: &str,
+        ctx: &HashMap<String, String>,
+    ) -> Result<(PathBuf, bool), Status> {
         let get = |k: &str| {
             ctx.get(k).filter(|v| !v.is_empty()).ok_or_else(|| {
                 invalid(format!(
@@ -128,9 +149,15 @@ impl NodeService {
                 "publish_context is for {nqn}, not volume {id}"
             )));
         }
-        if !system::subsystem_connected(&self.sys.join("class/nvme-subsystem"), nqn) {
-            let host_id = names::host_id(&self.node_id);
-            let args = [
+        if get("nguid").is_err() && get("uuid").is_err() {
+            return Err(invalid(
+                "publish_context has no nguid or uuid: it is the controller's",
+            ));
+        }
+        let sys = Path::new(SYS);
+        let mut connected = false;
+        if !system::subsystem_live(sys, nqn) {
+            let mut args = vec![
                 "connect",
                 "-t",
                 get("transport")?,
@@ -142,19 +169,24 @@ impl NodeService {
                 nqn,
                 "--hostnqn",
                 &self.node_id,
-                "--hostid",
-                &host_id,
             ];
+            if let Some(h) = &self.host_id {
+                args.extend(["--hostid", h]);
+            }
             system::run("nvme", &args, CONNECT_LIMIT)
                 .await
                 .map_err(Status::unavailable)?;
+            connected = true;
         }
         let until = tokio::time::Instant::now() + DEVICE_WAIT;
         loop {
-            if let Some(dev) = self.device(ctx) {
-                return Ok(dev);
+            if let Some(dev) = Self::device(id, ctx) {
+                return Ok((dev, connected));
             }
             if tokio::time::Instant::now() > until {
+                if connected {
+                    self.disconnect(id).await;
+                }
                 return Err(Status::deadline_exceeded(format!(
                     "connected to {nqn}, but its namespace showed no block device within {} s",
                     DEVICE_WAIT.as_secs()
@@ -164,57 +196,93 @@ impl NodeService {
         }
     }
 
-    /// Formats `dev` with `fs` if it holds nothing, then mounts it at `at`.
-    async fn stage_filesystem(
-        &self,
-        dev: &Path,
-        fs: &str,
-        flags: &[String],
-        at: &Path,
-    ) -> Result<(), Status> {
-        if system::is_mount_point(at) {
-            return Ok(());
+    /// Undoes a connect this stage made, when the stage fails after it: kubelet calls no
+    /// NodeUnstage for a stage that failed for good.
+    async fn disconnect(&self, id: &str) {
+        if let Err(e) = system::run("nvme", &["disconnect", "-n", id], CONNECT_LIMIT).await {
+            tracing::warn!(volume = %id, "undoing the connect of a failed stage: {e}");
         }
-        let head =
-            system::read_head(dev).map_err(|e| internal(format!("{}: {e}", dev.display())))?;
-        let fs = match system::probe(&head) {
-            Holds::Nothing => {
-                let mkfs = format!("mkfs.{fs}");
-                let dev_arg = dev.to_string_lossy();
-                let args: Vec<&str> = match fs {
-                    "xfs" => vec!["-q", &dev_arg],
-                    _ => vec!["-q", "-F", &dev_arg],
-                };
-                system::run(&mkfs, &args, MKFS_LIMIT)
-                    .await
-                    .map_err(internal)?;
-                fs.to_string()
-            }
-            Holds::Filesystem(found) if found == fs => found.to_string(),
-            Holds::Filesystem(found) => {
-                return Err(Status::failed_precondition(format!(
-                    "{} holds {found}, not {fs}: not formatted over",
-                    dev.display()
-                )))
-            }
-            Holds::Unknown => {
-                return Err(Status::failed_precondition(format!(
-                    "{} holds data that is no filesystem this driver makes: not formatted over",
-                    dev.display()
-                )))
-            }
+    }
+
+    async fn stage(self, req: NodeStageVolumeRequest, _busy: Busy) -> Result<(), Status> {
+        let cap = req.volume_capability.clone().unwrap_or_default();
+        let (dev, connected) = self.connect(&req.volume_id, &req.publish_context).await?;
+        let Some(AccessType::Mount(m)) = &cap.access_type else {
+            return Ok(());
         };
-        std::fs::create_dir_all(at).map_err(|e| internal(format!("{}: {e}", at.display())))?;
-        let (known, data) = split_flags(flags);
+        let fs = if m.fs_type.is_empty() {
+            "ext4"
+        } else {
+            &m.fs_type
+        };
+        let at = PathBuf::from(&req.staging_target_path);
+        let staged = stage_filesystem(dev, fs.to_string(), m.mount_flags.clone(), at).await;
+        if staged.is_err() && connected {
+            self.disconnect(&req.volume_id).await;
+        }
+        staged
+    }
+}
+
+/// Formats `dev` with `fs` if it holds nothing, then mounts it at `at` (if it is not yet).
+async fn stage_filesystem(
+    dev: PathBuf,
+    fs: String,
+    flags: Vec<String>,
+    at: PathBuf,
+) -> Result<(), Status> {
+    let (d, a) = (dev.clone(), at.clone());
+    let (done, head) = blocking(move || {
+        if mounted(&a)? {
+            return Ok((true, Vec::new()));
+        }
+        let head = system::read_head(&d).map_err(|e| internal(format!("{}: {e}", d.display())))?;
+        Ok((false, head))
+    })
+    .await?;
+    if done {
+        return Ok(());
+    }
+    match system::probe(&head) {
+        Holds::Nothing => {
+            let dev_arg = dev.to_string_lossy();
+            // No discard: a new volume reads zeros already. No -F for ext4: mke2fs then refuses
+            // a device holding a signature it knows that the probe above does not.
+            let args: Vec<&str> = match fs.as_str() {
+                "xfs" => vec!["-q", "-K", &dev_arg],
+                _ => vec!["-q", "-E", "nodiscard", &dev_arg],
+            };
+            system::run(&format!("mkfs.{fs}"), &args, MKFS_LIMIT)
+                .await
+                .map_err(internal)?;
+        }
+        Holds::Filesystem(found) if found == fs => {}
+        Holds::Filesystem(found) => {
+            return Err(Status::failed_precondition(format!(
+                "{} holds {found}, not {fs}: not formatted over",
+                dev.display()
+            )))
+        }
+        Holds::Unknown => {
+            return Err(Status::failed_precondition(format!(
+                "{} holds data that is no filesystem this driver makes: not formatted over",
+                dev.display()
+            )))
+        }
+    }
+    blocking(move || {
+        std::fs::create_dir_all(&at).map_err(|e| internal(format!("{}: {e}", at.display())))?;
+        let (known, data) = split_flags(&flags);
         let data = std::ffi::CString::new(data).map_err(|_| invalid("a mount flag holds NUL"))?;
-        rustix::mount::mount(dev, at, fs.as_str(), known, Some(data.as_c_str())).map_err(|e| {
+        rustix::mount::mount(&dev, &at, fs.as_str(), known, Some(data.as_c_str())).map_err(|e| {
             internal(format!(
                 "mounting {} ({fs}) at {}: {e}",
                 dev.display(),
                 at.display()
             ))
         })
-    }
+    })
+    .await
 }
 
 /// Bind-mounts `source` at `target`, read-only if asked (a bind mount takes flags only when
@@ -245,7 +313,7 @@ fn bind(source: &Path, target: &Path, read_only: bool, flags: &[String]) -> Resu
 
 /// Unmounts `path` if it is a mount point.
 fn unmount(path: &Path) -> Result<(), Status> {
-    if system::is_mount_point(path) {
+    if mounted(path)? {
         rustix::mount::unmount(path, UnmountFlags::empty())
             .map_err(|e| internal(format!("unmounting {}: {e}", path.display())))?;
     }
@@ -270,22 +338,12 @@ impl Node for NodeService {
             .as_ref()
             .ok_or_else(|| invalid("no volume_capability given"))?;
         crate::caps::check(cap).map_err(invalid)?;
-        let _busy = self.claim(&req.volume_id)?;
-        let dev = self.connect(&req.volume_id, &req.publish_context).await?;
-        if let Some(AccessType::Mount(m)) = &cap.access_type {
-            let fs = if m.fs_type.is_empty() {
-                "ext4"
-            } else {
-                &m.fs_type
-            };
-            self.stage_filesystem(
-                &dev,
-                fs,
-                &m.mount_flags,
-                Path::new(&req.staging_target_path),
-            )
-            .await?;
-        }
+        let busy = self.claim(&req.volume_id)?;
+        // A connect and a mkfs may outlast kubelet's deadline: the work goes on in a task of
+        // its own (a mkfs cut short would leave a half-made filesystem), holding the volume
+        // busy; the retry finds it done.
+        let staged = tokio::spawn(self.clone().stage(req, busy));
+        staged.await.map_err(internal)??;
         Ok(Response::new(NodeStageVolumeResponse {}))
     }
 
@@ -301,11 +359,28 @@ impl Node for NodeService {
             return Err(invalid("no staging_target_path given"));
         }
         let _busy = self.claim(&req.volume_id)?;
-        unmount(Path::new(&req.staging_target_path))?;
+        let at = PathBuf::from(&req.staging_target_path);
+        blocking(move || unmount(&at)).await?;
+        let sys = Path::new(SYS);
         // The volume ID is its subsystem's NQN: disconnecting it leaves every other volume be.
+        // Not while its device is still in use (a pod's bind mount, a filesystem, dm or md on
+        // it): kubelet unpublishes first, and a disconnect under a user would lose its data.
         if names::volume_of_id(&req.volume_id).is_some()
-            && system::subsystem_connected(&self.sys.join("class/nvme-subsystem"), &req.volume_id)
+            && system::subsystem_present(sys, &req.volume_id)
         {
+            let table = system::mount_table()
+                .map_err(|e| internal(format!("reading the mount table: {e}")))?;
+            let uses: Vec<String> = system::devices_of(sys, &req.volume_id)
+                .iter()
+                .flat_map(|(name, dev)| system::uses_of(sys, &table, name, dev))
+                .collect();
+            if !uses.is_empty() {
+                return Err(Status::failed_precondition(format!(
+                    "volume {} is still in use ({}): not disconnected",
+                    req.volume_id,
+                    uses.join(", ")
+                )));
+            }
             system::run("nvme", &["disconnect", "-n", &req.volume_id], CONNECT_LIMIT)
                 .await
                 .map_err(internal)?;
@@ -324,50 +399,71 @@ impl Node for NodeService {
         if req.target_path.is_empty() {
             return Err(invalid("no target_path given"));
         }
+        let cap = req
+            .volume_capability
+            .clone()
+            .ok_or_else(|| invalid("no volume_capability given"))?;
+        crate::caps::check(&cap).map_err(invalid)?;
         if req.staging_target_path.is_empty() {
-            return Err(invalid(
+            return Err(Status::failed_precondition(
                 "no staging_target_path given: volumes are staged first",
             ));
         }
-        let cap = req
-            .volume_capability
-            .as_ref()
-            .ok_or_else(|| invalid("no volume_capability given"))?;
-        crate::caps::check(cap).map_err(invalid)?;
         let _busy = self.claim(&req.volume_id)?;
-        let target = Path::new(&req.target_path);
-        if system::is_mount_point(target) {
+        let read_only = req.readonly || crate::caps::read_only(&cap);
+        let target = PathBuf::from(&req.target_path);
+        if blocking({
+            let t = target.clone();
+            move || mounted(&t)
+        })
+        .await?
+        {
             return Ok(Response::new(NodePublishVolumeResponse {}));
         }
-        let read_only = req.readonly || crate::caps::read_only(cap);
         match &cap.access_type {
             Some(AccessType::Block(_)) => {
-                let dev = self.device(&req.publish_context).ok_or_else(|| {
+                let dev = Self::device(&req.volume_id, &req.publish_context).ok_or_else(|| {
                     Status::failed_precondition(format!(
                         "volume {} is not staged on this node: no block device for it",
                         req.volume_id
                     ))
                 })?;
-                if let Some(parent) = target.parent() {
-                    std::fs::create_dir_all(parent).map_err(internal)?;
+                // A read-only bind mount of a device node stops no write to the device: the
+                // device itself is made read-only (on this node, till it is unstaged).
+                if read_only {
+                    let d = dev.to_string_lossy().into_owned();
+                    system::run("blockdev", &["--setro", &d], CONNECT_LIMIT)
+                        .await
+                        .map_err(internal)?;
                 }
-                if !target.exists() {
-                    std::fs::File::create(target)
-                        .map_err(|e| internal(format!("{}: {e}", target.display())))?;
-                }
-                bind(&dev, target, read_only, &[])?;
+                blocking(move || {
+                    if let Some(parent) = target.parent() {
+                        std::fs::create_dir_all(parent).map_err(internal)?;
+                    }
+                    if !target.exists() {
+                        std::fs::File::create(&target)
+                            .map_err(|e| internal(format!("{}: {e}", target.display())))?;
+                    }
+                    bind(&dev, &target, read_only, &[])
+                })
+                .await?;
             }
             Some(AccessType::Mount(m)) => {
-                let staged = Path::new(&req.staging_target_path);
-                if !system::is_mount_point(staged) {
-                    return Err(Status::failed_precondition(format!(
-                        "volume {} is not staged at {}",
-                        req.volume_id, req.staging_target_path
-                    )));
-                }
-                std::fs::create_dir_all(target)
-                    .map_err(|e| internal(format!("{}: {e}", target.display())))?;
-                bind(staged, target, read_only, &m.mount_flags)?;
+                let staged = PathBuf::from(&req.staging_target_path);
+                let flags = m.mount_flags.clone();
+                let id = req.volume_id.clone();
+                blocking(move || {
+                    if !mounted(&staged)? {
+                        return Err(Status::failed_precondition(format!(
+                            "volume {id} is not staged at {}",
+                            staged.display()
+                        )));
+                    }
+                    std::fs::create_dir_all(&target)
+                        .map_err(|e| internal(format!("{}: {e}", target.display())))?;
+                    bind(&staged, &target, read_only, &flags)
+                })
+                .await?;
             }
             None => return Err(invalid("a volume capability has no access type")),
         }
@@ -386,15 +482,18 @@ impl Node for NodeService {
             return Err(invalid("no target_path given"));
         }
         let _busy = self.claim(&req.volume_id)?;
-        let target = Path::new(&req.target_path);
-        unmount(target)?;
-        let gone = match std::fs::symlink_metadata(target) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(e),
-            Ok(m) if m.is_dir() => std::fs::remove_dir(target),
-            Ok(_) => std::fs::remove_file(target),
-        };
-        gone.map_err(|e| internal(format!("removing {}: {e}", target.display())))?;
+        let target = PathBuf::from(&req.target_path);
+        blocking(move || {
+            unmount(&target)?;
+            let gone = match std::fs::symlink_metadata(&target) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(e),
+                Ok(m) if m.is_dir() => std::fs::remove_dir(&target),
+                Ok(_) => std::fs::remove_file(&target),
+            };
+            gone.map_err(|e| internal(format!("removing {}: {e}", target.display())))
+        })
+        .await?;
         Ok(Response::new(NodeUnpublishVolumeResponse {}))
     }
 
@@ -402,7 +501,6 @@ impl Node for NodeService {
         &self,
         request: Request<NodeGetVolumeStatsRequest>,
     ) -> Result<Response<NodeGetVolumeStatsResponse>, Status> {
-        use std::os::unix::fs::{FileTypeExt, MetadataExt};
         let req = request.into_inner();
         if req.volume_id.is_empty() {
             return Err(invalid("no volume_id given"));
@@ -410,46 +508,8 @@ impl Node for NodeService {
         if req.volume_path.is_empty() {
             return Err(invalid("no volume_path given"));
         }
-        let path = Path::new(&req.volume_path);
-        let meta = std::fs::metadata(path)
-            .map_err(|e| Status::not_found(format!("{}: {e}", path.display())))?;
-        let usage = if meta.file_type().is_block_device() {
-            // A bind-mounted device: its size from sysfs, by its device number.
-            let (major, minor) = (libc::major(meta.rdev()), libc::minor(meta.rdev()));
-            let sectors =
-                std::fs::read_to_string(self.sys.join(format!("dev/block/{major}:{minor}/size")))
-                    .map_err(internal)?;
-            let bytes = sectors.trim().parse::<i64>().map_err(internal)? * 512;
-            vec![VolumeUsage {
-                available: 0,
-                total: bytes,
-                used: 0,
-                unit: volume_usage::Unit::Bytes as i32,
-            }]
-        } else {
-            if !system::is_mount_point(path) {
-                return Err(Status::not_found(format!(
-                    "{} is no volume's mount point",
-                    path.display()
-                )));
-            }
-            let st = rustix::fs::statvfs(path).map_err(internal)?;
-            let bytes = |n: u64| (n * st.f_frsize) as i64;
-            vec![
-                VolumeUsage {
-                    available: bytes(st.f_bavail),
-                    total: bytes(st.f_blocks),
-                    used: bytes(st.f_blocks - st.f_bfree),
-                    unit: volume_usage::Unit::Bytes as i32,
-                },
-                VolumeUsage {
-                    available: st.f_favail as i64,
-                    total: st.f_files as i64,
-                    used: (st.f_files - st.f_ffree) as i64,
-                    unit: volume_usage::Unit::Inodes as i32,
-                },
-            ]
-        };
+        let usage =
+            blocking(move || volume_usage(&req.volume_id, Path::new(&req.volume_path))).await?;
         Ok(Response::new(NodeGetVolumeStatsResponse {
             usage,
             volume_condition: None,
@@ -486,6 +546,54 @@ impl Node for NodeService {
             }),
         }))
     }
+}
+
+/// NodeGetVolumeStats: bytes and inodes of a mounted filesystem, the size of a block device;
+/// NOT_FOUND unless `path` holds volume `id` (its device belongs to the volume's subsystem).
+fn volume_usage(id: &str, path: &Path) -> Result<Vec<VolumeUsage>, Status> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let meta = std::fs::metadata(path)
+        .map_err(|e| Status::not_found(format!("{}: {e}", path.display())))?;
+    let block = meta.file_type().is_block_device();
+    let dev = if block { meta.rdev() } else { meta.dev() };
+    let (major, minor) = (rustix::fs::major(dev), rustix::fs::minor(dev));
+    let sys = Path::new(SYS);
+    if system::subsystem_of_dev(sys, major, minor).as_deref() != Some(id)
+        || (!block && !mounted(path)?)
+    {
+        return Err(Status::not_found(format!(
+            "{} holds no volume {id}",
+            path.display()
+        )));
+    }
+    let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    if block {
+        let sectors = std::fs::read_to_string(sys.join(format!("dev/block/{major}:{minor}/size")))
+            .map_err(internal)?;
+        let sectors: u64 = sectors.trim().parse().map_err(internal)?;
+        return Ok(vec![VolumeUsage {
+            available: 0,
+            total: n(sectors.saturating_mul(512)),
+            used: 0,
+            unit: volume_usage::Unit::Bytes as i32,
+        }]);
+    }
+    let st = rustix::fs::statvfs(path).map_err(internal)?;
+    let bytes = |blocks: u64| n(blocks.saturating_mul(st.f_frsize));
+    Ok(vec![
+        VolumeUsage {
+            available: bytes(st.f_bavail),
+            total: bytes(st.f_blocks),
+            used: bytes(st.f_blocks.saturating_sub(st.f_bfree)),
+            unit: volume_usage::Unit::Bytes as i32,
+        },
+        VolumeUsage {
+            available: n(st.f_favail),
+            total: n(st.f_files),
+            used: n(st.f_files.saturating_sub(st.f_ffree)),
+            unit: volume_usage::Unit::Inodes as i32,
+        },
+    ])
 }
 
 #[cfg(test)]

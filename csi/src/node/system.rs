@@ -1,47 +1,88 @@
 //! What the node plugin reads and does on its host: the kernel's NVMe subsystems and block
 //! devices in sysfs, the mount table, what a device holds, and the commands it runs (nvme-cli,
-//! mkfs). Mounts are made with the mount syscalls directly: no mount(8) whose flavour
-//! (util-linux, busybox) changes what a flag means.
+//! mkfs, blockdev). Mounts are made with the mount syscalls directly: no mount(8) whose flavour
+//! (util-linux, busybox) changes what a flag means. Functions taking a sysfs root are tested
+//! over a tree made in a temporary directory.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-/// The block device (`/dev/nvmeXnY`) of the namespace with this NGUID or UUID, looked for in
-/// `sys_block` (`/sys/block`). Multipath path devices (`nvmeXcYnZ`) are passed over: the head
-/// device is the one to use.
-pub fn find_device(sys_block: &Path, nguid: &str, uuid: &str) -> Option<PathBuf> {
-    let norm = |s: &str| -> String {
-        s.trim()
-            .chars()
-            .filter(|c| *c != '-')
-            .flat_map(char::to_lowercase)
-            .collect()
-    };
+/// A namespace block device of subsystem `nqn` (its NVMe volume): `/dev/nvmeXnY`, with the
+/// NGUID or UUID given, found in `sys/block`. The subsystem is checked too, so a stale or wrong
+/// publish context never hands over another volume's device. Multipath path devices
+/// (`nvmeXcYnZ`) are passed over: the head is the one to use.
+pub fn find_device(sys: &Path, nqn: &str, nguid: &str, uuid: &str) -> Option<PathBuf> {
     let wanted: Vec<String> = [nguid, uuid]
         .iter()
-        .map(|s| norm(s))
+        .map(|s| norm_id(s))
         .filter(|s| !s.is_empty() && s.chars().any(|c| c != '0'))
         .collect();
     if wanted.is_empty() {
         return None;
     }
-    let mut names: Vec<String> = std::fs::read_dir(sys_block)
-        .ok()?
+    namespace_heads(sys).into_iter().find_map(|name| {
+        let dir = sys.join("block").join(&name);
+        let ids = ["nguid", "uuid", "wwid"]
+            .iter()
+            .filter_map(|f| std::fs::read_to_string(dir.join(f)).ok())
+            .map(|s| {
+                norm_id(
+                    s.trim()
+                        .trim_start_matches("eui.")
+                        .trim_start_matches("uuid."),
+                )
+            })
+            .collect::<Vec<_>>();
+        let ours = read_trimmed(&dir.join("device/subsysnqn")).is_some_and(|s| s == nqn);
+        (ours && ids.iter().any(|id| wanted.contains(id)))
+            .then(|| PathBuf::from("/dev").join(&name))
+    })
+}
+
+/// Block devices of subsystem `nqn`: (name, "major:minor").
+pub fn devices_of(sys: &Path, nqn: &str) -> Vec<(String, String)> {
+    namespace_heads(sys)
+        .into_iter()
+        .filter(|n| {
+            read_trimmed(&sys.join("block").join(n).join("device/subsysnqn"))
+                .is_some_and(|s| s == nqn)
+        })
+        .filter_map(|n| {
+            let dev = read_trimmed(&sys.join("block").join(&n).join("dev"))?;
+            Some((n, dev))
+        })
+        .collect()
+}
+
+/// The subsystem NQN of block device `major:minor`, if it is an NVMe namespace.
+pub fn subsystem_of_dev(sys: &Path, major: u32, minor: u32) -> Option<String> {
+    read_trimmed(&sys.join(format!("dev/block/{major}:{minor}/device/subsysnqn")))
+}
+
+fn read_trimmed(path: &Path) -> Option<String> {
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+fn norm_id(s: &str) -> String {
+    s.trim()
+        .chars()
+        .filter(|c| *c != '-')
+        .flat_map(char::to_lowercase)
+        .collect()
+}
+
+fn namespace_heads(sys: &Path) -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir(sys.join("block")) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = dir
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
         .filter(|n| is_namespace_head(n))
         .collect();
     names.sort();
-    names.into_iter().find_map(|name| {
-        let dir = sys_block.join(&name);
-        let ids = ["nguid", "uuid", "wwid"]
-            .iter()
-            .filter_map(|f| std::fs::read_to_string(dir.join(f)).ok())
-            .map(|s| norm(s.trim_start_matches("eui.").trim_start_matches("uuid.")))
-            .collect::<Vec<_>>();
-        ids.iter()
-            .any(|id| wanted.contains(id))
-            .then(|| PathBuf::from("/dev").join(&name))
-    })
+    names
 }
 
 /// `nvme<N>n<M>`, not `nvme<N>c<C>n<M>` (a path under a multipath head) nor a partition.
@@ -58,24 +99,72 @@ fn is_namespace_head(name: &str) -> bool {
         && ns.bytes().all(|b| b.is_ascii_digit())
 }
 
-/// Whether a kernel NVMe subsystem with this NQN is there (the host is connected to it), from
-/// `sys_class` (`/sys/class/nvme-subsystem`).
-pub fn subsystem_connected(sys_class: &Path, nqn: &str) -> bool {
-    let Ok(dir) = std::fs::read_dir(sys_class) else {
+/// Whether the host has a live (or reconnecting) controller of subsystem `nqn`: a subsystem
+/// whose controllers are all gone needs a connect again.
+pub fn subsystem_live(sys: &Path, nqn: &str) -> bool {
+    let Ok(dir) = std::fs::read_dir(sys.join("class/nvme-subsystem")) else {
         return false;
     };
     dir.filter_map(|e| e.ok())
-        .filter_map(|e| std::fs::read_to_string(e.path().join("subsysnqn")).ok())
-        .any(|s| s.trim() == nqn)
+        .map(|e| e.path())
+        .filter(|p| read_trimmed(&p.join("subsysnqn")).is_some_and(|s| s == nqn))
+        .any(|p| {
+            let Ok(ctrls) = std::fs::read_dir(&p) else {
+                return false;
+            };
+            ctrls.filter_map(|e| e.ok()).any(|c| {
+                let name = c.file_name().to_string_lossy().into_owned();
+                is_controller(&name)
+                    && read_trimmed(&c.path().join("state")).is_some_and(|s| {
+                        matches!(s.as_str(), "live" | "connecting" | "resetting" | "new")
+                    })
+            })
+        })
 }
 
-/// The mount points in a mountinfo text (`/proc/self/mountinfo`), unescaped.
-pub fn mount_points(mountinfo: &str) -> Vec<PathBuf> {
+/// `nvme<N>`: a controller.
+fn is_controller(name: &str) -> bool {
+    name.strip_prefix("nvme")
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Whether a subsystem with this NQN is there at all (connected, or its controllers going).
+pub fn subsystem_present(sys: &Path, nqn: &str) -> bool {
+    let Ok(dir) = std::fs::read_dir(sys.join("class/nvme-subsystem")) else {
+        return false;
+    };
+    dir.filter_map(|e| e.ok())
+        .any(|e| read_trimmed(&e.path().join("subsysnqn")).is_some_and(|s| s == nqn))
+}
+
+/// One line of mountinfo: the device ("major:minor"), the root within it, the mount point.
+pub struct Mount {
+    pub dev: String,
+    pub root: String,
+    pub point: PathBuf,
+    pub fs: String,
+}
+
+/// The mounts of a mountinfo text (`/proc/self/mountinfo`), paths unescaped.
+pub fn mounts(mountinfo: &str) -> Vec<Mount> {
     mountinfo
         .lines()
-        .filter_map(|l| l.split(' ').nth(4))
-        .map(|p| PathBuf::from(unescape(p)))
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            let sep = f.iter().position(|x| *x == "-")?;
+            Some(Mount {
+                dev: f.get(2)?.to_string(),
+                root: unescape(f.get(3)?),
+                point: PathBuf::from(unescape(f.get(4)?)),
+                fs: f.get(sep + 1)?.to_string(),
+            })
+        })
         .collect()
+}
+
+/// The mount points in a mountinfo text.
+pub fn mount_points(mountinfo: &str) -> Vec<PathBuf> {
+    mounts(mountinfo).into_iter().map(|m| m.point).collect()
 }
 
 /// mountinfo writes space, tab, newline and backslash as `\ooo`.
@@ -84,26 +173,53 @@ fn unescape(s: &str) -> String {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
-            i += 4;
-        } else {
-            out.push(b[i]);
-            i += 1;
+        let code = (b[i] == b'\\' && i + 3 < b.len())
+            .then(|| std::str::from_utf8(&b[i + 1..i + 4]).ok())
+            .flatten()
+            .and_then(|o| u8::from_str_radix(o, 8).ok());
+        match code {
+            Some(c) => {
+                out.push(c);
+                i += 4;
+            }
+            None => {
+                out.push(b[i]);
+                i += 1;
+            }
         }
     }
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// The mount table now; unreadable is an error (never taken for "nothing mounted").
+pub fn mount_table() -> std::io::Result<Vec<Mount>> {
+    Ok(mounts(&std::fs::read_to_string("/proc/self/mountinfo")?))
+}
+
 /// Whether `path` is a mount point now.
-pub fn is_mount_point(path: &Path) -> bool {
-    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let points = mount_points(&info);
+pub fn is_mount_point(path: &Path) -> std::io::Result<bool> {
     let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
-    points.iter().any(|p| p == path || *p == canonical)
+    Ok(mount_table()?
+        .iter()
+        .any(|m| m.point == path || m.point == canonical))
+}
+
+/// Where block device `name` ("major:minor" `dev`) is in use: mounted (a filesystem on it, or
+/// its device node bind-mounted from devtmpfs), or held by another block device (dm, md).
+pub fn uses_of(sys: &Path, table: &[Mount], name: &str, dev: &str) -> Vec<String> {
+    let mut uses: Vec<String> = table
+        .iter()
+        .filter(|m| m.dev == dev || (m.fs == "devtmpfs" && m.root == format!("/{name}")))
+        .map(|m| format!("mounted at {}", m.point.display()))
+        .collect();
+    if let Ok(holders) = std::fs::read_dir(sys.join("block").join(name).join("holders")) {
+        uses.extend(
+            holders
+                .filter_map(|h| h.ok())
+                .map(|h| format!("held by {}", h.file_name().to_string_lossy())),
+        );
+    }
+    uses
 }
 
 /// What a device holds at its start.
@@ -132,18 +248,19 @@ pub fn probe(head: &[u8]) -> Holds {
     }
 }
 
-/// The first 64 KiB of `dev` (less if it is smaller).
+/// The first MiB of `dev` (less if it is smaller): where filesystems and partition tables keep
+/// their marks (btrfs at 64 KiB among them).
 pub fn read_head(dev: &Path) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
     let mut head = Vec::new();
     std::fs::File::open(dev)?
-        .take(64 << 10)
+        .take(1 << 20)
         .read_to_end(&mut head)?;
     Ok(head)
 }
 
-/// Runs `cmd args`, within `limit`: its standard output, or one line saying what failed.
-pub async fn run(cmd: &str, args: &[&str], limit: Duration) -> Result<String, String> {
+/// Runs `cmd args` within `limit` (killed past it), or one line saying what failed.
+pub async fn run(cmd: &str, args: &[&str], limit: Duration) -> Result<(), String> {
     let what = format!("{cmd} {}", args.join(" "));
     tracing::info!(command = %what, "running");
     let child = tokio::process::Command::new(cmd)
@@ -156,7 +273,7 @@ pub async fn run(cmd: &str, args: &[&str], limit: Duration) -> Result<String, St
         .map_err(|_| format!("{what}: no answer within {} s", limit.as_secs()))?
         .map_err(|e| format!("{what}: {e}"))?;
     if out.status.success() {
-        return Ok(String::from_utf8_lossy(&out.stdout).into_owned());
+        return Ok(());
     }
     let err = String::from_utf8_lossy(&out.stderr);
     let line = err
@@ -171,29 +288,52 @@ pub async fn run(cmd: &str, args: &[&str], limit: Duration) -> Result<String, St
 mod tests {
     use super::*;
 
+    fn put(root: &Path, rel: &str, text: &str) {
+        let f = root.join(rel);
+        std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+        std::fs::write(f, text).unwrap();
+    }
+
     #[test]
-    fn namespaces_are_found_by_nguid_or_uuid_not_by_their_paths() {
+    fn namespaces_are_found_by_id_within_their_subsystem() {
         let dir = tempfile::tempdir().unwrap();
-        let add = |name: &str, file: &str, text: &str| {
-            let d = dir.path().join(name);
-            std::fs::create_dir_all(&d).unwrap();
-            std::fs::write(d.join(file), text).unwrap();
-        };
-        add("nvme0n1", "nguid", "11111111-2222-3333-4444-555555555555\n");
-        add(
-            "nvme1c1n1",
-            "nguid",
+        let sys = dir.path();
+        let ours = "nqn.2024-01.io.fabrik:a:vol-csi-1";
+        put(
+            sys,
+            "block/nvme0n1/nguid",
+            "11111111-2222-3333-4444-555555555555\n",
+        );
+        put(
+            sys,
+            "block/nvme0n1/device/subsysnqn",
+            "nqn.2024-01.io.fabrik:a:vol-csi-0\n",
+        );
+        put(
+            sys,
+            "block/nvme1c1n1/nguid",
             "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee\n",
         );
-        add("nvme1n1", "nguid", "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee\n");
-        add("nvme2n1", "uuid", "0b1c2d3e-0000-4000-8000-000000000001\n");
-        add(
-            "nvme2n1p1",
-            "uuid",
+        put(sys, "block/nvme1c1n1/device/subsysnqn", ours);
+        put(
+            sys,
+            "block/nvme1n1/nguid",
+            "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee\n",
+        );
+        put(sys, "block/nvme1n1/device/subsysnqn", ours);
+        put(sys, "block/nvme1n1/dev", "259:3\n");
+        put(
+            sys,
+            "block/nvme2n1/uuid",
             "0b1c2d3e-0000-4000-8000-000000000001\n",
         );
-        add("sda", "wwid", "aaaaaaaabbbbccccddddeeeeeeeeeeee\n");
-        let find = |nguid: &str, uuid: &str| find_device(dir.path(), nguid, uuid);
+        put(sys, "block/nvme2n1/device/subsysnqn", ours);
+        put(
+            sys,
+            "block/nvme2n1p1/uuid",
+            "0b1c2d3e-0000-4000-8000-000000000001\n",
+        );
+        let find = |nguid: &str, uuid: &str| find_device(sys, ours, nguid, uuid);
         assert_eq!(
             find("AAAAAAAABBBBCCCCDDDDEEEEEEEEEEEE", ""),
             Some(PathBuf::from("/dev/nvme1n1"))
@@ -202,38 +342,65 @@ mod tests {
             find("", "0b1c2d3e-0000-4000-8000-000000000001"),
             Some(PathBuf::from("/dev/nvme2n1"))
         );
+        // Another volume's namespace, though its NGUID is asked for.
+        assert_eq!(find("11111111222233334444555555555555", ""), None);
         assert_eq!(find("00000000000000000000000000000000", ""), None);
-        assert_eq!(find("99999999999999999999999999999999", ""), None);
+        assert_eq!(
+            devices_of(sys, ours),
+            [("nvme1n1".to_string(), "259:3".to_string())]
+        );
     }
 
     #[test]
-    fn subsystems_are_known_by_nqn() {
+    fn subsystems_are_live_only_with_a_live_controller() {
         let dir = tempfile::tempdir().unwrap();
-        let s = dir.path().join("nvme-subsys3");
-        std::fs::create_dir_all(&s).unwrap();
-        std::fs::write(s.join("subsysnqn"), "nqn.2024-01.io.fabrik:a:vol-x\n").unwrap();
-        assert!(subsystem_connected(
-            dir.path(),
-            "nqn.2024-01.io.fabrik:a:vol-x"
-        ));
-        assert!(!subsystem_connected(
-            dir.path(),
-            "nqn.2024-01.io.fabrik:a:vol-y"
-        ));
-        assert!(!subsystem_connected(&dir.path().join("none"), "x"));
+        let sys = dir.path();
+        let nqn = "nqn.2024-01.io.fabrik:a:vol-x";
+        put(
+            sys,
+            "class/nvme-subsystem/nvme-subsys3/subsysnqn",
+            &format!("{nqn}\n"),
+        );
+        assert!(subsystem_present(sys, nqn));
+        assert!(!subsystem_live(sys, nqn), "no controller");
+        put(
+            sys,
+            "class/nvme-subsystem/nvme-subsys3/nvme4/state",
+            "deleting\n",
+        );
+        assert!(!subsystem_live(sys, nqn));
+        put(
+            sys,
+            "class/nvme-subsystem/nvme-subsys3/nvme5/state",
+            "live\n",
+        );
+        assert!(subsystem_live(sys, nqn));
+        assert!(!subsystem_present(sys, "nqn.2024-01.io.fabrik:a:vol-y"));
+        assert!(!subsystem_live(&sys.join("none"), nqn));
     }
 
     #[test]
-    fn mountinfo_points_are_unescaped() {
+    fn mountinfo_is_parsed_and_uses_are_found() {
         let info = "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n\
-                    35 22 259:0 / /var/lib/kubelet/pods/a\\040b/mount rw - ext4 /dev/nvme1n1 rw\n";
+                    35 22 259:3 / /var/lib/kubelet/pods/a\\040b/mount rw - ext4 /dev/nvme1n1 rw\n\
+                    36 22 0:5 /nvme1n1 /var/lib/kubelet/pods/c/dev rw - devtmpfs udev rw\n";
         assert_eq!(
             mount_points(info),
             [
                 PathBuf::from("/"),
-                PathBuf::from("/var/lib/kubelet/pods/a b/mount")
+                PathBuf::from("/var/lib/kubelet/pods/a b/mount"),
+                PathBuf::from("/var/lib/kubelet/pods/c/dev"),
             ]
         );
+        let dir = tempfile::tempdir().unwrap();
+        put(dir.path(), "block/nvme1n1/holders/dm-0", "");
+        let uses = uses_of(dir.path(), &mounts(info), "nvme1n1", "259:3");
+        assert_eq!(uses.len(), 3, "{uses:?}");
+        assert!(
+            uses[1].contains("pods/c/dev") && uses[2].contains("dm-0"),
+            "{uses:?}"
+        );
+        assert!(uses_of(dir.path(), &mounts(info), "nvme2n1", "259:9").is_empty());
     }
 
     #[test]
