@@ -290,6 +290,34 @@ async fn volumes_are_made_published_and_deleted_through_the_boxes() {
     let members: Vec<&str> = made5.members.iter().map(|m| m.drive.as_str()).collect();
     assert_eq!(members, ["00", "01", "02"]);
 
+    // Pinned to a box (StorageClass parameter `box`): capacity and placement there alone.
+    let pinned = [("box", urls[0].split(',').next().unwrap())];
+    let only_a = ctl
+        .get_capacity(capacity(None, &pinned))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(only_a.available_capacity as u64, 2 * 60 * MIB);
+    let va = ctl
+        .create_volume(create("pvc-pinned", MIB as i64, &pinned))
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    assert!(va.volume_id.contains(":box-a:"), "{va:?}");
+    assert_code(
+        ctl.create_volume(create("pvc-x", MIB as i64, &[("box", "http://elsewhere")]))
+            .await,
+        Code::InvalidArgument,
+        "none of this controller's",
+    );
+    let delete_pinned = DeleteVolumeRequest {
+        volume_id: va.volume_id.clone(),
+        secrets: HashMap::new(),
+    };
+    ctl.delete_volume(delete_pinned).await.unwrap();
+
     // No box holds it: RESOURCE_EXHAUSTED, saying what each box has.
     assert_code(
         ctl.create_volume(create("pvc-huge", (200 * MIB) as i64, &[]))

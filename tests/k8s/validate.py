@@ -9,7 +9,8 @@
      Kubernetes OpenAPI schemas (kubernetes-validate, strict: unknown fields are errors) of each
      version of $K8S_VERSIONS; a kind without a schema is an error too.
   4. Asserts what the driver needs of each set (see check_set): the CSIDriver, the
-     StorageClasses, the controller's arguments (one --box per box, ...), the node plugin
+     StorageClasses, the controller's arguments (one --box=URL[,rack=R][,drives=A-B] per box,
+     ...), csi-provisioner's (--timeout of at least MIN_PROVISIONER_TIMEOUT s), the node plugin
      (privileged, Bidirectional kubelet dir, host paths, racks), RBAC, and that the plain
      manifests equal the chart rendered with its defaults (labels aside).
 
@@ -66,6 +67,9 @@ PROVISIONER_ARGS = [
     "--enable-capacity",
     "--capacity-ownerref-level=2",
 ]
+# csi-provisioner's --timeout (default 10 s) must outlast making a big volume: the box erases
+# the volume's capacity before CreateVolume returns.
+MIN_PROVISIONER_TIMEOUT = 120
 # What the controller's ServiceAccount must be allowed (upstream sidecars' RBAC).
 NEEDED_CLUSTER = [
     ("", "persistentvolumes", "get list watch create patch delete"),
@@ -85,6 +89,17 @@ NEEDED_NAMESPACED = [
 ]
 IMAGE_RE = re.compile(r"^[^\s:@/]+(:[0-9]+)?(/[^\s:@/]+)+:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DRIVES = re.compile(r"^([0-9]+)(?:-([0-9]+))?$")  # a box's drives=: FIRST-LAST or one ID
+DURATION = re.compile(r"^(?:([0-9]+)h)?(?:([0-9]+)m)?(?:([0-9]+)s)?$")
+
+
+def seconds(duration):
+    """Seconds of a Go duration of h/m/s units (300s, 5m, 1h30m), or None."""
+    m = DURATION.match(duration or "")
+    if not duration or not m:
+        return None
+    h, mi, sec = (int(x or 0) for x in m.groups())
+    return h * 3600 + mi * 60 + sec
 
 
 class Report:
@@ -188,7 +203,8 @@ def expect_from_values(v, release, namespace, app_version):
     full = fullname(v, release)
     boxes = []
     for b in v["boxes"]:
-        boxes.append(f"--box={b['url']}" + (f",rack={b['rack']}" if b.get("rack") else ""))
+        boxes.append(f"--box={b['url']}" + (f",rack={b['rack']}" if b.get("rack") else "")
+                     + (f",drives={b['drives']}" if b.get("drives") else ""))
     ca = v.get("apiCA") or {}
     key = ca.get("key") or "ca.crt"
     if ca.get("pem"):
@@ -226,6 +242,7 @@ def expect_from_values(v, release, namespace, app_version):
         "controller_port": v["controller"]["healthPort"],
         "controller_extra": v["controller"].get("extraArgs") or [],
         "provisioner_extra": v["controller"].get("provisionerExtraArgs") or [],
+        "provisioner_timeout": v["controller"].get("provisionerTimeout"),
         "node_port": v["node"]["healthPort"],
         "node_extra": v["node"].get("extraArgs") or [],
         "node_selector": v["node"].get("nodeSelector") or {},
@@ -337,12 +354,20 @@ def check_controller(where, dep, exp, idx):
         boxes = [a for a in args if a == "--box" or a.startswith("--box=") or a.startswith("--box ")]
         R.check(boxes == exp["boxes"], w, f"--box arguments {boxes} != one per configured box {exp['boxes']}")
         for b in boxes:
-            url, _, rack = b[len("--box="):].partition(",")
+            url, *parts = b[len("--box="):].split(",")
             u = urllib.parse.urlparse(url)
             R.check(u.scheme in ("http", "https") and bool(u.hostname), w, f"{b}: not an http(s) URL")
-            if rack:
-                R.check(rack.startswith("rack=") and bool(DNS_LABEL.match(rack[5:])), w,
-                        f"{b}: the suffix is not ,rack=NAME with a DNS label")
+            keys = [p.partition("=")[0] for p in parts]
+            R.check(keys in ([], ["rack"], ["drives"], ["rack", "drives"]), w,
+                    f"{b}: the suffix is not [,rack=NAME][,drives=FIRST-LAST] in that order")
+            for p in parts:
+                key, _, val = p.partition("=")
+                if key == "rack":
+                    R.check(bool(DNS_LABEL.match(val)), w, f"{b}: rack={val} is not a DNS label")
+                elif key == "drives":
+                    m = DRIVES.match(val)
+                    R.check(bool(m) and int(m.group(1)) <= int(m.group(2) or m.group(1)), w,
+                            f"{b}: drives={val} is not FIRST-LAST (or one ID) of numeric drive IDs, first <= last")
         cas = flag_values(args, "--ca")
         if exp["ca"]:
             kind, name, key = exp["ca"]
@@ -385,6 +410,14 @@ def check_controller(where, dep, exp, idx):
         a = prov.get("args") or []
         for want in PROVISIONER_ARGS + exp["provisioner_extra"]:
             R.check(want in a, w, f"{want} missing from {a}")
+        timeouts = flag_values(a, "--timeout")
+        t = seconds(timeouts[0]) if len(timeouts) == 1 else None
+        if R.check(len(timeouts) == 1 and t is not None, w,
+                   f"no single --timeout=DURATION (s/m/h units) in {a}: the default 10s is too short"):
+            R.check(t >= MIN_PROVISIONER_TIMEOUT, w,
+                    f"--timeout={timeouts[0]} is under {MIN_PROVISIONER_TIMEOUT}s (making a big volume erases it)")
+            R.check(timeouts[0] == exp["provisioner_timeout"], w,
+                    f"--timeout={timeouts[0]} != controller.provisionerTimeout {exp['provisioner_timeout']!r}")
         R.check([expand(x, prov) for x in flag_values(a, "--csi-address")] == [SOCKET], w,
                 f"--csi-address is not {SOCKET}")
         R.check(field_ref(prov, "POD_NAME") == "metadata.name", w, "env POD_NAME is not fieldRef metadata.name")
@@ -661,6 +694,13 @@ def main():
         ("a box URL without a scheme", {"boxes": [{"url": "box-a.example:8443"}]}),
         ("a box URL with a comma", {"boxes": [{"url": "https://box-a.example,rack=x"}]}),
         ("a rack that is not a DNS label", {"boxes": [{"url": "https://box-a.example", "rack": "Rack_A"}]}),
+        ("drives that are not numeric", {"boxes": [{"url": "https://box-a.example", "drives": "1-x"}]}),
+        ("drives with a comma", {"boxes": [{"url": "https://box-a.example", "drives": "00-05,rack=x"}]}),
+        ("drives given as a number", {"boxes": [{"url": "https://box-a.example", "drives": 5}]}),
+        ("drives whose first is past the last", {"boxes": [{"url": "https://box-a.example", "drives": "11-00"}]}),
+        ("a provisioner timeout without a unit", {"controller": {"provisionerTimeout": "300"}}),
+        ("an empty provisioner timeout", {"controller": {"provisionerTimeout": ""}}),
+        ("--timeout in provisionerExtraArgs", {"controller": {"provisionerExtraArgs": ["--timeout=60s"]}}),
         ("a misspelt top-level key", {"boxs": [{"url": "https://box-a.example"}]}),
         ("an unknown RAID level", {"storageClasses": [{"name": "x", "level": "raid4", "drives": 4}]}),
         ("0 drives", {"storageClasses": [{"name": "x", "level": "raid0", "drives": 0}]}),

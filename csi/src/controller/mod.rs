@@ -102,9 +102,28 @@ impl ControllerService {
         }
     }
 
-    /// Each answering box's free drives (see `free_drives`). Boxes that do not answer are named
-    /// in the second list.
-    async fn candidates(&self) -> (Vec<Candidate>, Vec<String>) {
+    /// The box a StorageClass pins its volumes to (parameter `box`: a URL as given to `--box`).
+    fn pinned_box(&self, params: &HashMap<String, String>) -> Result<Option<usize>, Status> {
+        let Some(url) = params.get("box") else {
+            return Ok(None);
+        };
+        let i = self
+            .boxes
+            .iter()
+            .position(|b| &b.url == url)
+            .ok_or_else(|| {
+                let urls: Vec<&str> = self.boxes.iter().map(|b| b.url.as_str()).collect();
+                invalid(format!(
+                    "box {url:?} is none of this controller's ({})",
+                    urls.join(", ")
+                ))
+            })?;
+        Ok(Some(i))
+    }
+
+    /// Each answering box's free drives (see `free_drives`), none on a box other than
+    /// `pinned`. Boxes that do not answer are named in the second list.
+    async fn candidates(&self, pinned: Option<usize>) -> (Vec<Candidate>, Vec<String>) {
         let answers = join_all(self.boxes.iter().map(|b| async move {
             let drives = b.call(CALL_LIMIT, |c| c.drives()).await?;
             let subsystems = b.call(CALL_LIMIT, |c| c.subsystems()).await?;
@@ -113,12 +132,15 @@ impl ControllerService {
         .await;
         let mut out = Vec::new();
         let mut down = Vec::new();
-        for (b, answer) in self.boxes.iter().zip(answers) {
+        for (i, (b, answer)) in self.boxes.iter().zip(answers).enumerate() {
             match answer {
                 Ok((drives, subsystems)) => out.push(Candidate {
                     url: b.url.clone(),
                     rack: b.rack.clone(),
-                    free: free_drives(b, &drives, &subsystems),
+                    free: match pinned {
+                        Some(p) if p != i => Vec::new(),
+                        _ => free_drives(b, &drives, &subsystems),
+                    },
                 }),
                 Err(e) => {
                     down.push(e.message().to_string());
@@ -219,14 +241,21 @@ impl ControllerService {
         bytes: Option<u64>,
     ) -> Result<Volume, Status> {
         let racks = racks(req.accessibility_requirements.as_ref());
+        let pinned = self.pinned_box(&req.parameters)?;
         if let Some(l) = self.locate(name, None).await? {
+            if pinned.is_some_and(|p| p != l.box_index) {
+                return Err(Status::already_exists(format!(
+                    "volume {:?} exists on box {}, not the one asked for",
+                    req.name, self.boxes[l.box_index].url
+                )));
+            }
             return self
                 .same(req, shape, &racks, &l)
                 .map(|()| self.volume_message(&l));
         }
         let mut tries = 0;
         loop {
-            let (candidates, down) = self.candidates().await;
+            let (candidates, down) = self.candidates(pinned).await;
             let (box_index, drives) =
                 placement::place(shape, bytes, &candidates, &racks).map_err(|e| {
                     let down = if down.is_empty() {
@@ -680,7 +709,8 @@ impl Controller for ControllerService {
                 preferred: Vec::new(),
             },
         };
-        let (candidates, _) = self.candidates().await;
+        let pinned = self.pinned_box(&req.parameters)?;
+        let (candidates, _) = self.candidates(pinned).await;
         let (total, largest) = placement::capacity(&shape, &candidates, &racks);
         let min = minimum(&req.volume_capabilities);
         let bytes = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);

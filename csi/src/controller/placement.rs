@@ -19,16 +19,16 @@ pub struct Shape {
 
 impl Shape {
     /// From the parameters `level` (default raid0), `drives` (default: the fewest the level
-    /// takes) and `stripKiB` (default 64). Kubernetes' own `csi.storage.k8s.io/` keys are not
+    /// takes) and `stripKiB` (default 64); `box` is the controller's (see `pinned_box`). Kubernetes' own `csi.storage.k8s.io/` keys are not
     /// ours and are let through; any other key is an error (a misspelt parameter would
     /// otherwise give a volume not asked for).
     pub fn from_parameters(p: &std::collections::HashMap<String, String>) -> Result<Shape, String> {
         for k in p.keys() {
-            let known = ["level", "drives", "stripKiB"].contains(&k.as_str())
+            let known = ["level", "drives", "stripKiB", "box"].contains(&k.as_str())
                 || k.starts_with("csi.storage.k8s.io/");
             if !known {
                 return Err(format!(
-                    "unknown parameter {k:?}: level, drives and stripKiB are this driver's"
+                    "unknown parameter {k:?}: level, drives, stripKiB and box are this driver's"
                 ));
             }
         }
