@@ -33,6 +33,21 @@ pub fn endpoint_path(endpoint: &str) -> Result<PathBuf, String> {
     Ok(PathBuf::from(path))
 }
 
+/// A gRPC channel to a CSI endpoint's socket (for clients: tests, tools).
+pub async fn channel(path: &Path) -> Result<tonic::transport::Channel, tonic::transport::Error> {
+    let path = path.to_path_buf();
+    // The URI is a placeholder: every connection goes to the socket.
+    tonic::transport::Endpoint::from_static("http://csi.invalid")
+        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+            let path = path.clone();
+            async move {
+                let stream = tokio::net::UnixStream::connect(path).await?;
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+            }
+        }))
+        .await
+}
+
 /// Serves the CSI services on the Unix socket `path` until `stop`: Identity always, Controller
 /// and Node where given. A socket file left by an earlier run is replaced.
 pub async fn serve(

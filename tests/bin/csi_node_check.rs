@@ -383,20 +383,6 @@ fn expect_status(r: Result<()>, code: tonic::Code, words: &str) -> Result<()> {
     }
 }
 
-async fn channel(socket: PathBuf) -> Result<Channel> {
-    let ch = tonic::transport::Endpoint::from_static("http://csi.invalid")
-        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
-            let socket = socket.clone();
-            async move {
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
-                    tokio::net::UnixStream::connect(socket).await?,
-                ))
-            }
-        }))
-        .await?;
-    Ok(ch)
-}
-
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -411,7 +397,8 @@ async fn main() {
 }
 
 async fn run(socket: &str, work: &Path) -> Result<()> {
-    let ch = channel(fabrik_csi::endpoint_path(socket).map_err(anyhow::Error::msg)?).await?;
+    let ch = fabrik_csi::channel(&fabrik_csi::endpoint_path(socket).map_err(anyhow::Error::msg)?)
+        .await?;
     let mut node = NodeClient::new(ch.clone());
     let node_id = node
         .node_get_info(NodeGetInfoRequest {})

@@ -15,7 +15,6 @@ use fabrik_csi::pb::*;
 use fabrik_initiator::HostIdentity;
 use fabrik_target::backend::BackendKind;
 use std::collections::HashMap;
-use std::path::PathBuf;
 use tonic::transport::Channel;
 use tonic::Code;
 
@@ -54,17 +53,7 @@ async fn start_driver(
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    let channel = tonic::transport::Endpoint::from_static("http://csi.invalid")
-        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
-            let socket: PathBuf = socket.clone();
-            async move {
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
-                    tokio::net::UnixStream::connect(socket).await?,
-                ))
-            }
-        }))
-        .await
-        .unwrap();
+    let channel = fabrik_csi::channel(&socket).await.unwrap();
     (channel, stop)
 }
 
