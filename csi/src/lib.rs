@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 pub mod boxes;
+pub mod busy;
 pub mod caps;
 pub mod controller;
 pub mod identity;

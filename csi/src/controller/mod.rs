@@ -7,6 +7,7 @@
 pub mod placement;
 
 use crate::boxes::{StorageBox, CALL_LIMIT, CREATE_LIMIT};
+use crate::busy::Volumes;
 use crate::names;
 use crate::pb::controller_server::Controller;
 use crate::pb::controller_service_capability::rpc::Type as Rpc;
@@ -14,16 +15,16 @@ use crate::pb::*;
 use fabrik_api::models::{self as api, CompositionRequest, VolumeRequest};
 use futures_util::future::join_all;
 use placement::{Candidate, Racks, Shape};
-use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::sync::Arc;
 use tonic::{Request, Response, Status};
 
 /// Cheap to clone: a volume is made in a task of its own (see `create_volume`).
 #[derive(Clone)]
 pub struct ControllerService {
     boxes: Arc<Vec<StorageBox>>,
-    /// Volumes (fabrik names) with an operation under way: a second one is ABORTED, as CSI asks.
-    busy: Arc<Mutex<BTreeSet<String>>>,
+    /// Volumes (fabrik names) with an operation under way.
+    busy: Volumes,
 }
 
 /// A volume found on a box.
@@ -37,18 +38,6 @@ const XFS_MIN: u64 = 300 << 20;
 /// How often a new volume's placement is tried again when another took its drives first.
 const PLACEMENT_TRIES: usize = 3;
 
-/// Holds a volume's name in `busy` while an operation on it runs.
-struct Busy {
-    set: Arc<Mutex<BTreeSet<String>>>,
-    name: String,
-}
-
-impl Drop for Busy {
-    fn drop(&mut self) {
-        self.set.lock().unwrap().remove(&self.name);
-    }
-}
-
 fn invalid(e: impl Into<String>) -> Status {
     Status::invalid_argument(e.into())
 }
@@ -57,25 +46,13 @@ impl ControllerService {
     pub fn new(boxes: Vec<StorageBox>) -> ControllerService {
         ControllerService {
             boxes: Arc::new(boxes),
-            busy: Arc::default(),
+            busy: Volumes::default(),
         }
     }
 
     /// Whether any box has a rack (then volumes carry topology).
     pub fn has_racks(&self) -> bool {
         self.boxes.iter().any(|b| b.rack.is_some())
-    }
-
-    fn claim(&self, name: &str) -> Result<Busy, Status> {
-        if !self.busy.lock().unwrap().insert(name.to_string()) {
-            return Err(Status::aborted(format!(
-                "an operation on volume {name} is under way"
-            )));
-        }
-        Ok(Busy {
-            set: self.busy.clone(),
-            name: name.to_string(),
-        })
     }
 
     /// The fabrik volume `name` on whichever box has it (and, given `nqn`, only as that
@@ -450,7 +427,7 @@ impl Controller for ControllerService {
             minimum(&req.volume_capabilities),
         )?;
         let name = names::volume_name(&req.name);
-        let busy = self.claim(&name)?;
+        let busy = self.busy.claim(&name)?;
         // Erasing a big volume outlasts the caller's deadline: the work goes on in a task of its
         // own (holding the volume busy, so a retry meanwhile is ABORTED, which the provisioner
         // retries), and the call that finds it made answers.
@@ -477,7 +454,7 @@ impl Controller for ControllerService {
         let Some(name) = names::volume_of_id(&id) else {
             return Ok(Response::new(DeleteVolumeResponse {}));
         };
-        let _busy = self.claim(name)?;
+        let _busy = self.busy.claim(name)?;
         let Some(l) = self.locate(name, Some(&id)).await? else {
             return Ok(Response::new(DeleteVolumeResponse {}));
         };
@@ -515,7 +492,7 @@ impl Controller for ControllerService {
         crate::caps::check(cap).map_err(invalid)?;
         let name = names::volume_of_id(&req.volume_id)
             .ok_or_else(|| Status::not_found(format!("no volume {}", req.volume_id)))?;
-        let _busy = self.claim(name)?;
+        let _busy = self.busy.claim(name)?;
         let l = self.existing(&req.volume_id).await?;
         names::check_node_id(&req.node_id).map_err(Status::not_found)?;
         let published = self.compositions_of(&l).await?;
@@ -557,7 +534,7 @@ impl Controller for ControllerService {
         let Some(name) = names::volume_of_id(&req.volume_id) else {
             return Ok(done);
         };
-        let _busy = self.claim(name)?;
+        let _busy = self.busy.claim(name)?;
         let Some(l) = self.locate(name, Some(&req.volume_id)).await? else {
             return Ok(done);
         };

@@ -5,15 +5,15 @@
 
 pub mod system;
 
+use crate::busy::{Busy, Volumes};
 use crate::names;
 use crate::pb::node_server::Node;
 use crate::pb::node_service_capability::rpc::Type as Rpc;
 use crate::pb::volume_capability::AccessType;
 use crate::pb::*;
 use rustix::mount::{MountFlags, UnmountFlags};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use system::Holds;
 use tonic::{Request, Response, Status};
@@ -32,18 +32,7 @@ pub struct NodeService {
     /// The host ID it connects with (None: nvme-cli's own, from /etc/nvme/hostid).
     host_id: Option<String>,
     rack: Option<String>,
-    busy: Arc<Mutex<BTreeSet<String>>>,
-}
-
-struct Busy {
-    set: Arc<Mutex<BTreeSet<String>>>,
-    id: String,
-}
-
-impl Drop for Busy {
-    fn drop(&mut self) {
-        self.set.lock().unwrap().remove(&self.id);
-    }
+    busy: Volumes,
 }
 
 fn invalid(e: impl Into<String>) -> Status {
@@ -103,24 +92,12 @@ impl NodeService {
             node_id,
             host_id,
             rack,
-            busy: Arc::default(),
+            busy: Volumes::default(),
         })
     }
 
     pub fn has_rack(&self) -> bool {
         self.rack.is_some()
-    }
-
-    fn claim(&self, id: &str) -> Result<Busy, Status> {
-        if !self.busy.lock().unwrap().insert(id.to_string()) {
-            return Err(Status::aborted(format!(
-                "an operation on volume {id} is under way"
-            )));
-        }
-        Ok(Busy {
-            set: self.busy.clone(),
-            id: id.to_string(),
-        })
     }
 
     /// The volume's block device, if the host has it.
@@ -338,7 +315,7 @@ impl Node for NodeService {
             .as_ref()
             .ok_or_else(|| invalid("no volume_capability given"))?;
         crate::caps::check(cap).map_err(invalid)?;
-        let busy = self.claim(&req.volume_id)?;
+        let busy = self.busy.claim(&req.volume_id)?;
         // A connect and a mkfs may outlast kubelet's deadline: the work goes on in a task of
         // its own (a mkfs cut short would leave a half-made filesystem), holding the volume
         // busy; the retry finds it done.
@@ -358,7 +335,7 @@ impl Node for NodeService {
         if req.staging_target_path.is_empty() {
             return Err(invalid("no staging_target_path given"));
         }
-        let _busy = self.claim(&req.volume_id)?;
+        let _busy = self.busy.claim(&req.volume_id)?;
         let at = PathBuf::from(&req.staging_target_path);
         blocking(move || unmount(&at)).await?;
         let sys = Path::new(SYS);
@@ -409,7 +386,7 @@ impl Node for NodeService {
                 "no staging_target_path given: volumes are staged first",
             ));
         }
-        let _busy = self.claim(&req.volume_id)?;
+        let _busy = self.busy.claim(&req.volume_id)?;
         let read_only = req.readonly || crate::caps::read_only(&cap);
         let target = PathBuf::from(&req.target_path);
         if blocking({
@@ -481,7 +458,7 @@ impl Node for NodeService {
         if req.target_path.is_empty() {
             return Err(invalid("no target_path given"));
         }
-        let _busy = self.claim(&req.volume_id)?;
+        let _busy = self.busy.claim(&req.volume_id)?;
         let target = PathBuf::from(&req.target_path);
         blocking(move || {
             unmount(&target)?;
