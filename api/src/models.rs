@@ -582,7 +582,8 @@ pub struct Volume {
     pub strip_kib: u64,
     pub capacity_bytes: u64,
     pub block_size: u32,
-    /// optimal, degraded (a member lost, data whole), or failed (more lost than the level
+    /// making (its drives being erased; not served yet), optimal, degraded (a member lost,
+    /// data whole), rebuilding, or failed (more lost than the level
     /// makes up for: I/O fails).
     pub state: String,
     /// In layout order.

@@ -417,7 +417,19 @@ impl State {
             }
         }
         if config.explicit.hosts {
-            for sub in &mut self.subsystems {
+            // A volume made closed stays closed: the configured hosts are for drives and
+            // volumes served as drives are, not for one handed to a single host at a time.
+            let closed: Vec<String> = self
+                .volumes
+                .iter()
+                .filter(|v| v.closed)
+                .map(|v| volume_nqn(&self.box_name, &v.name))
+                .collect();
+            for sub in self
+                .subsystems
+                .iter_mut()
+                .filter(|s| !closed.contains(&s.nqn))
+            {
                 sub.allow_any_host = config.allowed_hosts.is_none();
                 sub.hosts = config.allowed_hosts.clone().unwrap_or_default();
             }

@@ -224,7 +224,6 @@ async fn a_one_drive_volume_serves_only_its_capacity() {
         name: "one".into(),
         level: "raid0".into(),
         drives: vec!["00".into()],
-        capacity_bytes: Some(40 * 1024 * 1024 + 1),
         allow_any_host: Some(false),
         ..Default::default()
     };
@@ -261,6 +260,10 @@ async fn a_one_drive_volume_serves_only_its_capacity() {
     ctrl.shutdown().await.unwrap();
     api.stop().await;
 
+    // Restarted with hosts configured (any host, here): a closed volume stays closed.
+    let mut cfg = cfg;
+    cfg.explicit.hosts = true;
+    cfg.allowed_hosts = None;
     let api = start_with(cfg).await;
     let v = api.admin.volume("one").await.unwrap();
     assert_eq!(v.capacity_bytes, 10 * MIB + 64 * 1024);

@@ -31,7 +31,7 @@ pub struct VolumeMetrics {
     pub scrub_mismatches: Option<u64>,
 }
 
-const STATES: [&str; 4] = ["optimal", "degraded", "rebuilding", "failed"];
+const STATES: [&str; 5] = ["making", "optimal", "degraded", "rebuilding", "failed"];
 const MEMBER_STATES: [&str; 3] = ["active", "rebuilding", "failed"];
 
 impl SnapshotCollector {

@@ -142,6 +142,8 @@ impl Manager {
                 Some(l) if l.rebuild_progress().is_some() => "rebuilding",
                 Some(l) if l.is_degraded() => "degraded",
                 Some(_) => "optimal",
+                // Claimed, its drives being erased: served once made.
+                None if !v.created => "making",
                 None => "failed",
             }
             .into(),

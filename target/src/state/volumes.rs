@@ -139,7 +139,7 @@ pub fn check_name(name: &str) -> Result<(), String> {
 }
 
 /// The subsystem that serves volume `v` of box `box_name`: any host may connect (until
-/// composed), the volume is namespace 1.
+/// composed) unless the volume was made closed; the volume is namespace 1.
 pub fn volume_subsystem(box_name: &str, v: &VolumeState) -> SubsystemState {
     let nqn = volume_nqn(box_name, &v.name);
     let h = crate::model::stable_id(&nqn, b"serial");
