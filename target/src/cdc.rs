@@ -96,7 +96,8 @@ pub struct Directory {
     registrations: Mutex<BTreeMap<String, Registration>>,
     /// Each host's log at a generation of the CDC's discovery log: a host reads the header,
     /// the entries and the header again, and must see one generation throughout.
-    logs: Mutex<HashMap<String, (u64, HostLog)>>,
+    /// The hosts' logs of one generation (the newest read), by host NQN.
+    logs: Mutex<(u64, HashMap<String, HostLog>)>,
     fetch: Fetch,
     reads: tokio::sync::Semaphore,
     host_logs: AtomicU64,
@@ -240,8 +241,9 @@ impl Directory {
     /// controller offers it (NVM subsystems only, each path once). A box that does not answer
     /// is left out, and said so in the log.
     pub async fn log_for(&self, hostnqn: &str, genctr: u64) -> HostLog {
-        if let Some((g, log)) = self.logs.lock().unwrap().get(hostnqn) {
-            if *g == genctr {
+        {
+            let (g, logs) = &*self.logs.lock().unwrap();
+            if let Some(log) = logs.get(hostnqn).filter(|_| *g == genctr) {
                 return log.clone();
             }
         }
@@ -271,12 +273,16 @@ impl Directory {
             .collect();
         let log = Arc::new(entries);
         self.host_logs.fetch_add(1, Ordering::Relaxed);
-        let mut logs = self.logs.lock().unwrap();
-        if logs.len() >= MAX_CACHED_HOSTS {
+        // A read of an older generation that ends late is answered, not kept: it must not
+        // throw away the newer logs.
+        let (g, logs) = &mut *self.logs.lock().unwrap();
+        if genctr > *g || logs.len() >= MAX_CACHED_HOSTS {
             logs.clear();
+            *g = genctr;
         }
-        logs.retain(|_, (g, _)| *g == genctr);
-        logs.insert(hostnqn.to_string(), (genctr, log.clone()));
+        if genctr == *g {
+            logs.insert(hostnqn.to_string(), log.clone());
+        }
         log
     }
 
@@ -543,6 +549,5 @@ mod tests {
         );
         assert!(!dir.controller_gone(4));
         assert_eq!(dir.registrations().len(), 1);
-        assert!(dir.log_for("nqn.host", 1).await.is_empty());
     }
 }

@@ -231,9 +231,11 @@ fn build_config(args: &Args) -> anyhow::Result<Config> {
     let mut config = Config::default_jbof(default_data_dir());
     config.persist_state = true;
     let mut box_named_in_file = false;
+    let mut data_dir_given = args.data_dir.is_some();
     if let Some(path) = &args.config {
         let file = ConfigFile::load(path)?;
         box_named_in_file = file.box_name.is_some();
+        data_dir_given |= file.data_dir.is_some();
         config.apply_file(&file)?;
     }
     if let Some(d) = &args.data_dir {
@@ -254,10 +256,11 @@ fn build_config(args: &Args) -> anyhow::Result<Config> {
         config
             .set_role(role)
             .map_err(|e| anyhow::anyhow!("--role {role:?}: {e}"))?;
-        if config.cdc_role && args.data_dir.is_none() {
-            // Not the box's own state, should one run on the same machine.
-            config.data_dir = config.data_dir.join("cdc");
-        }
+    }
+    if config.cdc_role && !data_dir_given {
+        // A CDC (by the flag or the file) keeps its state apart from a box's, should one run on
+        // the same machine.
+        config.data_dir = config.data_dir.join("cdc");
     }
     if let Some(n) = args.drives {
         config.drives = n;
@@ -552,6 +555,27 @@ async fn wait_for_signal() -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A CDC keeps its state in `<data-dir>/cdc` whether the flag or the file makes it one,
+    /// unless a data directory is given.
+    #[test]
+    fn a_cdc_keeps_its_state_apart() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("cdc.toml");
+        let config_of = |text: &str, extra: &[&str]| {
+            std::fs::write(&file, text).unwrap();
+            let mut argv = vec!["fabrikd", "--config", file.to_str().unwrap()];
+            argv.extend(extra);
+            build_config(&Args::try_parse_from(argv).unwrap()).unwrap()
+        };
+        let cdc = config_of("role = \"cdc\"\n", &[]);
+        assert_eq!(cdc.data_dir, default_data_dir().join("cdc"));
+        let flag = config_of("", &["--role", "cdc"]);
+        assert_eq!(flag.data_dir, default_data_dir().join("cdc"));
+        let given = config_of("role = \"cdc\"\ndata_dir = \"/srv/cdc\"\n", &[]);
+        assert_eq!(given.data_dir, PathBuf::from("/srv/cdc"));
+        assert_eq!(config_of("", &[]).data_dir, default_data_dir());
+    }
 
     #[test]
     fn metrics_flag() {

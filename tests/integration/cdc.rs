@@ -245,12 +245,15 @@ async fn registrations_are_checked_and_only_a_cdc_takes_them() {
         .await
         .unwrap();
     // A host registers (as `nvme dim` does) and deregisters.
+    let registered = || cdc.manager().cdc_registrations().unwrap().len();
     ctrl.discovery_info_management(tas::REGISTER, &data)
         .await
         .unwrap();
+    assert_eq!(registered(), 1);
     ctrl.discovery_info_management(tas::DEREGISTER, &data)
         .await
         .unwrap();
+    assert_eq!(registered(), 0);
     // Malformed data, an unknown task, a CDC registering, a box with no address.
     let mut encoded = data.encode();
     assert_eq!(
@@ -284,11 +287,12 @@ async fn registrations_are_checked_and_only_a_cdc_takes_them() {
         Status::INVALID_DISCOVERY_INFO
     );
     // None of it registered anything; the connection still serves.
+    assert_eq!(registered(), 0);
     assert!(ctrl.discovery_log().await.unwrap().entries.is_empty());
     ctrl.shutdown().await.unwrap();
 
-    // A box pointed at a box's discovery controller instead of a CDC does not pretend to be
-    // registered, and serves on.
+    // A box pointed at a box's discovery controller instead of a CDC serves on (no
+    // registration can be seen from outside: the box's log says it found no CDC there).
     let dir = tempfile::tempdir().unwrap();
     let confused = start(box_config(dir.path(), "confused", addr(plain), &[&host])).await;
     assert_eq!(
