@@ -191,17 +191,21 @@ pub fn parity(data: &[&[u8]], with_q: bool) -> (Vec<u8>, Option<Vec<u8>>) {
     let (Some(first), Some(last)) = (data.first(), data.last()) else {
         return (Vec::new(), with_q.then(Vec::new));
     };
-    let some: Vec<Option<&[u8]>> = data.iter().map(|d| Some(*d)).collect();
     let mut p = Vec::with_capacity(len);
-    let mut q = with_q.then(|| Vec::with_capacity(len));
+    // Q's strips as its Horner step takes them (a RAID 5 builds none).
+    let mut q = with_q.then(|| {
+        let some: Vec<Option<&[u8]>> = data.iter().map(|d| Some(*d)).collect();
+        (Vec::with_capacity(len), some)
+    });
     for r in blocks(len) {
         p.extend_from_slice(&first[r.clone()]);
         p_rest(data, &mut p[r.clone()], r.clone());
-        if let Some(q) = &mut q {
+        if let Some((q, some)) = &mut q {
             q.extend_from_slice(&last[r.clone()]);
-            q_rest(&some, &mut q[r.clone()], r);
+            q_rest(some, &mut q[r.clone()], r);
         }
     }
+    let q = q.map(|(q, _)| q);
     (p, q)
 }
 

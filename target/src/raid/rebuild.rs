@@ -227,14 +227,16 @@ impl Volume {
             return Ok(Bytes::from(std::mem::take(&mut rows.data[j])));
         }
         let refs: Vec<&[u8]> = rows.data.iter().map(|d| &d[..]).collect();
-        let mut b = vec![0u8; len];
-        match l.parity_members(stripe) {
-            (Some(p), _) if p == i => gf::gen_p(&refs, &mut b),
+        let b = match l.parity_members(stripe) {
+            // P in a new buffer, never zeroed first.
+            (Some(p), _) if p == i => gf::parity(&refs, false).0,
             _ => {
                 let some: Vec<Option<&[u8]>> = refs.iter().map(|d| Some(*d)).collect();
-                gf::gen_q(&some, &mut b);
+                let mut q = vec![0u8; len];
+                gf::gen_q(&some, &mut q);
+                q
             }
-        }
+        };
         Ok(Bytes::from(b))
     }
 

@@ -333,8 +333,9 @@ impl Volume {
                 false => {
                     let lost = unsure
                         .iter()
-                        .flat_map(|&j| full.data[j].iter().copied())
-                        .collect();
+                        .map(|&j| &full.data[j][..])
+                        .collect::<Vec<_>>()
+                        .concat();
                     let record = meta::Record {
                         generation: 0,
                         seq: 0,
