@@ -20,6 +20,10 @@ pub struct ApiError {
     pub detail: String,
 }
 
+/// The detail of the API's 404 for a path it does not serve (not a missing resource: a client
+/// may tell a wrong base URL by it).
+pub const NO_SUCH_ROUTE: &str = "no such resource";
+
 impl ApiError {
     pub fn new(status: StatusCode, detail: impl Into<String>) -> ApiError {
         ApiError {

@@ -180,7 +180,7 @@ pub fn router(m: Arc<dyn Management>, auth: Auth) -> Router {
         .route("/openapi.json", get(|| async { Json(openapi()) }))
         .route("/docs", get(docs_page))
         .merge(protected)
-        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "no such resource") })
+        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, crate::error::NO_SUCH_ROUTE) })
         .method_not_allowed_fallback(|| async {
             ApiError::new(
                 StatusCode::METHOD_NOT_ALLOWED,

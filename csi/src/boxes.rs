@@ -59,12 +59,10 @@ impl StorageBox {
         })
     }
 
-    /// Whether drive `id` is in the pool given (any drive when none was given).
+    /// Whether drive `id` is in the pool given (none is without one).
     pub fn in_pool(&self, id: &str) -> bool {
-        match self.pool {
-            None => true,
-            Some((a, b)) => id.parse::<u32>().is_ok_and(|n| (a..=b).contains(&n)),
-        }
+        self.pool
+            .is_some_and(|(a, b)| id.parse::<u32>().is_ok_and(|n| (a..=b).contains(&n)))
     }
 
     /// `call` on this box, within `limit`: its failure as a gRPC status naming the box. An API
@@ -78,10 +76,9 @@ impl StorageBox {
     where
         F: Future<Output = Result<T, ClientError>> + 'a,
     {
-        match self.answer(limit, call).await {
-            Ok(v) => Ok(v),
-            Err(Some(e)) => Err(self.status(e)),
-            Err(None) => Err(Status::unavailable(format!(
+        match tokio::time::timeout(limit, call(&self.client)).await {
+            Ok(r) => r.map_err(|e| self.status(e)),
+            Err(_) => Err(Status::unavailable(format!(
                 "box {} did not answer within {} s",
                 self.url,
                 limit.as_secs()
@@ -104,26 +101,12 @@ impl StorageBox {
         }
     }
 
-    async fn answer<'a, T, F>(
-        &'a self,
-        limit: Duration,
-        call: impl FnOnce(&'a Client) -> F,
-    ) -> Result<T, Option<ClientError>>
-    where
-        F: Future<Output = Result<T, ClientError>> + 'a,
-    {
-        match tokio::time::timeout(limit, call(&self.client)).await {
-            Ok(r) => r.map_err(Some),
-            Err(_) => Err(None),
-        }
-    }
-
     fn status(&self, e: ClientError) -> Status {
         let text = format!("box {}: {e}", self.url);
         // The API's own 404 for a path it does not serve: a wrong URL, not an absent volume
         // (taken for absent, a delete would report success and leave the volume).
         if let ClientError::Api(p) = &e {
-            if p.status == 404 && p.detail == "no such resource" {
+            if p.status == 404 && p.detail == fabrik_api::error::NO_SUCH_ROUTE {
                 return Status::failed_precondition(format!(
                     "{text} (is the URL the box's management API, without /api/v1?)"
                 ));

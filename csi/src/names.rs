@@ -46,13 +46,12 @@ pub fn node_id(node: &str) -> Result<String, String> {
 }
 
 /// A node ID names a node only if it is a host NQN (what `node_id` makes): the box composes
-/// volumes to it.
+/// volumes to it. The NVMe naming rules (as the box checks them), and no space: nvme-cli takes
+/// it as one argument.
 pub fn check_node_id(id: &str) -> Result<(), String> {
-    if !id.starts_with("nqn.") || id.len() > 223 {
-        return Err(format!(
-            "node ID {id:?} is not a host NQN (what this driver's node plugin reports)"
-        ));
-    }
+    fabrik_proto::fabrics::nqn::Nqn::new(id).map_err(|e| {
+        format!("node ID {id:?} is not a host NQN (what this driver's node plugin reports): {e}")
+    })?;
     if let Some(c) = id.chars().find(|c| !c.is_ascii_graphic()) {
         return Err(format!("node ID {id:?} holds {c:?}"));
     }
@@ -107,6 +106,7 @@ mod tests {
         assert_eq!(node_id(nqn).unwrap(), nqn);
         assert!(node_id("a b").is_err());
         assert!(check_node_id("some-fake-node-id").is_err());
+        assert!(check_node_id("nqn.x").is_err(), "the NVMe naming rules");
         let id = host_id(nqn);
         assert_eq!(id.len(), 36);
         assert_eq!(id, host_id(nqn));

@@ -231,6 +231,12 @@ impl Check {
             bytes.is_some_and(|b| b.total > 32 * MIB && b.used > 0 && b.available > 0),
             "stats of the mounted volume: {usage:?}"
         );
+        // Asked about a path that holds no volume of its own: NOT_FOUND.
+        expect_status(
+            self.stats(&v, &self.work.clone()).await.map(drop),
+            tonic::Code::NotFound,
+            "holds no volume",
+        )?;
         println!("ok: filesystem volume staged, published, written ({usage:?})");
         for _ in 0..2 {
             self.node_unpublish(&v, &target).await?;

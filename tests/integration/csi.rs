@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use tonic::transport::Channel;
 use tonic::Code;
 
-const RACK: &str = "topology.fabrik.io/rack";
+const RACK: &str = fabrik_csi::names::RACK_KEY;
 const NODE: &str = "nqn.2024-01.io.fabrik:node:n1";
 
 async fn start_box(dir: &std::path::Path, name: &str, drives: u32, size: u64) -> Api {
@@ -106,17 +106,19 @@ async fn volumes_are_made_published_and_deleted_through_the_boxes() {
     let a = start_box(&dir.path().join("a"), "box-a", 3, 64 * MIB).await;
     let b = start_box(&dir.path().join("b"), "box-b", 4, 128 * MIB).await;
     // Box A gives the driver its drives 00-02 (a pool, though any host may reach them); box B
-    // gives none, so only the drives closed to every host are the driver's: three of its four.
-    for d in ["00", "01", "02"] {
+    // gives none, so only the drives closed to every host are the driver's: three of its four
+    // (01-03; 00 stays open).
+    for d in ["01", "02", "03"] {
         let path = format!("/subsystems/nqn.2024-01.io.fabrik:box-b:drive-{d}/access");
         let closed = fabrik_api::models::AccessRequest {
             allow_any_host: false,
         };
         let _: fabrik_api::models::Subsystem = b.admin.put(&path, &closed).await.unwrap();
     }
+    // Box B first: where both would do, only the rack preference puts a volume on box A.
     let urls = [
-        format!("http://{},rack=r1,drives=00-02", a.api),
         format!("http://{},rack=r2", b.api),
+        format!("http://{},rack=r1,drives=00-02", a.api),
     ];
     let (channel, stop) = start_driver(dir.path(), &urls).await;
     let mut identity = IdentityClient::new(channel.clone());
@@ -195,6 +197,31 @@ async fn volumes_are_made_published_and_deleted_through_the_boxes() {
         .volume
         .unwrap();
     assert_eq!(again.volume_id, v1.volume_id);
+    // A restarted controller (here a second one) keeps nothing, yet finds the same volume.
+    let (restarted, stop_restarted) = start_driver(&dir.path().join("restarted"), &urls).await;
+    let found = ControllerClient::new(restarted)
+        .create_volume(one.clone())
+        .await
+        .unwrap()
+        .into_inner()
+        .volume
+        .unwrap();
+    assert_eq!(found.volume_id, v1.volume_id);
+    let _ = stop_restarted.send(());
+    // A URL that is not a box's management API is said to be one, not taken for no volume.
+    let wrong = [format!("http://{}/api/v1", a.api)];
+    let (misled, stop_misled) = start_driver(&dir.path().join("wrong"), &wrong).await;
+    assert_code(
+        ControllerClient::new(misled)
+            .delete_volume(DeleteVolumeRequest {
+                volume_id: v1.volume_id.clone(),
+                secrets: HashMap::new(),
+            })
+            .await,
+        Code::FailedPrecondition,
+        "without /api/v1",
+    );
+    let _ = stop_misled.send(());
     let mut bigger = one.clone();
     bigger.capacity_range = Some(CapacityRange {
         required_bytes: (20 * MIB) as i64,
@@ -277,10 +304,10 @@ async fn volumes_are_made_published_and_deleted_through_the_boxes() {
         .unwrap();
     assert_eq!(made5.level, "raid5");
     let members: Vec<&str> = made5.members.iter().map(|m| m.drive.as_str()).collect();
-    assert_eq!(members, ["00", "01", "02"]);
+    assert_eq!(members, ["01", "02", "03"]);
 
     // Pinned to a box (StorageClass parameter `box`): capacity and placement there alone.
-    let pinned = [("box", urls[0].split(',').next().unwrap())];
+    let pinned = [("box", urls[1].split(',').next().unwrap())];
     let only_a = ctl
         .get_capacity(capacity(None, &pinned))
         .await

@@ -70,11 +70,13 @@ impl ControllerService {
                 Err(e) => failed = Some(e),
             }
         }
+        // The box's own code stays (UNAVAILABLE, PERMISSION_DENIED, a wrong URL's
+        // FAILED_PRECONDITION): what to fix differs.
         match failed {
-            Some(e) => Err(Status::unavailable(format!(
-                "cannot tell whether volume {name} exists: {}",
-                e.message()
-            ))),
+            Some(e) => Err(Status::new(
+                e.code(),
+                format!("cannot tell whether volume {name} exists: {}", e.message()),
+            )),
             None => Ok(None),
         }
     }
@@ -101,34 +103,32 @@ impl ControllerService {
     /// Each answering box's free drives (see `free_drives`), none on a box other than
     /// `pinned`. Boxes that do not answer are named in the second list.
     async fn candidates(&self, pinned: Option<usize>) -> (Vec<Candidate>, Vec<String>) {
-        let answers = join_all(self.boxes.iter().map(|b| async move {
-            let drives = b.call(CALL_LIMIT, |c| c.drives()).await?;
-            let subsystems = b.call(CALL_LIMIT, |c| c.subsystems()).await?;
-            Ok::<_, Status>((drives, subsystems))
+        let answers = join_all(self.boxes.iter().enumerate().map(|(i, b)| async move {
+            // A box the class is not pinned to is not asked (nor waited for).
+            if pinned.is_some_and(|p| p != i) {
+                return Ok(Vec::new());
+            }
+            let (drives, subsystems) = tokio::try_join!(
+                b.call(CALL_LIMIT, |c| c.drives()),
+                b.call(CALL_LIMIT, |c| c.subsystems())
+            )?;
+            Ok::<_, Status>(free_drives(b, &drives, &subsystems))
         }))
         .await;
-        let mut out = Vec::new();
         let mut down = Vec::new();
-        for (i, (b, answer)) in self.boxes.iter().zip(answers).enumerate() {
-            match answer {
-                Ok((drives, subsystems)) => out.push(Candidate {
-                    url: b.url.clone(),
-                    rack: b.rack.clone(),
-                    free: match pinned {
-                        Some(p) if p != i => Vec::new(),
-                        _ => free_drives(b, &drives, &subsystems),
-                    },
-                }),
-                Err(e) => {
+        let out = self
+            .boxes
+            .iter()
+            .zip(answers)
+            .map(|(b, answer)| Candidate {
+                url: b.url.clone(),
+                rack: b.rack.clone(),
+                free: answer.unwrap_or_else(|e| {
                     down.push(e.message().to_string());
-                    out.push(Candidate {
-                        url: b.url.clone(),
-                        rack: b.rack.clone(),
-                        free: Vec::new(),
-                    });
-                }
-            }
-        }
+                    Vec::new()
+                }),
+            })
+            .collect();
         (out, down)
     }
 
@@ -282,8 +282,7 @@ impl ControllerService {
         l: &Located,
     ) -> Result<(), Status> {
         let v = &l.volume;
-        // A box answers a volume it is still making with no capacity.
-        if v.capacity_bytes == 0 {
+        if v.state == "making" {
             return Err(Status::aborted(format!(
                 "volume {:?} is being made on box {}",
                 req.name, self.boxes[l.box_index].url
@@ -295,9 +294,7 @@ impl ControllerService {
             range.limit_bytes.max(0) as u64,
         );
         let cap = v.capacity_bytes;
-        let same = v.level == shape.level
-            && v.members.len() == shape.members
-            && v.strip_kib << 10 == shape.strip
+        let same = shape.matches(v)
             && racks.allows(self.boxes[l.box_index].rack.as_deref())
             && cap >= required
             && (limit == 0 || cap <= limit);
@@ -466,12 +463,11 @@ impl Controller for ControllerService {
             )));
         }
         tracing::info!(volume = %name, r#box = %self.boxes[l.box_index].url, "deleting a volume");
-        match self.boxes[l.box_index]
+        // Gone meanwhile (404) is deleted as well.
+        self.boxes[l.box_index]
             .find(|c| c.delete_volume(name))
-            .await?
-        {
-            Some(()) | None => Ok(Response::new(DeleteVolumeResponse {})),
-        }
+            .await?;
+        Ok(Response::new(DeleteVolumeResponse {}))
     }
 
     async fn controller_publish_volume(
@@ -562,13 +558,15 @@ impl Controller for ControllerService {
         let mut why = crate::caps::check_all(&req.volume_capabilities).err();
         if why.is_none() && !req.parameters.is_empty() {
             why = match Shape::from_parameters(&req.parameters) {
-                Ok(s) if s.level == l.volume.level && s.members == l.volume.members.len() => None,
+                Ok(s) if s.matches(&l.volume) => None,
                 Ok(s) => Some(format!(
-                    "the volume is {} of {} drives, not {} of {}",
+                    "the volume is {} of {} drives ({} KiB strips), not {} of {} ({} KiB)",
                     l.volume.level,
                     l.volume.members.len(),
+                    l.volume.strip_kib,
                     s.level,
-                    s.members
+                    s.members,
+                    s.strip >> 10
                 )),
                 Err(e) => Some(e),
             };

@@ -77,6 +77,11 @@ impl Shape {
         })
     }
 
+    /// Whether `v` (a volume a box has) is of this shape.
+    pub fn matches(&self, v: &fabrik_api::models::Volume) -> bool {
+        v.level == self.level && v.members.len() == self.members && v.strip_kib << 10 == self.strip
+    }
+
     /// Strips of data in a stripe.
     pub fn data_strips(&self) -> u64 {
         let n = self.members as u64;

@@ -87,7 +87,7 @@ impl NodeService {
         let node_id = names::node_id(node)?;
         // A node known by its own NQN keeps its own host ID (Linux refuses one NQN under two
         // IDs); a node name's NQN gets one derived from it.
-        let host_id = (!node.starts_with("nqn.")).then(|| names::host_id(&node_id));
+        let host_id = (node_id != node).then(|| names::host_id(&node_id));
         Ok(NodeService {
             node_id,
             host_id,

@@ -162,11 +162,6 @@ pub fn mounts(mountinfo: &str) -> Vec<Mount> {
         .collect()
 }
 
-/// The mount points in a mountinfo text.
-pub fn mount_points(mountinfo: &str) -> Vec<PathBuf> {
-    mounts(mountinfo).into_iter().map(|m| m.point).collect()
-}
-
 /// mountinfo writes space, tab, newline and backslash as `\ooo`.
 fn unescape(s: &str) -> String {
     let b = s.as_bytes();
@@ -384,8 +379,9 @@ mod tests {
         let info = "22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n\
                     35 22 259:3 / /var/lib/kubelet/pods/a\\040b/mount rw - ext4 /dev/nvme1n1 rw\n\
                     36 22 0:5 /nvme1n1 /var/lib/kubelet/pods/c/dev rw - devtmpfs udev rw\n";
+        let points: Vec<PathBuf> = mounts(info).into_iter().map(|m| m.point).collect();
         assert_eq!(
-            mount_points(info),
+            points,
             [
                 PathBuf::from("/"),
                 PathBuf::from("/var/lib/kubelet/pods/a b/mount"),
