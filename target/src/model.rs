@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
-use fabrik_proto::fabrics::discovery::Tsas;
+use fabrik_proto::fabrics::discovery::{adrfam, DiscoveryLogEntry, Tsas};
 pub use fabrik_proto::fabrics::Transport;
 
 use crate::backend::Drive;
@@ -130,6 +130,31 @@ pub struct Port {
     pub transport: Transport,
     pub addr: SocketAddr,
     pub caps: TransportCaps,
+}
+
+impl Port {
+    /// The discovery log entry of `subnqn` (of `subtype`) reached through this port at `addr`
+    /// (the port's own address, or where a host reached a wildcard listener).
+    pub fn log_entry(&self, addr: SocketAddr, subtype: u8, subnqn: &str) -> DiscoveryLogEntry {
+        DiscoveryLogEntry {
+            trtype: self.transport.trtype(),
+            adrfam: if addr.is_ipv4() {
+                adrfam::IPV4
+            } else {
+                adrfam::IPV6
+            },
+            subtype,
+            treq: self.caps.treq,
+            portid: self.id,
+            cntlid: 0xffff,
+            asqsz: 32,
+            eflags: 0,
+            trsvcid: addr.port().to_string(),
+            subnqn: subnqn.to_string(),
+            traddr: addr.ip().to_string(),
+            tsas: self.caps.tsas,
+        }
+    }
 }
 
 /// What a port's transport offers hosts, as Identify and the discovery log report it. The

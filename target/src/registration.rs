@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use fabrik_initiator::{ConnectOptions, Controller, HostIdentity};
 use fabrik_proto::fabrics::dim::{etype, tas, DimData, DimEntry, EKTYPE};
-use fabrik_proto::fabrics::discovery::{adrfam, subtype};
+use fabrik_proto::fabrics::discovery::subtype;
 use fabrik_proto::fabrics::nqn::DISCOVERY_NQN;
 use fabrik_proto::nvme::identify::dctype;
 use tokio_util::sync::CancellationToken;
@@ -43,26 +43,13 @@ pub fn registration_data(target: &TargetState) -> DimData {
     let entries = target
         .ports()
         .iter()
-        .map(|p| DimEntry {
-            trtype: p.transport.trtype(),
-            adrfam: if p.addr.is_ipv4() {
-                adrfam::IPV4
-            } else {
-                adrfam::IPV6
-            },
-            subtype: subtype::CURRENT_DISCOVERY,
-            treq: p.caps.treq,
-            portid: p.id,
-            cntlid: 0xffff,
-            asqsz: 32,
-            trsvcid: p.addr.port().to_string(),
-            nqn: DISCOVERY_NQN.to_string(),
-            traddr: match p.addr.ip().is_unspecified() {
-                true => String::new(),
-                false => p.addr.ip().to_string(),
-            },
-            tsas: p.caps.tsas,
-            exats: Vec::new(),
+        .map(|p| {
+            let mut e =
+                DimEntry::from(p.log_entry(p.addr, subtype::CURRENT_DISCOVERY, DISCOVERY_NQN));
+            if p.addr.ip().is_unspecified() {
+                e.traddr.clear();
+            }
+            e
         })
         .collect();
     DimData {

@@ -127,6 +127,26 @@ pub struct DimEntry {
     pub exats: Vec<ExtAttr>,
 }
 
+/// A discovery log entry as a DIE without extended attributes (EFLAGS dropped).
+impl From<DiscoveryLogEntry> for DimEntry {
+    fn from(e: DiscoveryLogEntry) -> DimEntry {
+        DimEntry {
+            trtype: e.trtype,
+            adrfam: e.adrfam,
+            subtype: e.subtype,
+            treq: e.treq,
+            portid: e.portid,
+            cntlid: e.cntlid,
+            asqsz: e.asqsz,
+            trsvcid: e.trsvcid,
+            nqn: e.subnqn,
+            traddr: e.traddr,
+            tsas: e.tsas,
+            exats: Vec::new(),
+        }
+    }
+}
+
 /// The DIM command's data. ENTFMT and the lengths (TDL, TEL, NUMENT, NUMEXAT, EXATLEN) are not
 /// kept: they follow from the entries.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -244,8 +264,9 @@ impl DimEntry {
                 .sum::<usize>()
     }
 
-    /// Writes the extended entry into `b`, which holds exactly `encoded_len()` zeroed bytes.
-    fn encode(&self, b: &mut [u8]) {
+    /// Its first 1024 bytes as a discovery log entry (the same layout; EFLAGS is reserved in a
+    /// DIE).
+    pub fn log_entry(&self) -> DiscoveryLogEntry {
         DiscoveryLogEntry {
             trtype: self.trtype,
             adrfam: self.adrfam,
@@ -254,13 +275,17 @@ impl DimEntry {
             portid: self.portid,
             cntlid: self.cntlid,
             asqsz: self.asqsz,
-            eflags: 0, // reserved in a DIE
+            eflags: 0,
             trsvcid: self.trsvcid.clone(),
             subnqn: self.nqn.clone(),
             traddr: self.traddr.clone(),
             tsas: self.tsas,
         }
-        .encode(b);
+    }
+
+    /// Writes the extended entry into `b`, which holds exactly `encoded_len()` zeroed bytes.
+    fn encode(&self, b: &mut [u8]) {
+        self.log_entry().encode(b);
         put_u32(b, off::TEL, b.len() as u32);
         put_u16(b, off::NUMEXAT, self.encoded_exats().count() as u16);
         let mut at = off::EXAT;
@@ -279,22 +304,9 @@ impl DimEntry {
     /// The 1024-byte entry part, read as a discovery log entry (same layout, same text rules;
     /// EFLAGS ignored). `at` is where the entry starts in the data, for error offsets.
     fn decode_base(b: &[u8], index: usize, at: usize) -> Result<DimEntry, DimError> {
-        let e = DiscoveryLogEntry::decode(&b[..DISCOVERY_ENTRY_LEN])
-            .map_err(|e| DimError::at(Some(index), at, e))?;
-        Ok(DimEntry {
-            trtype: e.trtype,
-            adrfam: e.adrfam,
-            subtype: e.subtype,
-            treq: e.treq,
-            portid: e.portid,
-            cntlid: e.cntlid,
-            asqsz: e.asqsz,
-            trsvcid: e.trsvcid,
-            nqn: e.subnqn,
-            traddr: e.traddr,
-            tsas: e.tsas,
-            exats: Vec::new(),
-        })
+        DiscoveryLogEntry::decode(&b[..DISCOVERY_ENTRY_LEN])
+            .map(DimEntry::from)
+            .map_err(|e| DimError::at(Some(index), at, e))
     }
 
     /// An extended entry starting at `at` in `data` (which ends at TDL); returns it and TEL.

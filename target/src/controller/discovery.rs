@@ -4,7 +4,7 @@
 
 use std::net::SocketAddr;
 
-use fabrik_proto::fabrics::discovery::{adrfam, encode_discovery_log, subtype, DiscoveryLogEntry};
+use fabrik_proto::fabrics::discovery::{encode_discovery_log, subtype};
 
 use super::Controller;
 
@@ -35,24 +35,7 @@ impl Controller {
                 if !sub.host_allowed(self.hostnqn.as_deref()) {
                     continue;
                 }
-                entries.push(DiscoveryLogEntry {
-                    trtype: port.transport.trtype(),
-                    adrfam: if addr.is_ipv4() {
-                        adrfam::IPV4
-                    } else {
-                        adrfam::IPV6
-                    },
-                    subtype: subtype::NVM,
-                    treq: port.caps.treq,
-                    portid: port.id,
-                    cntlid: 0xffff,
-                    asqsz: 32,
-                    eflags: 0,
-                    trsvcid: addr.port().to_string(),
-                    subnqn: sub.nqn.to_string(),
-                    traddr: addr.ip().to_string(),
-                    tsas: port.caps.tsas,
-                });
+                entries.push(port.log_entry(addr, subtype::NVM, sub.nqn.as_str()));
             }
         }
         encode_discovery_log(genctr, &entries)
