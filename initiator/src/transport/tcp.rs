@@ -1,9 +1,10 @@
 //! The host half of NVMe/TCP: one TCP connection is one queue.
 //!
 //! A queue is three parts:
-//! - callers of [`TcpQueue::submit`], each holding one of `depth` slots while its command is in
-//!   flight (back-pressure by queue depth), registering a one-shot completion channel under a
-//!   fresh command id (CID) and queueing the command capsule;
+//! - callers of [`TcpQueue::submit`], each holding one of `depth` slots (`commands.rs`) from
+//!   submission until it takes the answer (back-pressure by queue depth); the slot gives the
+//!   command id (CID), keeps the command while the target has it, then its answer, and the
+//!   caller's waker meanwhile;
 //! - a writer task that owns the socket's write half and sends queued PDUs in order;
 //! - a reader task that owns the read half, decodes the target's PDUs and dispatches them:
 //!   CapsuleResp completes a command, C2HData is appended to a read's buffer, R2T queues the
@@ -14,6 +15,7 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
+use std::task::Waker;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
@@ -23,15 +25,15 @@ use fabrik_proto::tcp::{
 };
 use fabrik_proto::{Cqe, SglDescriptor, Sqe};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 
+use self::commands::Commands;
 use self::data_in::DataIn;
 use self::submit::Command;
 pub use self::submit::Submitted;
 use crate::command_name::command_name;
 use crate::error::HostError;
-use crate::int_map::IntMap;
 use crate::transport::target::RecvTarget;
 
 /// Bytes asked of the socket per read call.
@@ -108,9 +110,7 @@ struct Shared {
     maxh2cdata: u32,
     /// Data bytes per H2CData PDU: MAXH2CDATA, or less if configured.
     h2c_pdu_size: u32,
-    /// Commands in flight at most.
-    depth: usize,
-    /// Told when a command completes while callers wait for room (`State::waiting`).
+    /// Told when a slot is freed while callers wait for room (`State::waiting`).
     room: Notify,
     /// See `TcpQueueConfig::poll_window`.
     poll_window: Duration,
@@ -123,11 +123,10 @@ struct Shared {
 }
 
 struct State {
-    in_flight: IntMap<u16, InFlight>,
-    next_cid: u16,
+    commands: Commands,
     /// Advanced by the deadline sweep (`deadline.rs`); a timed command records it when queued.
     epoch: u32,
-    /// Callers waiting for a command to complete because `depth` are in flight.
+    /// Callers waiting for a slot because all `depth` are taken.
     waiting: usize,
     /// Set once when the queue fails or is closed; later submits get this error.
     closed: Option<HostError>,
@@ -141,6 +140,13 @@ struct State {
 }
 
 impl State {
+    /// A slot was freed: one caller waiting for room may take it.
+    fn slot_freed(&self, room: &Notify) {
+        if self.waiting > 0 {
+            room.notify_one();
+        }
+    }
+
     /// Queues `pdu` for the writer; true if the writer must be woken.
     fn queue_pdu(&mut self, pdu: Pdu) -> bool {
         self.outgoing.push(pdu);
@@ -148,9 +154,8 @@ impl State {
     }
 }
 
-/// A command waiting for its completion.
+/// A command the target has not answered yet.
 struct InFlight {
-    done: oneshot::Sender<Result<Completion, HostError>>,
     /// The command as sent (CID included), to name it in errors.
     sqe: Sqe,
     /// The sweep's epoch when it was queued; None: it may wait forever (an Asynchronous Event
@@ -266,13 +271,11 @@ impl TcpQueue {
                 .maxh2cdata
                 .min(config.h2c_data_limit.unwrap_or(u32::MAX))
                 .max(4),
-            depth: config.depth.max(1) as usize,
             room: Notify::new(),
             poll_window: config.poll_window,
             command_timeout: config.command_timeout,
             state: Mutex::new(State {
-                in_flight: IntMap::default(),
-                next_cid: 0,
+                commands: Commands::new(config.depth.max(1) as usize),
                 epoch: 0,
                 waiting: 0,
                 closed: None,
@@ -413,51 +416,15 @@ impl Drop for TcpQueue {
     }
 }
 
-impl State {
-    /// Takes a command out of flight, telling one caller waiting for room.
-    fn complete(&mut self, room: &Notify, cid: u16) -> Option<InFlight> {
-        let command = self.in_flight.remove(&cid);
-        if command.is_some() && self.waiting > 0 {
-            room.notify_one();
-        }
-        command
-    }
-
-    /// A CID not in flight. CIDs advance with every command, so a late completion for a
-    /// finished command does not match a new one soon after.
-    fn allocate_cid(&mut self) -> u16 {
-        loop {
-            let cid = self.next_cid;
-            self.next_cid = self.next_cid.wrapping_add(1);
-            if !self.in_flight.contains_key(&cid) {
-                return cid;
-            }
-        }
-    }
-}
-
 impl Shared {
     /// Commands submitted and not yet completed.
     fn commands_in_flight(&self) -> usize {
-        self.state.lock().unwrap().in_flight.len()
-    }
-
-    fn closed_error(&self) -> HostError {
-        self.state
-            .lock()
-            .unwrap()
-            .closed
-            .clone()
-            .unwrap_or(HostError::QueueClosed {
-                qid: self.qid,
-                reason: "the queue is closed".into(),
-            })
+        self.state.lock().unwrap().commands.in_flight()
     }
 
     /// Queues a PDU for the writer, which encodes it where it gathers the next send.
     fn send(&self, pdu: Pdu) {
-        // Once the queue failed nothing more is sent: the caller's completion channel tells it
-        // why.
+        // Once the queue failed nothing more is sent: the command's slot tells its caller why.
         if self.state.lock().unwrap().queue_pdu(pdu) {
             self.writer_wake.notify_one();
         }
@@ -466,18 +433,16 @@ impl Shared {
     /// Fails every command in flight and stops both tasks, which closes the socket. The first
     /// failure is the one remembered.
     fn fail(&self, err: HostError) {
-        let in_flight = {
+        let wakers = {
             let mut state = self.state.lock().unwrap();
             if state.closed.is_none() {
                 state.closed = Some(err.clone());
             }
-            std::mem::take(&mut state.in_flight)
+            state.commands.fail_all(&err)
         };
         // Callers waiting for room see the close.
         self.room.notify_waiters();
-        for (_, command) in in_flight {
-            let _ = command.done.send(Err(err.clone()));
-        }
+        wakers.into_iter().for_each(Waker::wake);
         for task in self.tasks.lock().unwrap().drain(..) {
             task.abort();
         }
@@ -514,22 +479,32 @@ impl Shared {
     }
 
     fn on_response(&self, cqe: Cqe) -> Result<(), HostError> {
-        let command = self.state.lock().unwrap().complete(&self.room, cqe.cid);
-        let command = command.ok_or_else(|| {
-            HostError::protocol(
+        let mut wake = None;
+        let answered = {
+            let answer = |command| self.answer(command, cqe);
+            let mut state = self.state.lock().unwrap();
+            let answered = state.commands.answer(cqe.cid, answer, &mut wake);
+            // An abandoned command's slot is free now.
+            state.slot_freed(&self.room);
+            answered
+        };
+        if !answered {
+            return Err(HostError::protocol(
                 self.qid,
                 format!("completion for unknown command id {:#06x}", cqe.cid),
-            )
-        })?;
-        self.finish(command, cqe);
+            ));
+        }
+        if let Some(waker) = wake {
+            waker.wake();
+        }
         Ok(())
     }
 
-    /// Completes a command: with its data if all of it arrived intact, else with an error that
-    /// concerns only this command.
-    fn finish(&self, command: InFlight, cqe: Cqe) {
+    /// A command's answer: its data if all of it arrived intact, else an error that concerns
+    /// only this command.
+    fn answer(&self, command: InFlight, cqe: Cqe) -> Result<Completion, HostError> {
         let qid = self.qid;
-        let result = if command.digest_error {
+        if command.digest_error {
             Err(HostError::DataDigest {
                 qid,
                 command: command_name(qid, &command.sqe),
@@ -559,8 +534,7 @@ impl Shared {
                 cqe,
                 data: command.data_in.freeze(),
             })
-        };
-        let _ = command.done.send(result);
+        }
     }
 
     /// Queues the H2CData PDUs an R2T asks for, each at most MAXH2CDATA bytes, LAST_PDU on the
@@ -575,7 +549,7 @@ impl Shared {
         } = r2t;
         let data = {
             let mut state = self.state.lock().unwrap();
-            let command = state.in_flight.get_mut(&cccid).ok_or_else(|| {
+            let command = state.commands.get_mut(cccid).ok_or_else(|| {
                 HostError::protocol(qid, format!("R2T for unknown command id {cccid:#06x}"))
             })?;
             let total = command.data_out.len() as u64;
@@ -681,6 +655,7 @@ fn bad_pdu(qid: u16, err: &PduError) -> HostError {
 }
 
 mod bind;
+mod commands;
 mod data_in;
 mod deadline;
 mod receive;

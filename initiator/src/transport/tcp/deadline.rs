@@ -33,8 +33,8 @@ pub(super) async fn sweep(shared: Arc<Shared>, timeout: Duration) {
             let epoch = state.epoch;
             // Queued in epoch e, a command has waited at least (epoch - e - 1) periods.
             state
-                .in_flight
-                .values()
+                .commands
+                .commands()
                 .filter_map(|c| Some((epoch.wrapping_sub(c.issued?), c)))
                 .filter(|&(waited, _)| waited > TICKS)
                 .max_by_key(|&(waited, _)| waited)

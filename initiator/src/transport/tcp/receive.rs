@@ -19,6 +19,7 @@ use super::data_in::Lent;
 use super::{bad_pdu, InFlight, Shared, State, READ_CHUNK};
 use crate::command_name::command_name;
 use crate::error::HostError;
+use std::sync::MutexGuard;
 
 /// A C2HData payload is received straight into its command's buffer when at least this much of
 /// it has not arrived yet; a smaller rest is cheaper to take with the next PDUs in one read.
@@ -265,7 +266,7 @@ impl Shared {
     /// queue failed, e.g. on a timeout): the data is then dropped.
     fn end_c2h_data(&self, cccid: u16, buf: Lent, success: bool, digest_failed: bool) {
         let mut state = self.state.lock().unwrap();
-        let Some(command) = state.in_flight.get_mut(&cccid) else {
+        let Some(command) = state.commands.get_mut(cccid) else {
             return;
         };
         command.data_in = buf.into();
@@ -276,16 +277,20 @@ impl Shared {
     }
 
     /// SUCCESS: the command completed without error and no CapsuleResp follows.
-    fn finish_with_success(&self, mut state: std::sync::MutexGuard<'_, State>, cccid: u16) {
-        let command = state
-            .complete(&self.room, cccid)
-            .expect("looked up by the caller");
-        drop(state);
+    fn finish_with_success(&self, mut state: MutexGuard<'_, State>, cccid: u16) {
         let cqe = Cqe {
             sqid: self.qid,
             ..Cqe::new(cccid, Status::SUCCESS)
         };
-        self.finish(command, cqe);
+        let mut wake = None;
+        let answer = |command| self.answer(command, cqe);
+        let answered = state.commands.answer(cccid, answer, &mut wake);
+        state.slot_freed(&self.room);
+        drop(state);
+        debug_assert!(answered, "looked up by the caller");
+        if let Some(waker) = wake {
+            waker.wake();
+        }
     }
 }
 
@@ -300,7 +305,7 @@ fn c2h_command(
     last: bool,
     success: bool,
 ) -> Result<&mut InFlight, HostError> {
-    let command = state.in_flight.get_mut(&cccid).ok_or_else(|| {
+    let command = state.commands.get_mut(cccid).ok_or_else(|| {
         HostError::protocol(qid, format!("C2HData for unknown command id {cccid:#06x}"))
     })?;
     if command.data_in_len == 0 {

@@ -1,7 +1,7 @@
 //! Queueing a command: what the caller gets back is a small future that waits for the
-//! completion. The command goes into the map of commands in flight and its capsule to the
-//! writer when it is submitted, not when the future is first polled, so that the future holds
-//! only the receiving end of the completion: every layer above (the host queue, the controller's
+//! completion. The command goes into its slot (`commands.rs`) and its capsule to the writer
+//! when it is submitted, not when the future is first polled, so that the future holds only the
+//! slot's CID: every layer above (the host queue, the controller's
 //! I/O queue, a session's paths, the caller) moves it once per command, and an async fn doing
 //! the queueing itself held the command's whole state (about 600 bytes at this level, more at
 //! each above: callgrind counted about 500 instructions of copying per 4K read).
@@ -14,16 +14,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
-use fabrik_proto::tcp::{CapsuleCmd, Pdu};
-use fabrik_proto::Sqe;
-use tokio::sync::oneshot;
-
 use super::data_in::DataIn;
 use super::{Completion, InFlight, Shared};
 use crate::error::HostError;
-
-type Done = oneshot::Receiver<Result<Completion, HostError>>;
+use bytes::Bytes;
+use fabrik_proto::tcp::{CapsuleCmd, Pdu};
+use fabrik_proto::Sqe;
 
 /// A command to queue, its SGL set.
 pub(super) struct Command {
@@ -44,7 +40,10 @@ pub struct Submitted<'a> {
 }
 
 enum State {
-    Queued(Done),
+    /// In the slot of this CID.
+    Queued(u16),
+    /// The answer was taken.
+    Taken,
     Failed(Option<HostError>),
     WaitingForRoom(Pin<Box<dyn Future<Output = Result<Completion, HostError>> + Send>>),
 }
@@ -52,7 +51,7 @@ enum State {
 impl<'a> Submitted<'a> {
     pub(super) fn new(shared: &'a Arc<Shared>, command: Command) -> Submitted<'a> {
         let state = match shared.try_queue(command) {
-            Ok(done) => State::Queued(done),
+            Ok(cid) => State::Queued(cid),
             Err(Refused::Closed(err)) => State::Failed(Some(err)),
             Err(Refused::Full(command)) => {
                 State::WaitingForRoom(Box::pin(wait_for_room(shared.clone(), *command)))
@@ -75,11 +74,28 @@ impl Future for Submitted<'_> {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let Submitted { shared, state } = self.get_mut();
         match state {
-            State::Queued(done) => Pin::new(done)
-                .poll(cx)
-                .map(|answer| answer.unwrap_or_else(|_| Err(shared.closed_error()))),
+            State::Queued(cid) => {
+                let result = shared.take(*cid, cx.waker());
+                if result.is_ready() {
+                    *state = State::Taken;
+                }
+                result
+            }
+            State::Taken => panic!("polled after it completed"),
             State::Failed(err) => Poll::Ready(Err(err.take().expect("polled after it failed"))),
             State::WaitingForRoom(waiting) => waiting.as_mut().poll(cx),
+        }
+    }
+}
+
+impl Drop for Submitted<'_> {
+    /// A caller that stops waiting gives its slot up (once the target answered).
+    fn drop(&mut self) {
+        if let State::Queued(cid) = self.state {
+            let mut state = self.shared.state.lock().unwrap();
+            if state.commands.abandon(cid) {
+                state.slot_freed(&self.shared.room);
+            }
         }
     }
 }
@@ -92,8 +108,8 @@ enum Refused {
 }
 
 impl Shared {
-    /// Queues `command` under a fresh CID if the queue has room, and its capsule for the writer.
-    fn try_queue(&self, command: Command) -> Result<Done, Refused> {
+    /// Queues `command` in a free slot, and its capsule for the writer; gives its CID.
+    fn try_queue(&self, command: Command) -> Result<u16, Refused> {
         let Command {
             mut sqe,
             data_out,
@@ -102,13 +118,12 @@ impl Shared {
             data_in_len,
             timed,
         } = command;
-        let (done, completion) = oneshot::channel();
-        let wake_writer = {
+        let (cid, wake_writer) = {
             let mut state = self.state.lock().unwrap();
             if let Some(err) = &state.closed {
                 return Err(Refused::Closed(err.clone()));
             }
-            if state.in_flight.len() >= self.depth {
+            if state.commands.full() {
                 drop(state);
                 return Err(Refused::Full(Box::new(Command {
                     sqe,
@@ -119,17 +134,15 @@ impl Shared {
                     timed,
                 })));
             }
-            sqe.cid = state.allocate_cid();
             let issued = (timed && self.command_timeout.is_some()).then_some(state.epoch);
             let fetched = if in_capsule {
                 Bytes::new()
             } else {
                 data_out.clone()
             };
-            state.in_flight.insert(
-                sqe.cid,
-                InFlight {
-                    done,
+            let cid = state
+                .commands
+                .insert(InFlight {
                     sqe,
                     issued,
                     data_out: fetched,
@@ -137,15 +150,39 @@ impl Shared {
                     data_in,
                     data_in_len,
                     digest_error: false,
-                },
-            );
+                })
+                .expect("a free slot: looked above");
+            sqe.cid = cid;
             let data = if in_capsule { data_out } else { Bytes::new() };
-            state.queue_pdu(Pdu::CapsuleCmd(CapsuleCmd { sqe, data }))
+            (
+                cid,
+                state.queue_pdu(Pdu::CapsuleCmd(CapsuleCmd { sqe, data })),
+            )
         };
         if wake_writer {
             self.writer_wake.notify_one();
         }
-        Ok(completion)
+        Ok(cid)
+    }
+
+    /// The answer to the command in slot `cid`, if it came (the slot is then freed); else
+    /// `waker` is woken when it comes.
+    fn take(&self, cid: u16, waker: &std::task::Waker) -> Poll<Result<Completion, HostError>> {
+        let mut state = self.state.lock().unwrap();
+        match state.commands.take(cid, waker) {
+            Some(Some(result)) => {
+                state.slot_freed(&self.room);
+                Poll::Ready(result)
+            }
+            Some(None) => Poll::Pending,
+            // Not the slot's command any more: a bug, reported rather than waited on forever.
+            None => Poll::Ready(Err(state.closed.clone().unwrap_or(
+                HostError::QueueClosed {
+                    qid: self.qid,
+                    reason: format!("command {cid:#06x} lost its slot"),
+                },
+            ))),
+        }
     }
 }
 
@@ -159,9 +196,13 @@ async fn wait_for_room(shared: Arc<Shared>, mut command: Command) -> Result<Comp
         room.as_mut().enable();
         let waiting = Waiting::new(&shared);
         match shared.try_queue(command) {
-            Ok(done) => {
+            Ok(cid) => {
                 drop(waiting);
-                return done.await.unwrap_or_else(|_| Err(shared.closed_error()));
+                let submitted = Submitted {
+                    shared: &shared,
+                    state: State::Queued(cid),
+                };
+                return submitted.await;
             }
             Err(Refused::Closed(err)) => return Err(err),
             Err(Refused::Full(back)) => command = *back,
