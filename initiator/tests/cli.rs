@@ -115,6 +115,76 @@ async fn bench_opens_a_queue_per_worker_that_sends_to_a_drive() {
     }
 }
 
+/// `fabrik bench` connects every controller's admin queue before the first I/O queue, as
+/// spdk_nvme_perf does: a target that gives each new connection its next core (SPDK's
+/// round-robin) then spreads the I/O queues over its cores. Seen through a proxy that notes the
+/// queue ID of each connection's Fabrics Connect, in the order the connections came.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_connects_every_admin_queue_before_the_io_queues() {
+    use tokio::io::AsyncReadExt;
+    use tokio::net::{TcpListener, TcpStream};
+    let dir = tempfile::tempdir().unwrap();
+    let target = target(dir.path(), 3).await;
+    let upstream = target.listen_addrs()[0];
+    let proxy = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = proxy.local_addr().unwrap().port().to_string();
+    let (tx, mut connects) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        for order in 0.. {
+            let (mut host, _) = proxy.accept().await.unwrap();
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                use tokio::io::AsyncWriteExt;
+                let mut target = TcpStream::connect(upstream).await.unwrap();
+                // ICReq and ICResp (128 bytes each), then the Connect capsule: an 8-byte header
+                // and the SQE, whose CDW10 (at 40) holds RECFMT and then the queue ID.
+                let mut ic = [0u8; 128];
+                host.read_exact(&mut ic).await.unwrap();
+                target.write_all(&ic).await.unwrap();
+                target.read_exact(&mut ic).await.unwrap();
+                host.write_all(&ic).await.unwrap();
+                let mut head = [0u8; 8 + 44];
+                host.read_exact(&mut head).await.unwrap();
+                let qid = u16::from_le_bytes([head[8 + 42], head[8 + 43]]);
+                tx.send((order, qid)).unwrap();
+                target.write_all(&head).await.unwrap();
+                let _ = tokio::io::copy_bidirectional(&mut host, &mut target).await;
+            });
+        }
+    });
+    let mut nqns = target.subsystem_nqns();
+    nqns.sort();
+    let mut bench = args(&["bench", "-a", "127.0.0.1", "-s", &port]);
+    for nqn in &nqns[..3] {
+        bench.extend(args(&["-n", nqn]));
+    }
+    bench.extend(args(&[
+        "--threads",
+        "3",
+        "--worker-drives",
+        "own",
+        "--iodepth",
+        "2",
+        "--time",
+        "0.5",
+        "--json",
+    ]));
+    let out = fabrik(bench).await;
+    assert!(out.ok, "{}", out.stderr);
+    let mut seen = Vec::new();
+    while let Ok((order, qid)) = connects.try_recv() {
+        seen.push((order, qid));
+    }
+    seen.sort();
+    let qids: Vec<u16> = seen.iter().map(|&(_, qid)| qid).collect();
+    // (The namespaces are listed first, on admin queues of their own.)
+    assert_eq!(qids.iter().filter(|&&q| q == 1).count(), 3, "{qids:?}");
+    assert!(
+        qids.is_sorted(),
+        "an admin queue after an I/O queue, in connection order: {qids:?}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bench_json_is_consistent_with_the_bytes_moved() {
     let dir = tempfile::tempdir().unwrap();

@@ -461,7 +461,8 @@ struct Subsystem {
 /// Connects to every subsystem of `source` and lists their namespaces. Each controller gets an
 /// I/O queue for each worker that sends to its drives (`sharing`; on that worker's runtime of
 /// `io_runtimes`, if any), and no more: a target that spreads queues over its cores in turn
-/// spreads the busy ones.
+/// spreads the busy ones. Every admin queue is connected before the first I/O queue, for the
+/// same reason (`Controller::connect_admin`).
 pub async fn open_drives(
     source: &DriveSource,
     session_args: &SessionArgs,
@@ -506,11 +507,12 @@ pub async fn open_drives(
         bail!("no namespaces to run on");
     }
     let mut drives = Vec::new();
+    let mut opened = Vec::new();
+    let mut first = 0;
     for (Subsystem { nqn, paths, from }, nsids) in listed {
         if nsids.is_empty() {
             continue;
         }
-        let first = drives.len();
         let mut workers: Vec<usize> = (first..first + nsids.len())
             .flat_map(|d| bench::workers_of(d, count, threads, sharing))
             .collect();
@@ -544,18 +546,27 @@ pub async fn open_drives(
                 data: session_args.data_digest,
             };
             session_args.auth.apply(&mut opts);
-            let ctrl = Controller::connect(opts.clone())
+            let ctrl = Controller::connect_admin(opts.clone())
                 .await
                 .with_context(|| format!("connecting to {nqn} at {path}{from}"))?;
-            if ctrl.io_queue_count() < workers.len() {
+            connected.push((opts, Some(ctrl)));
+        }
+        first += nsids.len();
+        opened.push((nqn, from, addr, workers.len(), queues, connected, nsids));
+    }
+    for (nqn, from, addr, workers, queues, mut connected, nsids) in opened {
+        for (opts, ctrl) in &mut connected {
+            let (path, ctrl) = (opts.addr, ctrl.as_mut().expect("connected above"));
+            ctrl.connect_io()
+                .await
+                .with_context(|| format!("connecting to {nqn} at {path}{from}"))?;
+            if ctrl.io_queue_count() < workers {
                 bail!(
-                    "{nqn} at {path} granted {} I/O queues; {} workers (--threads {threads}) \
+                    "{nqn} at {path} granted {} I/O queues; {workers} workers (--threads {threads}) \
                      send to it, one queue each",
                     ctrl.io_queue_count(),
-                    workers.len()
                 );
             }
-            connected.push((opts, Some(ctrl)));
         }
         let policy = RecoveryPolicy {
             reconnect_delay: Duration::from_secs_f64(session_args.reconnect_delay.max(0.0)),
