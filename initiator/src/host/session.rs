@@ -377,9 +377,9 @@ impl Session {
         nlb: u32,
         buf: BytesMut,
     ) -> Result<BytesMut, HostError> {
-        let buf = Mutex::new(Some(buf));
+        let mut buf = Some(buf);
         self.with_path_on(Some(queue), Some(nsid), |ctrl| {
-            let buf = buf.lock().unwrap().take().unwrap_or_default();
+            let buf = buf.take().unwrap_or_default();
             async move {
                 ctrl.io_queue(queue % ctrl.io_queue_count().max(1))?
                     .read_into(nsid, slba, nlb, buf)
@@ -508,10 +508,10 @@ impl Session {
         self: &Arc<Self>,
         queue: Option<usize>,
         nsid: Option<u32>,
-        op: F,
+        mut op: F,
     ) -> Result<T, HostError>
     where
-        F: Fn(PathController) -> Fut,
+        F: FnMut(PathController) -> Fut,
         Fut: std::future::Future<Output = Result<T, HostError>>,
     {
         let mut failures = 0;

@@ -481,7 +481,7 @@ impl Shared {
     fn on_response(&self, cqe: Cqe) -> Result<(), HostError> {
         let mut wake = None;
         let answered = {
-            let answer = |command| self.answer(command, cqe);
+            let answer = |command: &mut InFlight| self.answer(command, cqe);
             let mut state = self.state.lock().unwrap();
             let answered = state.commands.answer(cqe.cid, answer, &mut wake);
             // An abandoned command's slot is free now.
@@ -502,7 +502,7 @@ impl Shared {
 
     /// A command's answer: its data if all of it arrived intact, else an error that concerns
     /// only this command.
-    fn answer(&self, command: InFlight, cqe: Cqe) -> Result<Completion, HostError> {
+    fn answer(&self, command: &mut InFlight, cqe: Cqe) -> Result<Completion, HostError> {
         let qid = self.qid;
         if command.digest_error {
             Err(HostError::DataDigest {
@@ -532,7 +532,7 @@ impl Shared {
         } else {
             Ok(Completion {
                 cqe,
-                data: command.data_in.freeze(),
+                data: std::mem::take(&mut command.data_in).freeze(),
             })
         }
     }

@@ -118,30 +118,32 @@ impl Commands {
     pub(super) fn answer(
         &mut self,
         cid: u16,
-        answer: impl FnOnce(InFlight) -> Result<Completion, HostError>,
+        answer: impl FnOnce(&mut InFlight) -> Result<Completion, HostError>,
         wake: &mut Option<Waker>,
     ) -> bool {
+        let index = cid & self.index_mask();
         let Some(slot) = self.slot_mut(cid) else {
             return false;
         };
-        let SlotState::InFlight { .. } = slot.state else {
+        let SlotState::InFlight { command, waiter } = &mut slot.state else {
             return false;
         };
-        let SlotState::InFlight { command, waiter } =
-            std::mem::replace(&mut slot.state, SlotState::Free)
-        else {
-            unreachable!("matched above")
+        // Made in place: the command is not moved out of its slot first.
+        let gone = match std::mem::take(waiter) {
+            Waiter::Gone => true,
+            Waiter::Waker(w) => {
+                *wake = Some(w);
+                false
+            }
+            Waiter::None => false,
+        };
+        slot.state = match gone {
+            true => SlotState::Free,
+            false => SlotState::Done(answer(command)),
         };
         self.in_flight -= 1;
-        match waiter {
-            Waiter::Gone => self.free.push(cid & self.index_mask()),
-            waiter => {
-                let slot = self.slot_mut(cid).expect("looked up above");
-                slot.state = SlotState::Done(answer(command));
-                if let Waiter::Waker(w) = waiter {
-                    *wake = Some(w);
-                }
-            }
+        if gone {
+            self.free.push(index);
         }
         true
     }
@@ -283,7 +285,7 @@ mod tests {
         }
     }
 
-    fn ok(command: InFlight) -> Result<Completion, HostError> {
+    fn ok(command: &mut InFlight) -> Result<Completion, HostError> {
         Ok(Completion {
             cqe: Cqe::new(command.sqe.cid, Status::SUCCESS),
             data: Bytes::new(),

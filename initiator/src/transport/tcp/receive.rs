@@ -283,7 +283,7 @@ impl Shared {
             ..Cqe::new(cccid, Status::SUCCESS)
         };
         let mut wake = None;
-        let answer = |command| self.answer(command, cqe);
+        let answer = |command: &mut InFlight| self.answer(command, cqe);
         let answered = state.commands.answer(cccid, answer, &mut wake);
         state.slot_freed(&self.room);
         drop(state);
