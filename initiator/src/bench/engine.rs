@@ -576,7 +576,9 @@ impl IoLoop {
             if self.deadline.is_some_and(|d| t0 >= d) {
                 break;
             }
-            if self.shared.remaining.fetch_sub(1, Ordering::Relaxed) <= 0 {
+            // A time-bound run has no count to keep (one atomic operation fewer per command).
+            if self.deadline.is_none() && self.shared.remaining.fetch_sub(1, Ordering::Relaxed) <= 0
+            {
                 break;
             }
             let span = self.slice.end - self.slice.start;
