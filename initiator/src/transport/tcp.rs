@@ -28,7 +28,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 
-use self::commands::Commands;
+use self::commands::{Answered, Commands};
 use self::data_in::DataIn;
 use self::submit::Command;
 pub use self::submit::Submitted;
@@ -484,11 +484,12 @@ impl Shared {
             let answer = |command: &mut InFlight| self.answer(command, cqe);
             let mut state = self.state.lock().unwrap();
             let answered = state.commands.answer(cqe.cid, answer, &mut wake);
-            // An abandoned command's slot is free now.
-            state.slot_freed(&self.room);
+            if answered == Answered::SlotFreed {
+                state.slot_freed(&self.room);
+            }
             answered
         };
-        if !answered {
+        if answered == Answered::Unknown {
             return Err(HostError::protocol(
                 self.qid,
                 format!("completion for unknown command id {:#06x}", cqe.cid),

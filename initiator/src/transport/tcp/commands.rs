@@ -23,6 +23,17 @@ pub(super) struct Commands {
     index_bits: u32,
 }
 
+/// What became of an answer (`Commands::answer`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Answered {
+    /// No command is in flight under its CID.
+    Unknown,
+    /// Kept for the command's caller.
+    Kept,
+    /// Its caller had stopped waiting: the slot is free again.
+    SlotFreed,
+}
+
 struct Slot {
     generation: u16,
     state: SlotState,
@@ -114,19 +125,18 @@ impl Commands {
 
     /// Ends the command in flight under `cid` with what `answer` makes of it: the result is
     /// kept for its caller, whose waker is given back to be woken once the lock is let go.
-    /// False if no command is in flight under `cid`.
     pub(super) fn answer(
         &mut self,
         cid: u16,
         answer: impl FnOnce(&mut InFlight) -> Result<Completion, HostError>,
         wake: &mut Option<Waker>,
-    ) -> bool {
+    ) -> Answered {
         let index = cid & self.index_mask();
         let Some(slot) = self.slot_mut(cid) else {
-            return false;
+            return Answered::Unknown;
         };
         let SlotState::InFlight { command, waiter } = &mut slot.state else {
-            return false;
+            return Answered::Unknown;
         };
         // Made in place: the command is not moved out of its slot first.
         let gone = match std::mem::take(waiter) {
@@ -144,8 +154,9 @@ impl Commands {
         self.in_flight -= 1;
         if gone {
             self.free.push(index);
+            return Answered::SlotFreed;
         }
-        true
+        Answered::Kept
     }
 
     /// Fails every command in flight with `err`; gives the wakers of their callers.
@@ -313,10 +324,10 @@ mod tests {
         for _ in 0..64 {
             let cid = commands.insert(command()).unwrap();
             assert!(seen.insert(cid), "CID {cid:#x} twice");
-            assert!(commands.answer(cid, ok, &mut None));
+            assert_eq!(commands.answer(cid, ok, &mut None), Answered::Kept);
             assert!(matches!(commands.take(cid, &w), Some(Some(Ok(_)))));
             // The old CID finds nothing now.
-            assert!(!commands.answer(cid, ok, &mut None));
+            assert_eq!(commands.answer(cid, ok, &mut None), Answered::Unknown);
         }
     }
 
@@ -371,7 +382,8 @@ mod tests {
             "still in flight: the CID stays taken"
         );
         assert!(commands.full());
-        assert!(commands.answer(cid, |_| unreachable!("nobody waits"), &mut None));
+        let answered = commands.answer(cid, |_| unreachable!("nobody waits"), &mut None);
+        assert_eq!(answered, Answered::SlotFreed);
         assert!(!commands.full());
         // Answered first, then abandoned: freed at once.
         let cid = commands.insert(command()).unwrap();

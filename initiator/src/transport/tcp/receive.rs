@@ -11,15 +11,16 @@ use fabrik_proto::tcp::{
     digest, flags, pdu_type, C2HData, CommonHeader, DataHead, Decoder, Pdu, PduError, DATA_HLEN,
 };
 use fabrik_proto::{Cqe, Status};
+use std::sync::MutexGuard;
 use std::time::Instant;
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
+use super::commands::Answered;
 use super::data_in::Lent;
 use super::{bad_pdu, InFlight, Shared, State, READ_CHUNK};
 use crate::command_name::command_name;
 use crate::error::HostError;
-use std::sync::MutexGuard;
 
 /// A C2HData payload is received straight into its command's buffer when at least this much of
 /// it has not arrived yet; a smaller rest is cheaper to take with the next PDUs in one read.
@@ -285,9 +286,11 @@ impl Shared {
         let mut wake = None;
         let answer = |command: &mut InFlight| self.answer(command, cqe);
         let answered = state.commands.answer(cccid, answer, &mut wake);
-        state.slot_freed(&self.room);
+        debug_assert_ne!(answered, Answered::Unknown, "looked up by the caller");
+        if answered == Answered::SlotFreed {
+            state.slot_freed(&self.room);
+        }
         drop(state);
-        debug_assert!(answered, "looked up by the caller");
         if let Some(waker) = wake {
             waker.wake();
         }
