@@ -89,6 +89,12 @@ fn create(name: &str, bytes: i64, params: &[(&str, &str)]) -> CreateVolumeReques
     }
 }
 
+/// The volume CreateVolume makes (or finds) for `request`.
+async fn create_ok(ctl: &mut ControllerClient<Channel>, request: CreateVolumeRequest) -> Volume {
+    let response = ctl.create_volume(request).await.unwrap().into_inner();
+    response.volume.expect("CreateVolume answers with a volume")
+}
+
 #[track_caller]
 fn assert_code<T: std::fmt::Debug>(r: Result<T, tonic::Status>, code: Code, words: &str) {
     let e = r.expect_err("an error");
@@ -175,13 +181,7 @@ async fn volumes_are_made_published_and_deleted_through_the_boxes() {
         requisite: vec![rack("r1"), rack("r2")],
         preferred: vec![rack("r1")],
     });
-    let v1 = ctl
-        .create_volume(one.clone())
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap();
+    let v1 = create_ok(&mut ctl, one.clone()).await;
     assert!(
         v1.volume_id
             .starts_with("nqn.2024-01.io.fabrik:box-a:vol-csi-"),
@@ -189,23 +189,11 @@ async fn volumes_are_made_published_and_deleted_through_the_boxes() {
     );
     assert_eq!(v1.capacity_bytes as u64, 10 * MIB);
     assert_eq!(v1.accessible_topology, [rack("r1")]);
-    let again = ctl
-        .create_volume(one.clone())
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap();
+    let again = create_ok(&mut ctl, one.clone()).await;
     assert_eq!(again.volume_id, v1.volume_id);
     // A restarted controller (here a second one) keeps nothing, yet finds the same volume.
     let (restarted, stop_restarted) = start_driver(&dir.path().join("restarted"), &urls).await;
-    let found = ControllerClient::new(restarted)
-        .create_volume(one.clone())
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap();
+    let found = create_ok(&mut ControllerClient::new(restarted), one.clone()).await;
     assert_eq!(found.volume_id, v1.volume_id);
     let _ = stop_restarted.send(());
     // A URL that is not a box's management API is said to be one, not taken for no volume.
@@ -288,13 +276,7 @@ async fn volumes_are_made_published_and_deleted_through_the_boxes() {
         requisite: vec![rack("r2")],
         preferred: vec![],
     });
-    let v5 = ctl
-        .create_volume(five)
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap();
+    let v5 = create_ok(&mut ctl, five).await;
     assert!(v5.volume_id.contains(":box-b:vol-csi-"), "{v5:?}");
     assert!(v5.capacity_bytes as u64 >= 100 * MIB);
     let made5 = b
@@ -314,13 +296,7 @@ async fn volumes_are_made_published_and_deleted_through_the_boxes() {
         .unwrap()
         .into_inner();
     assert_eq!(only_a.available_capacity as u64, 2 * 60 * MIB);
-    let va = ctl
-        .create_volume(create("pvc-pinned", MIB as i64, &pinned))
-        .await
-        .unwrap()
-        .into_inner()
-        .volume
-        .unwrap();
+    let va = create_ok(&mut ctl, create("pvc-pinned", MIB as i64, &pinned)).await;
     assert!(va.volume_id.contains(":box-a:"), "{va:?}");
     assert_code(
         ctl.create_volume(create("pvc-x", MIB as i64, &[("box", "http://elsewhere")]))

@@ -243,20 +243,13 @@ impl Commands {
             .filter(|s| s.generation == generation)
     }
 
+    // In u32, so that at 16 index bits the generation is simply empty.
     fn cid(&self, index: u16, generation: u16) -> u16 {
-        if self.index_bits >= 16 {
-            index
-        } else {
-            (generation << self.index_bits) | index
-        }
+        ((generation as u32) << self.index_bits | index as u32) as u16
     }
 
     fn generation_of(&self, cid: u16) -> u16 {
-        if self.index_bits >= 16 {
-            0
-        } else {
-            cid >> self.index_bits
-        }
+        (cid as u32 >> self.index_bits) as u16
     }
 
     fn index_mask(&self) -> u16 {
@@ -264,11 +257,7 @@ impl Commands {
     }
 
     fn generation_mask(&self) -> u16 {
-        if self.index_bits >= 16 {
-            0
-        } else {
-            u16::MAX >> self.index_bits
-        }
+        (u16::MAX as u32 >> self.index_bits) as u16
     }
 }
 
