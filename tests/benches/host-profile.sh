@@ -7,7 +7,9 @@
 #   tests/benches/host-profile.sh [FABRIK] [OUT_DIR]   (build/release/fabrik, /tmp/host-profile)
 #
 # OUT_DIR gets fabrik.txt (one core, 32 per namespace), fabrik4.txt (HOST_CORES, drives of their
-# own) and perf.txt (one core): the share of each binary and kernel, then of each symbol.
+# own), perf.txt (one core) and perf4.txt (HOST_CORES): first perf stat's counts on those cores
+# (CPU time, context switches, system calls), then the share of each binary and kernel, then of
+# each symbol.
 # TARGET_MASK=0xF (nvmf_tgt), HOST_CORE=8, HOST_CORES=8-11 (comma-free range), SECS=4 recorded.
 # PERF="perf": the perf command. The H200/H100 machines have none: carry Debian's perf with its
 # libraries and run it through their loader, e.g. PERF="DIR/ld-linux-x86-64.so.2 --library-path
@@ -41,10 +43,13 @@ profile() { # NAME CORES COMMAND...: perf record on CORES while COMMAND runs
   "$@" >"$work/$name.out" 2>&1 &
   local load=$!
   sleep 3
+  $PERF stat -e task-clock,context-switches,cpu-migrations,raw_syscalls:sys_enter -C "$cores" \
+    -o "$work/$name.stat" -- sleep "$SECS" >/dev/null 2>&1 || true
   $PERF record -F 2000 -C "$cores" -o "$work/$name.data" -- sleep "$SECS" >/dev/null 2>&1
   wait "$load" || true
   {
     grep -m1 -E '"iops"|^Total' "$work/$name.out" || true
+    grep -E 'task-clock|context-switches|migrations|sys_enter|elapsed' "$work/$name.stat" || true
     $PERF report -i "$work/$name.data" --no-children --sort dso --stdio 2>/dev/null |
       grep -v '^#' | grep -v '^$' | head -15
     $PERF report -i "$work/$name.data" --no-children --sort dso,sym --percent-limit 0.25 \
@@ -53,7 +58,7 @@ profile() { # NAME CORES COMMAND...: perf record on CORES while COMMAND runs
   echo "$name: $(head -1 "$OUT/$name.txt")"
 }
 
-run=$((SECS + 6))
+run=$((2 * SECS + 6))
 profile fabrik "$HOST_CORE" taskset -c "$HOST_CORE" "$FAB" bench -a 127.0.0.1 -s "$port" "${nqns[@]}" \
   --cpus "$HOST_CORE" --rw randread --bs 4k --iodepth 128 --threads 1 --worker-drives own \
   --time "$run" --quiet --json
@@ -61,5 +66,9 @@ profile fabrik4 "$HOST_CORES" taskset -c "$HOST_CORES" "$FAB" bench -a 127.0.0.1
   "${nqns[@]}" --cpus "$cpus" --rw randread --bs 4k --iodepth 32 --threads "$threads" \
   --worker-drives own --time "$run" --quiet --json
 profile perf "$HOST_CORE" "$SPDK/perf.sh" 4 "$port" box -c "$(printf '0x%x' $((1 << HOST_CORE)))" \
+  -q 32 -o 4096 -w randread -t "$run"
+mask=0
+for c in $(seq "$first" "$last"); do mask=$((mask | 1 << c)); done
+profile perf4 "$HOST_CORES" "$SPDK/perf.sh" 4 "$port" box -c "$(printf '0x%x' $mask)" \
   -q 32 -o 4096 -w randread -t "$run"
 echo "profiles in $OUT"

@@ -10,6 +10,8 @@ use bytes::{Bytes, BytesMut};
 use hdrhistogram::Histogram;
 
 use super::io_threads;
+
+mod batched;
 use super::layout::{workers_of, Layout, View};
 use super::pattern::{self, drive_tag};
 use super::report::{self, new_histogram, MemoryReport, Report, VerifyReport};
@@ -314,6 +316,7 @@ struct Measured {
 }
 
 /// What one I/O loop moved (its latencies go to its worker's `Latencies`).
+#[derive(Default)]
 struct LoopResult {
     read_bytes: u64,
     write_bytes: u64,
@@ -379,6 +382,7 @@ async fn phase(ctx: &Arc<Context>, phase: Phase) -> Result<Measured, BenchError>
     let cpu_start = report::cpu_times();
     let started = Instant::now();
     let deadline = time.map(|t| command_clock().now() + t);
+    let batched = batched::applies(ctx);
     let mut loops = Vec::new();
     let mut workers = Vec::new();
     for worker in 0..spec.threads {
@@ -407,33 +411,42 @@ async fn phase(ctx: &Arc<Context>, phase: Phase) -> Result<Measured, BenchError>
             }),
         });
         workers.push(shared.clone());
-        for slot in 0..spec.iodepth {
-            let io = IoLoop {
-                ctx: ctx.clone(),
-                rw,
-                phase,
-                worker,
-                view,
-                slot,
-                reads: read_pipelines.get(worker).cloned(),
-                writes: write_pipelines.get(worker).cloned(),
-                slice: slice.clone(),
-                shared: shared.clone(),
-                deadline,
-                stop: stop.clone(),
-                rng: seed_rng(worker, slot),
-            };
-            let (stop, first_error) = (stop.clone(), first_error.clone());
+        let loops_of_worker = (0..spec.iodepth).map(|slot| IoLoop {
+            ctx: ctx.clone(),
+            rw,
+            phase,
+            worker,
+            view,
+            slot,
+            reads: read_pipelines.get(worker).cloned(),
+            writes: write_pipelines.get(worker).cloned(),
+            slice: slice.clone(),
+            shared: shared.clone(),
+            deadline,
+            stop: stop.clone(),
+            rng: seed_rng(worker, slot),
+        });
+        let (stop, first_error) = (stop.clone(), first_error.clone());
+        // The first error stops every loop, and is the one reported.
+        let supervised = move |result: Result<LoopResult, BenchError>| {
+            if let Err(e) = &result {
+                stop.store(true, Ordering::Relaxed);
+                first_error.lock().unwrap().get_or_insert_with(|| e.clone());
+            }
+            result
+        };
+        if batched {
+            let io = batched::run(loops_of_worker.collect());
+            let supervised = supervised.clone();
             loops.push(io_threads::spawn_on(&runtime, 0, async move {
-                let result = io.run().await;
-                if let Err(e) = &result {
-                    stop.store(true, Ordering::Relaxed);
-                    let mut first = first_error.lock().unwrap();
-                    if first.is_none() {
-                        *first = Some(e.clone());
-                    }
-                }
-                result
+                supervised(io.await)
+            }));
+            continue;
+        }
+        for io in loops_of_worker {
+            let supervised = supervised.clone();
+            loops.push(io_threads::spawn_on(&runtime, 0, async move {
+                supervised(io.run().await)
             }));
         }
     }
@@ -505,6 +518,18 @@ fn worker_runtime(drive: &Drive, worker: usize) -> Vec<tokio::runtime::Handle> {
         .collect()
 }
 
+#[derive(Clone, Copy)]
+/// A loop's next command: drive `d`'s unit `drive_unit`, blocks `slba`.., read or written;
+/// `t0` when it starts.
+struct Next {
+    t0: quanta::Instant,
+    d: usize,
+    drive_unit: u64,
+    slba: u64,
+    nlb: u32,
+    is_read: bool,
+}
+
 /// One of a worker's `iodepth` loops: one command in flight at a time.
 struct IoLoop {
     ctx: Arc<Context>,
@@ -566,40 +591,19 @@ impl IoLoop {
             reads_at: g.region(0, self.worker),
             writes_at: g.region(g.write_base, self.worker),
         });
-        loop {
-            if self.stop.load(Ordering::Relaxed) {
-                break;
-            }
-            // Also when a host-memory command starts: one clock read fewer per command.
+        while let Some(next) = self.next() {
+            let Next {
+                t0,
+                d,
+                drive_unit,
+                slba,
+                nlb,
+                is_read,
+            } = next;
             let clock = command_clock();
-            let t0 = clock.now();
-            if self.deadline.is_some_and(|d| t0 >= d) {
-                break;
-            }
-            // A time-bound run has no count to keep (one atomic operation fewer per command).
-            if self.deadline.is_none() && self.shared.remaining.fetch_sub(1, Ordering::Relaxed) <= 0
-            {
-                break;
-            }
-            let span = self.slice.end - self.slice.start;
-            let unit = if self.rw.is_random() {
-                self.slice.start + self.next_random() % span
-            } else {
-                self.slice.start + self.shared.cursor.fetch_add(1, Ordering::Relaxed) % span
-            };
-            let is_read = match self.rw {
-                Rw::Read | Rw::RandRead => true,
-                Rw::Write | Rw::RandWrite => false,
-                Rw::RandRw => self.next_random() % 100 < spec.read_percent as u64,
-            };
-            let (d, drive_unit) = self.view.locate(unit);
             let drive = &ctx.drives[d];
-            let slba = (ctx.spec.offset + drive_unit * bs) / drive.lba_size as u64;
-            let nlb = spec.bs / drive.lba_size;
             if is_read {
-                let check = ctx.verify.as_ref().filter(|v| {
-                    self.phase != Phase::Prefill && (v.trust_all || v.written[d].get(drive_unit))
-                });
+                let check = self.read_check(d, drive_unit);
                 let took = match gpu.as_mut() {
                     Some(g) => self.read_gpu(g, d, slba, nlb, check).await?,
                     None => {
@@ -619,11 +623,7 @@ impl IoLoop {
                 record(&mut self.shared.latencies.lock().unwrap().reads, took);
                 result.read_bytes += bs;
             } else {
-                let pattern = ctx.verify.as_ref().map(|v| {
-                    let mut buf = BytesMut::zeroed(spec.bs as usize);
-                    pattern::fill(&mut buf, drive.lba_size as usize, slba, v.tags[d], v.seed);
-                    buf.freeze()
-                });
+                let pattern = self.write_pattern(d, slba);
                 let took = match gpu.as_mut() {
                     Some(g) => self.write_gpu(g, d, slba, nlb, pattern).await?,
                     None => {
@@ -779,6 +779,64 @@ impl IoLoop {
                 Ok(t0.elapsed())
             }
         }
+    }
+
+    /// The loop's next command, or None when it is done (stopped, past the deadline, its
+    /// share of the I/O done).
+    fn next(&mut self) -> Option<Next> {
+        if self.stop.load(Ordering::Relaxed) {
+            return None;
+        }
+        // Also when a host-memory command starts: one clock read fewer per command.
+        let t0 = command_clock().now();
+        if self.deadline.is_some_and(|d| t0 >= d) {
+            return None;
+        }
+        // A time-bound run has no count to keep (one atomic operation fewer per command).
+        if self.deadline.is_none() && self.shared.remaining.fetch_sub(1, Ordering::Relaxed) <= 0 {
+            return None;
+        }
+        let span = self.slice.end - self.slice.start;
+        let unit = if self.rw.is_random() {
+            self.slice.start + self.next_random() % span
+        } else {
+            self.slice.start + self.shared.cursor.fetch_add(1, Ordering::Relaxed) % span
+        };
+        let is_read = match self.rw {
+            Rw::Read | Rw::RandRead => true,
+            Rw::Write | Rw::RandWrite => false,
+            Rw::RandRw => {
+                let percent = self.ctx.spec.read_percent as u64;
+                self.next_random() % 100 < percent
+            }
+        };
+        let (d, drive_unit) = self.view.locate(unit);
+        let spec = &self.ctx.spec;
+        let lba_size = self.ctx.drives[d].lba_size;
+        Some(Next {
+            t0,
+            d,
+            drive_unit,
+            slba: (spec.offset + drive_unit * spec.bs as u64) / lba_size as u64,
+            nlb: spec.bs / lba_size,
+            is_read,
+        })
+    }
+
+    /// What checks a read of unit `drive_unit` of drive `d` (--verify, once written).
+    fn read_check(&self, d: usize, drive_unit: u64) -> Option<&VerifyState> {
+        self.ctx.verify.as_ref().filter(|v| {
+            self.phase != Phase::Prefill && (v.trust_all || v.written[d].get(drive_unit))
+        })
+    }
+
+    /// The --verify pattern a write at `slba` of drive `d` sends (None: no --verify).
+    fn write_pattern(&self, d: usize, slba: u64) -> Option<Bytes> {
+        let v = self.ctx.verify.as_ref()?;
+        let drive = &self.ctx.drives[d];
+        let mut buf = BytesMut::zeroed(self.ctx.spec.bs as usize);
+        pattern::fill(&mut buf, drive.lba_size as usize, slba, v.tags[d], v.seed);
+        Some(buf.freeze())
     }
 
     /// xorshift64*.

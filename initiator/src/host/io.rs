@@ -17,7 +17,7 @@ use crate::host::controller::Controller;
 use crate::host::queue::Queue;
 use crate::transport::peer::{self, PeerMemory, Registration};
 use crate::transport::target::RecvTarget;
-use crate::transport::Completion;
+use crate::transport::{AnswerTo, Completion};
 
 /// Most blocks one Read/Write/Write Zeroes can name (NLB is 16 bits, 0's based).
 const MAX_BLOCKS_PER_COMMAND: u32 = 1 << 16;
@@ -240,6 +240,66 @@ impl<'a> IoQueue<'a> {
         Ok(data
             .try_into_mut()
             .unwrap_or_else(|shared| BytesMut::from(&shared[..])))
+    }
+
+    /// Starts a read of `nlb` blocks from `slba` into `buf`, its answer to go where `answer`
+    /// says (see `transport::completions`): on success the completion's data is `buf`,
+    /// frozen, holding the blocks. Gives `buf` back when the read cannot start so: the
+    /// namespace's block size not known yet, a read bigger than one command, a transport that
+    /// answers through futures only. `read_into` does those.
+    pub fn start_read_into(
+        &self,
+        nsid: u32,
+        slba: u64,
+        nlb: u32,
+        buf: BytesMut,
+        answer: AnswerTo<'_>,
+    ) -> Result<(), BytesMut> {
+        let Some(lba_size) = self.ctrl.known_lba_size(nsid) else {
+            return Err(buf);
+        };
+        if nlb == 0 || nlb > self.blocks_per_command(lba_size) {
+            return Err(buf);
+        }
+        let command = IoCommand::Read {
+            nsid,
+            slba,
+            nlb,
+            fua: false,
+        };
+        let len = nlb as usize * lba_size as usize;
+        self.queue.start_into(command.to_sqe(0), buf, len, answer)
+    }
+
+    /// Starts a write of `data` at `slba`, its answer to go where `answer` says (see
+    /// `start_read_into`, whose limits it has). Gives `data` back when it cannot start so.
+    pub fn start_write(
+        &self,
+        nsid: u32,
+        slba: u64,
+        data: Bytes,
+        fua: bool,
+        answer: AnswerTo<'_>,
+    ) -> Result<(), Bytes> {
+        let Some(lba_size) = self.ctrl.known_lba_size(nsid) else {
+            return Err(data);
+        };
+        let nlb = data.len() / lba_size as usize;
+        if data.is_empty()
+            || !data.len().is_multiple_of(lba_size as usize)
+            || nlb > self.blocks_per_command(lba_size) as usize
+        {
+            return Err(data);
+        }
+        let command = IoCommand::Write {
+            nsid,
+            slba,
+            nlb: nlb as u32,
+            fua,
+        };
+        self.queue
+            .start(command.to_sqe(0), Some(data), 0, answer)
+            .map_err(Option::unwrap_or_default)
     }
 
     /// Reads `nlb` blocks from `slba` into `target` (exactly their size), received in place;

@@ -15,7 +15,7 @@ use crate::transport::peer::{PeerMemory, Registration};
 #[cfg(feature = "rdma")]
 use crate::transport::rdma::RdmaQueue;
 use crate::transport::target::RecvTarget;
-use crate::transport::{Completion, TcpQueue, TcpQueueConfig};
+use crate::transport::{checked, AnswerTo, Completion, TcpQueue, TcpQueueConfig};
 
 /// In-capsule data limit of the admin queue (`NVME_TCP_ADMIN_CCSZ`, NVMEOF-FACTS 1.6).
 pub const ADMIN_IN_CAPSULE_LIMIT: usize = 8192;
@@ -207,6 +207,43 @@ impl Queue {
         checked(self.qid(), &sqe, completion)
     }
 
+    /// As `submit`, the answer going where `answer` says (`TcpQueue::start`). Gives
+    /// `data_out` back if this transport answers through futures only (NVMe/RDMA, for now).
+    pub fn start(
+        &self,
+        sqe: Sqe,
+        data_out: Option<Bytes>,
+        data_in_len: usize,
+        answer: AnswerTo<'_>,
+    ) -> Result<(), Option<Bytes>> {
+        match &self.transport {
+            TransportQueue::Tcp(t) => {
+                t.start(sqe, data_out, data_in_len, self.in_capsule_limit, answer);
+                Ok(())
+            }
+            #[cfg(feature = "rdma")]
+            TransportQueue::Rdma(_) => Err(data_out),
+        }
+    }
+
+    /// As `submit_into`, the answer going where `answer` says (see `start`).
+    pub fn start_into(
+        &self,
+        sqe: Sqe,
+        buf: BytesMut,
+        len: usize,
+        answer: AnswerTo<'_>,
+    ) -> Result<(), BytesMut> {
+        match &self.transport {
+            TransportQueue::Tcp(t) => {
+                t.start_into(sqe, buf, len, answer);
+                Ok(())
+            }
+            #[cfg(feature = "rdma")]
+            TransportQueue::Rdma(_) => Err(buf),
+        }
+    }
+
     /// As `submit`, for a command reading `target.len()` bytes into `target` (see
     /// `TcpQueue::submit_to`).
     pub async fn submit_to(&self, sqe: Sqe, target: RecvTarget) -> Result<Completion, HostError> {
@@ -279,23 +316,4 @@ fn no_peer_memory_over_tcp() -> HostError {
                  NVMe/RDMA connection"
             .into(),
     }
-}
-
-/// A completion with a non-success status as `HostError::Status`, naming the command.
-fn checked(
-    qid: u16,
-    sqe: &Sqe,
-    completion: Result<Completion, HostError>,
-) -> Result<Completion, HostError> {
-    let completion = completion?;
-    let status = completion.cqe.status;
-    if !status.is_success() {
-        return Err(HostError::Status {
-            status,
-            command: command_name(qid, sqe),
-            qid,
-            result: completion.cqe.dw0(),
-        });
-    }
-    Ok(completion)
 }

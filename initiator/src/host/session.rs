@@ -27,6 +27,7 @@ use crate::host::ns_identity::{self, NamespaceIds};
 use crate::host::options::ConnectOptions;
 use crate::transport::peer::{PeerMemory, Registration};
 use crate::transport::target::RecvTarget;
+use crate::transport::AnswerTo;
 
 /// Tries of one command on failing connections before it fails (an outage in between costs
 /// none: commands wait for a live path without trying).
@@ -426,6 +427,49 @@ impl Session {
         .await
     }
 
+    /// Starts a read on I/O queue `queue` of a live path, its answer to go where `answer` says
+    /// (see `IoQueue::start_read_into`). Gives `buf` back when the read cannot start so
+    /// now (no path is live, or its queue cannot): `read_into` then does it, waiting for a
+    /// path. An error in the answer is the command's on that path only: `read_into` retries it
+    /// as it does any command (on another path, or once one is back).
+    pub fn start_read_into(
+        &self,
+        queue: usize,
+        nsid: u32,
+        slba: u64,
+        nlb: u32,
+        buf: BytesMut,
+        answer: AnswerTo<'_>,
+    ) -> Result<(), BytesMut> {
+        let Some(ctrl) = self.pick_now(queue, nsid) else {
+            return Err(buf);
+        };
+        match ctrl.io_queue(queue % ctrl.io_queue_count().max(1)) {
+            Ok(io) => io.start_read_into(nsid, slba, nlb, buf, answer),
+            Err(_) => Err(buf),
+        }
+    }
+
+    /// Starts a write as `start_read_into` starts a read (see `IoQueue::start_write`); `write`
+    /// does what it gives back, and retries an error answer.
+    pub fn start_write(
+        &self,
+        queue: usize,
+        nsid: u32,
+        slba: u64,
+        data: Bytes,
+        fua: bool,
+        answer: AnswerTo<'_>,
+    ) -> Result<(), Bytes> {
+        let Some(ctrl) = self.pick_now(queue, nsid) else {
+            return Err(data);
+        };
+        match ctrl.io_queue(queue % ctrl.io_queue_count().max(1)) {
+            Ok(io) => io.start_write(nsid, slba, data, fua, answer),
+            Err(_) => Err(data),
+        }
+    }
+
     /// Reads `nlb` blocks straight into `mem` at `offset` (see `IoQueue::read_peer`) on I/O
     /// queue `queue` of a live path. A retry on another path registers the memory with that
     /// path's NIC.
@@ -516,14 +560,7 @@ impl Session {
     {
         let mut failures = 0;
         loop {
-            let n = self.paths.len();
-            // Round-robin over the paths (one counter for all threads: not with one path).
-            let start = if n > 1 {
-                self.next.fetch_add(1, Ordering::Relaxed)
-            } else {
-                0
-            };
-            let picked = self.pick(start, queue, nsid);
+            let picked = self.pick(self.round_start(), queue, nsid);
             let Some((path, ctrl, generation)) = picked else {
                 if let Some(err) = self.all_given_up() {
                     return Err(err);
@@ -564,6 +601,21 @@ impl Session {
                 result => return result,
             }
         }
+    }
+
+    /// Where a command's round over the paths starts: round-robin (one counter for all
+    /// threads: not with one path).
+    fn round_start(&self) -> usize {
+        match self.paths.len() {
+            1 => 0,
+            _ => self.next.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+
+    /// A live path for an I/O command on `nsid` now, if one is.
+    fn pick_now(&self, queue: usize, nsid: u32) -> Option<PathController> {
+        let picked = self.pick(self.round_start(), Some(queue), Some(nsid));
+        picked.map(|(_, ctrl, _)| ctrl)
     }
 
     /// A live path for a command on `nsid`, starting the round at `start`: one where the

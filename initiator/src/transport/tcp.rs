@@ -13,28 +13,29 @@
 //! Any transport failure or protocol violation by the target fails every command in flight and
 //! closes the connection, as the Linux host's error recovery does (NVMEOF-FACTS 1.10, 4.5).
 
+use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex};
-use std::task::Waker;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use fabrik_proto::nvme::admin_opcode;
 use fabrik_proto::tcp::{
-    C2HData, Decoder, Digests, H2CData, IcReq, IcResp, Pdu, PduError, Role, R2T,
+    C2HData, CapsuleCmd, Decoder, Digests, H2CData, IcReq, IcResp, Pdu, PduError, Role, R2T,
 };
 use fabrik_proto::{Cqe, SglDescriptor, Sqe};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 
-use self::commands::{Answered, Commands};
+use self::commands::{Answered, Commands, Delivery, Waiter};
 use self::data_in::DataIn;
 use self::submit::Command;
 pub use self::submit::Submitted;
 use crate::command_name::command_name;
 use crate::error::HostError;
 use crate::transport::target::RecvTarget;
+use crate::transport::{AnswerTo, CompletionQueue};
 
 /// Bytes asked of the socket per read call.
 const READ_CHUNK: usize = 256 * 1024;
@@ -130,6 +131,9 @@ struct State {
     waiting: usize,
     /// Set once when the queue fails or is closed; later submits get this error.
     closed: Option<HostError>,
+    /// Commands started with a tag (`TcpQueue::start`) while every slot was taken, in order;
+    /// bounded by their callers, who keep count of what they started.
+    backlog: VecDeque<Backlogged>,
     /// PDUs to send, in order, taken by the writer a batch at a time. Every entry belongs to a
     /// command holding a slot, so the queue depth bounds it. Queued under the lock a command
     /// takes anyway: a channel to the writer cost 3 % of a host core at QD128 (perf record,
@@ -140,10 +144,60 @@ struct State {
 }
 
 impl State {
-    /// A slot was freed: one caller waiting for room may take it.
-    fn slot_freed(&self, room: &Notify) {
+    /// Puts `command` in a free slot (the caller saw one), answered to `waiter`, and its capsule
+    /// in the send queue. Gives its CID and whether the writer must be woken.
+    fn queue_command(&mut self, command: Command, waiter: Waiter, timed: bool) -> (u16, bool) {
+        let Command {
+            mut sqe,
+            data_out,
+            in_capsule,
+            data_in,
+            data_in_len,
+            timed: within_timeout,
+        } = command;
+        let issued = (timed && within_timeout).then_some(self.epoch);
+        let fetched = if in_capsule {
+            Bytes::new()
+        } else {
+            data_out.clone()
+        };
+        let in_flight = InFlight {
+            sqe,
+            issued,
+            data_out: fetched,
+            requested: 0,
+            data_in,
+            data_in_len,
+            digest_error: false,
+        };
+        let cid = self
+            .commands
+            .insert(in_flight, waiter)
+            .expect("a free slot: looked above");
+        sqe.cid = cid;
+        let data = if in_capsule { data_out } else { Bytes::new() };
+        let wake = self.queue_pdu(Pdu::CapsuleCmd(CapsuleCmd { sqe, data }));
+        (cid, wake)
+    }
+
+    /// A slot was freed: the first started command waiting for one takes it (`TcpQueue::start`),
+    /// else one caller waiting for room is told.
+    fn slot_freed(&mut self, shared: &Shared) {
+        if let Some(Backlogged {
+            command,
+            queue,
+            tag,
+        }) = self.backlog.pop_front()
+        {
+            let timed = shared.command_timeout.is_some();
+            let (_, wake) = self.queue_command(command, Waiter::Queue(queue, tag), timed);
+            if wake {
+                shared.writer_wake.notify_one();
+            }
+            return;
+        }
         if self.waiting > 0 {
-            room.notify_one();
+            shared.room.notify_one();
         }
     }
 
@@ -152,6 +206,13 @@ impl State {
         self.outgoing.push(pdu);
         std::mem::take(&mut self.writer_waiting)
     }
+}
+
+/// A command started with a tag while every slot was taken: it takes the next one freed.
+struct Backlogged {
+    command: Command,
+    queue: CompletionQueue,
+    tag: u64,
 }
 
 /// A command the target has not answered yet.
@@ -275,7 +336,8 @@ impl TcpQueue {
             poll_window: config.poll_window,
             command_timeout: config.command_timeout,
             state: Mutex::new(State {
-                commands: Commands::new(config.depth.max(1) as usize),
+                commands: Commands::new(config.depth.max(1) as usize, qid),
+                backlog: VecDeque::new(),
                 epoch: 0,
                 waiting: 0,
                 closed: None,
@@ -359,9 +421,44 @@ impl TcpQueue {
         self.submit_with(sqe, None, DataIn::into_target(target), len, 0, true)
     }
 
+    /// As `submit`, with the answer going where `answer` says instead of to a future (see
+    /// `transport::completions`). Nothing is refused here: an error comes as the answer. A queue
+    /// at its depth starts the command when a slot frees, after those started before it.
+    pub fn start(
+        &self,
+        sqe: Sqe,
+        data_out: Option<Bytes>,
+        data_in_len: usize,
+        in_capsule_limit: usize,
+        answer: AnswerTo<'_>,
+    ) {
+        let data_out = data_out.unwrap_or_default();
+        match command(
+            sqe,
+            data_out,
+            DataIn::Empty,
+            data_in_len,
+            in_capsule_limit,
+            true,
+        ) {
+            Ok(command) => self.shared.start(command, answer),
+            Err(err) => answer.post(Err(err)),
+        }
+    }
+
+    /// As `submit_into`, with the answer going where `answer` says (see `start`): the
+    /// completion's data is `buf`, frozen.
+    pub fn start_into(&self, sqe: Sqe, buf: BytesMut, len: usize, answer: AnswerTo<'_>) {
+        let data_in = DataIn::into_buffer(buf);
+        match command(sqe, Bytes::new(), data_in, len, 0, true) {
+            Ok(command) => self.shared.start(command, answer),
+            Err(err) => answer.post(Err(err)),
+        }
+    }
+
     fn submit_with(
         &self,
-        mut sqe: Sqe,
+        sqe: Sqe,
         data_out: Option<Bytes>,
         data_in: DataIn,
         data_in_len: usize,
@@ -369,31 +466,10 @@ impl TcpQueue {
         timed: bool,
     ) -> Submitted<'_> {
         let data_out = data_out.unwrap_or_default();
-        if !data_out.is_empty() && data_in_len > 0 {
-            let err = HostError::Invalid("a command cannot both send and receive data".into());
-            return Submitted::failed(&self.shared, err);
+        match command(sqe, data_out, data_in, data_in_len, in_capsule_limit, timed) {
+            Ok(command) => Submitted::new(&self.shared, command),
+            Err(err) => Submitted::failed(&self.shared, err),
         }
-        let Ok(length) = u32::try_from(data_out.len().max(data_in_len)) else {
-            let err = HostError::Invalid("transfer longer than 4 GiB".into());
-            return Submitted::failed(&self.shared, err);
-        };
-        let in_capsule = !data_out.is_empty()
-            && (data_out.len() <= in_capsule_limit || sqe.opcode == admin_opcode::FABRICS);
-        let sgl = if in_capsule {
-            SglDescriptor::DataBlockOffset { offset: 0, length }
-        } else {
-            SglDescriptor::TransportDataBlock { length }
-        };
-        sqe.set_sgl(&sgl);
-        let command = Command {
-            sqe,
-            data_out,
-            in_capsule,
-            data_in,
-            data_in_len,
-            timed,
-        };
-        Submitted::new(&self.shared, command)
     }
 
     /// Fails every command in flight with `err` and closes the connection.
@@ -433,16 +509,20 @@ impl Shared {
     /// Fails every command in flight and stops both tasks, which closes the socket. The first
     /// failure is the one remembered.
     fn fail(&self, err: HostError) {
-        let wakers = {
+        let (deliveries, backlog) = {
             let mut state = self.state.lock().unwrap();
             if state.closed.is_none() {
                 state.closed = Some(err.clone());
             }
-            state.commands.fail_all(&err)
+            let backlog = std::mem::take(&mut state.backlog);
+            (state.commands.fail_all(&err), backlog)
         };
         // Callers waiting for room see the close.
         self.room.notify_waiters();
-        wakers.into_iter().for_each(Waker::wake);
+        deliveries.into_iter().for_each(Delivery::deliver);
+        for Backlogged { queue, tag, .. } in backlog {
+            queue.post(tag, Err(err.clone()));
+        }
         for task in self.tasks.lock().unwrap().drain(..) {
             task.abort();
         }
@@ -460,7 +540,7 @@ impl Shared {
                     success,
                     data,
                 } = data;
-                self.on_c2h_data(cccid, datao, data, last, success, false)
+                self.on_c2h_data(cccid, datao, &data, last, success, false)
             }
             Pdu::R2T(r2t) => self.on_r2t(r2t),
             Pdu::C2HTermReq(term) => Err(HostError::Terminated {
@@ -479,26 +559,29 @@ impl Shared {
     }
 
     fn on_response(&self, cqe: Cqe) -> Result<(), HostError> {
-        let mut wake = None;
-        let answered = {
-            let answer = |command: &mut InFlight| self.answer(command, cqe);
-            let mut state = self.state.lock().unwrap();
-            let answered = state.commands.answer(cqe.cid, answer, &mut wake);
-            if answered == Answered::SlotFreed {
-                state.slot_freed(&self.room);
-            }
-            answered
-        };
-        if answered == Answered::Unknown {
-            return Err(HostError::protocol(
+        let answer = |command: &mut InFlight| self.answer(command, cqe);
+        let mut state = self.state.lock().unwrap();
+        let answered = state.commands.answer(cqe.cid, answer);
+        self.settled(state, answered).ok_or_else(|| {
+            HostError::protocol(
                 self.qid,
                 format!("completion for unknown command id {:#06x}", cqe.cid),
-            ));
+            )
+        })
+    }
+
+    /// Frees a settled command's slot for the next command if it is free, lets the lock go, then
+    /// delivers the answer. None: the answer was for no command.
+    fn settled(&self, mut state: MutexGuard<'_, State>, answered: Answered) -> Option<()> {
+        let Answered::Settled { delivery, freed } = answered else {
+            return None;
+        };
+        if freed {
+            state.slot_freed(self);
         }
-        if let Some(waker) = wake {
-            waker.wake();
-        }
-        Ok(())
+        drop(state);
+        delivery.deliver();
+        Some(())
     }
 
     /// A command's answer: its data if all of it arrived intact, else an error that concerns
@@ -603,6 +686,41 @@ impl Shared {
         }
         Ok(())
     }
+}
+
+/// A command to queue, its SGL set the way the Linux host sets it (see `TcpQueue::submit`).
+fn command(
+    mut sqe: Sqe,
+    data_out: Bytes,
+    data_in: DataIn,
+    data_in_len: usize,
+    in_capsule_limit: usize,
+    timed: bool,
+) -> Result<Command, HostError> {
+    if !data_out.is_empty() && data_in_len > 0 {
+        return Err(HostError::Invalid(
+            "a command cannot both send and receive data".into(),
+        ));
+    }
+    let Ok(length) = u32::try_from(data_out.len().max(data_in_len)) else {
+        return Err(HostError::Invalid("transfer longer than 4 GiB".into()));
+    };
+    let in_capsule = !data_out.is_empty()
+        && (data_out.len() <= in_capsule_limit || sqe.opcode == admin_opcode::FABRICS);
+    let sgl = if in_capsule {
+        SglDescriptor::DataBlockOffset { offset: 0, length }
+    } else {
+        SglDescriptor::TransportDataBlock { length }
+    };
+    sqe.set_sgl(&sgl);
+    Ok(Command {
+        sqe,
+        data_out,
+        in_capsule,
+        data_in,
+        data_in_len,
+        timed,
+    })
 }
 
 /// The Linux host's ICResp checks (NVMEOF-FACTS 1.5). PDU type and PLEN are the decoder's.

@@ -8,10 +8,11 @@
 //! slot used again gets another CID, so a late answer to a command the queue gave up on does not
 //! match the next one in that slot.
 
-use std::task::Waker;
+use std::task::{Poll, Waker};
 
 use super::{Completion, InFlight};
 use crate::error::HostError;
+use crate::transport::{checked, CompletionQueue};
 
 pub(super) struct Commands {
     slots: Vec<Slot>,
@@ -21,17 +22,40 @@ pub(super) struct Commands {
     in_flight: usize,
     /// Bits of a CID that hold the slot's index; the rest hold its generation.
     index_bits: u32,
+    /// The queue's, to name a command in a failed status posted to a completion queue.
+    qid: u16,
 }
 
 /// What became of an answer (`Commands::answer`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub(super) enum Answered {
     /// No command is in flight under its CID.
     Unknown,
-    /// Kept for the command's caller.
-    Kept,
-    /// Its caller had stopped waiting: the slot is free again.
-    SlotFreed,
+    /// The command is settled: `delivery` is for once the queue's lock is let go; `freed` when
+    /// its slot is free again (its caller had stopped waiting, or the answer went to a
+    /// completion queue).
+    Settled { delivery: Delivery, freed: bool },
+}
+
+/// What to do with a settled command's answer, outside the queue's lock.
+#[must_use]
+#[derive(Debug)]
+pub(super) enum Delivery {
+    Nothing,
+    /// Its caller's future waits: wake it to take the answer from the slot.
+    Wake(Waker),
+    /// The answer goes to a completion queue under its tag.
+    Post(CompletionQueue, u64, Result<Completion, HostError>),
+}
+
+impl Delivery {
+    pub(super) fn deliver(self) {
+        match self {
+            Delivery::Nothing => {}
+            Delivery::Wake(waker) => waker.wake(),
+            Delivery::Post(queue, tag, result) => queue.post(tag, result),
+        }
+    }
 }
 
 struct Slot {
@@ -52,17 +76,19 @@ enum SlotState {
 
 /// Who waits for a command's answer.
 #[derive(Default)]
-enum Waiter {
-    /// The caller has not looked yet.
+pub(super) enum Waiter {
+    /// The caller's future has not looked yet.
     #[default]
     None,
     Waker(Waker),
+    /// A completion queue, under this tag (`TcpQueue::start`): the slot frees with the answer.
+    Queue(CompletionQueue, u64),
     /// The caller stopped waiting: the slot is freed when the answer comes.
     Gone,
 }
 
 impl Commands {
-    pub(super) fn new(depth: usize) -> Commands {
+    pub(super) fn new(depth: usize, qid: u16) -> Commands {
         let depth = depth.clamp(1, 1 << 16);
         // The fewest bits that index every slot; the rest count generations.
         let index_bits = usize::BITS - (depth - 1).leading_zeros();
@@ -76,6 +102,7 @@ impl Commands {
             free: (0..depth as u32).rev().map(|i| i as u16).collect(),
             in_flight: 0,
             index_bits,
+            qid,
         }
     }
 
@@ -89,9 +116,9 @@ impl Commands {
         self.free.is_empty()
     }
 
-    /// Takes a free slot for `command` and gives its CID (None: all are taken). `command.sqe`
-    /// gets the CID too.
-    pub(super) fn insert(&mut self, mut command: InFlight) -> Option<u16> {
+    /// Takes a free slot for `command`, answered to `waiter`, and gives its CID (None: all are
+    /// taken). `command.sqe` gets the CID too.
+    pub(super) fn insert(&mut self, mut command: InFlight, waiter: Waiter) -> Option<u16> {
         let index = self.free.pop()?;
         let mask = self.generation_mask();
         let generation = self.slots[index as usize].generation.wrapping_add(1) & mask;
@@ -99,10 +126,7 @@ impl Commands {
         command.sqe.cid = cid;
         let slot = &mut self.slots[index as usize];
         slot.generation = generation;
-        slot.state = SlotState::InFlight {
-            command,
-            waiter: Waiter::None,
-        };
+        slot.state = SlotState::InFlight { command, waiter };
         self.in_flight += 1;
         Some(cid)
     }
@@ -123,67 +147,69 @@ impl Commands {
         })
     }
 
-    /// Ends the command in flight under `cid` with what `answer` makes of it: the result is
-    /// kept for its caller, whose waker is given back to be woken once the lock is let go.
+    /// Ends the command in flight under `cid` with what `answer` makes of it.
     pub(super) fn answer(
         &mut self,
         cid: u16,
         answer: impl FnOnce(&mut InFlight) -> Result<Completion, HostError>,
-        wake: &mut Option<Waker>,
     ) -> Answered {
-        let index = cid & self.index_mask();
-        let Some(slot) = self.slot_mut(cid) else {
-            return Answered::Unknown;
-        };
-        let SlotState::InFlight { command, waiter } = &mut slot.state else {
-            return Answered::Unknown;
-        };
-        // Made in place: the command is not moved out of its slot first.
-        let gone = match std::mem::take(waiter) {
-            Waiter::Gone => true,
-            Waiter::Waker(w) => {
-                *wake = Some(w);
-                false
-            }
-            Waiter::None => false,
-        };
-        slot.state = match gone {
-            true => SlotState::Free,
-            false => SlotState::Done(answer(command)),
-        };
-        self.in_flight -= 1;
-        if gone {
-            self.free.push(index);
-            return Answered::SlotFreed;
+        match self.slot_mut(cid) {
+            Some(Slot {
+                state: SlotState::InFlight { .. },
+                ..
+            }) => self.settle(cid & self.index_mask(), answer),
+            _ => Answered::Unknown,
         }
-        Answered::Kept
     }
 
-    /// Fails every command in flight with `err`; gives the wakers of their callers.
-    pub(super) fn fail_all(&mut self, err: &HostError) -> Vec<Waker> {
-        let mut wakers = Vec::new();
+    /// Fails every command in flight with `err`; gives what to deliver.
+    pub(super) fn fail_all(&mut self, err: &HostError) -> Vec<Delivery> {
+        let mut deliveries = Vec::new();
         for index in 0..self.slots.len() {
-            let slot = &mut self.slots[index];
-            let SlotState::InFlight { .. } = slot.state else {
-                continue;
-            };
-            let SlotState::InFlight { waiter, .. } =
-                std::mem::replace(&mut slot.state, SlotState::Free)
-            else {
-                unreachable!("matched above")
-            };
-            self.in_flight -= 1;
-            match waiter {
-                Waiter::Gone => self.free.push(index as u16),
-                waiter => {
-                    self.slots[index].state = SlotState::Done(Err(err.clone()));
-                    if let Waiter::Waker(w) = waiter {
-                        wakers.push(w);
-                    }
+            if let SlotState::InFlight { .. } = self.slots[index].state {
+                if let Answered::Settled { delivery, .. } =
+                    self.settle(index as u16, |_| Err(err.clone()))
+                {
+                    deliveries.push(delivery);
                 }
             }
         }
-        wakers
+        deliveries
+    }
+
+    /// Settles the command in flight in slot `index`: its result (made in place, the command
+    /// not moved out first) is kept for its caller's future, or posted to its completion queue,
+    /// or dropped if its caller is gone.
+    fn settle(
+        &mut self,
+        index: u16,
+        result: impl FnOnce(&mut InFlight) -> Result<Completion, HostError>,
+    ) -> Answered {
+        let qid = self.qid;
+        let slot = &mut self.slots[index as usize];
+        let SlotState::InFlight { command, waiter } = &mut slot.state else {
+            return Answered::Unknown;
+        };
+        self.in_flight -= 1;
+        let (delivery, kept) = match std::mem::take(waiter) {
+            Waiter::Gone => (Delivery::Nothing, None),
+            Waiter::Queue(queue, tag) => {
+                let sqe = command.sqe;
+                let answer = checked(qid, &sqe, result(command));
+                (Delivery::Post(queue, tag, answer), None)
+            }
+            Waiter::Waker(w) => (Delivery::Wake(w), Some(result(command))),
+            Waiter::None => (Delivery::Nothing, Some(result(command))),
+        };
+        let freed = kept.is_none();
+        match kept {
+            Some(result) => slot.state = SlotState::Done(result),
+            None => {
+                slot.state = SlotState::Free;
+                self.free.push(index);
+            }
+        }
+        Answered::Settled { delivery, freed }
     }
 
     /// The caller of `cid` looks for its answer: taken (and the slot freed) if it came, else
@@ -192,7 +218,7 @@ impl Commands {
         &mut self,
         cid: u16,
         waker: &Waker,
-    ) -> Option<Option<Result<Completion, HostError>>> {
+    ) -> Option<Poll<Result<Completion, HostError>>> {
         let mask = self.index_mask();
         let slot = self.slot_mut(cid)?;
         match &mut slot.state {
@@ -202,7 +228,7 @@ impl Commands {
                     Waiter::Waker(w) if w.will_wake(waker) => {}
                     _ => *waiter = Waiter::Waker(waker.clone()),
                 }
-                Some(None)
+                Some(Poll::Pending)
             }
             SlotState::Done(_) => {
                 let SlotState::Done(result) = std::mem::replace(&mut slot.state, SlotState::Free)
@@ -210,7 +236,7 @@ impl Commands {
                     unreachable!("matched above")
                 };
                 self.free.push(cid & mask);
-                Some(Some(result))
+                Some(Poll::Ready(result))
             }
         }
     }
@@ -305,58 +331,70 @@ mod tests {
         (count.clone(), Waker::from(count))
     }
 
+    /// Whether the answer settled the command and freed its slot.
+    fn settled(answered: Answered) -> (Delivery, bool) {
+        match answered {
+            Answered::Settled { delivery, freed } => (delivery, freed),
+            Answered::Unknown => panic!("no command under that CID"),
+        }
+    }
+
     #[test]
     fn a_slot_used_again_gets_another_cid() {
-        let mut commands = Commands::new(2);
+        let mut commands = Commands::new(2, 1);
         let (_, w) = waker();
         let mut seen = std::collections::HashSet::new();
         for _ in 0..64 {
-            let cid = commands.insert(command()).unwrap();
+            let cid = commands.insert(command(), Waiter::None).unwrap();
             assert!(seen.insert(cid), "CID {cid:#x} twice");
-            assert_eq!(commands.answer(cid, ok, &mut None), Answered::Kept);
-            assert!(matches!(commands.take(cid, &w), Some(Some(Ok(_)))));
+            assert!(!settled(commands.answer(cid, ok)).1, "kept for its caller");
+            assert!(matches!(commands.take(cid, &w), Some(Poll::Ready(Ok(_)))));
             // The old CID finds nothing now.
-            assert_eq!(commands.answer(cid, ok, &mut None), Answered::Unknown);
+            assert!(matches!(commands.answer(cid, ok), Answered::Unknown));
         }
     }
 
     #[test]
     fn depth_slots_and_no_more() {
-        let mut commands = Commands::new(3);
+        let mut commands = Commands::new(3, 1);
         let cids: Vec<u16> = (0..3)
-            .map(|_| commands.insert(command()).unwrap())
+            .map(|_| commands.insert(command(), Waiter::None).unwrap())
             .collect();
         assert!(commands.full());
-        assert!(commands.insert(command()).is_none());
+        assert!(commands.insert(command(), Waiter::None).is_none());
         assert_eq!(commands.in_flight(), 3);
         // An answer not yet taken still holds its slot.
-        commands.answer(cids[0], ok, &mut None);
+        let _ = commands.answer(cids[0], ok);
         assert_eq!(commands.in_flight(), 2);
         assert!(commands.full());
         let (_, w) = waker();
-        commands.take(cids[0], &w).unwrap().unwrap().unwrap();
+        assert!(matches!(
+            commands.take(cids[0], &w),
+            Some(Poll::Ready(Ok(_)))
+        ));
         assert!(!commands.full());
     }
 
     #[test]
     fn the_caller_is_woken_by_its_answer_and_by_a_failure() {
-        let mut commands = Commands::new(4);
+        let mut commands = Commands::new(4, 1);
         let (count, w) = waker();
-        let a = commands.insert(command()).unwrap();
-        let b = commands.insert(command()).unwrap();
-        assert!(matches!(commands.take(a, &w), Some(None)));
-        assert!(matches!(commands.take(b, &w), Some(None)));
-        let mut wake = None;
-        commands.answer(a, ok, &mut wake);
-        wake.take().unwrap().wake();
+        let a = commands.insert(command(), Waiter::None).unwrap();
+        let b = commands.insert(command(), Waiter::None).unwrap();
+        assert!(matches!(commands.take(a, &w), Some(Poll::Pending)));
+        assert!(matches!(commands.take(b, &w), Some(Poll::Pending)));
+        settled(commands.answer(a, ok)).0.deliver();
         assert_eq!(count.0.load(Ordering::Relaxed), 1);
         let err = HostError::ConnectionClosed { qid: 1 };
-        commands.fail_all(&err).into_iter().for_each(Waker::wake);
+        commands
+            .fail_all(&err)
+            .into_iter()
+            .for_each(Delivery::deliver);
         assert_eq!(count.0.load(Ordering::Relaxed), 2);
-        assert!(matches!(commands.take(a, &w), Some(Some(Ok(_)))));
+        assert!(matches!(commands.take(a, &w), Some(Poll::Ready(Ok(_)))));
         assert!(matches!(
             commands.take(b, &w),
-            Some(Some(Err(HostError::ConnectionClosed { .. })))
+            Some(Poll::Ready(Err(HostError::ConnectionClosed { .. })))
         ));
         assert_eq!(commands.in_flight(), 0);
         assert!(!commands.full());
@@ -364,33 +402,81 @@ mod tests {
 
     #[test]
     fn an_abandoned_command_frees_its_slot_when_answered() {
-        let mut commands = Commands::new(1);
-        let cid = commands.insert(command()).unwrap();
+        let mut commands = Commands::new(1, 1);
+        let cid = commands.insert(command(), Waiter::None).unwrap();
         assert!(
             !commands.abandon(cid),
             "still in flight: the CID stays taken"
         );
         assert!(commands.full());
-        let answered = commands.answer(cid, |_| unreachable!("nobody waits"), &mut None);
-        assert_eq!(answered, Answered::SlotFreed);
+        let (delivery, freed) = settled(commands.answer(cid, |_| unreachable!("nobody waits")));
+        assert!(freed && matches!(delivery, Delivery::Nothing));
         assert!(!commands.full());
         // Answered first, then abandoned: freed at once.
-        let cid = commands.insert(command()).unwrap();
-        commands.answer(cid, ok, &mut None);
+        let cid = commands.insert(command(), Waiter::None).unwrap();
+        let _ = commands.answer(cid, ok);
         assert!(commands.abandon(cid));
         assert!(!commands.full());
     }
 
     #[test]
+    fn a_tagged_answer_frees_its_slot_and_goes_to_its_queue_checked() {
+        let mut commands = Commands::new(3, 3);
+        let cq = CompletionQueue::new();
+        let a = commands
+            .insert(command(), Waiter::Queue(cq.clone(), 10))
+            .unwrap();
+        let b = commands
+            .insert(command(), Waiter::Queue(cq.clone(), 11))
+            .unwrap();
+        commands
+            .insert(command(), Waiter::Queue(cq.clone(), 12))
+            .unwrap();
+        assert!(commands.full());
+        let (delivery, freed) = settled(commands.answer(a, ok));
+        assert!(freed, "the slot is free with the answer");
+        delivery.deliver();
+        // A failed status is an error naming the command, as from the host queue.
+        let failed = |command: &mut InFlight| {
+            Ok(Completion {
+                cqe: Cqe::new(command.sqe.cid, Status::new(0, 0x80)),
+                data: Bytes::new(),
+            })
+        };
+        settled(commands.answer(b, failed)).0.deliver();
+        let err = HostError::ConnectionClosed { qid: 3 };
+        commands
+            .fail_all(&err)
+            .into_iter()
+            .for_each(Delivery::deliver);
+        assert_eq!(commands.in_flight(), 0);
+        let mut got = Vec::new();
+        let mut cx = std::task::Context::from_waker(Waker::noop());
+        assert!(cq.poll_take(&mut cx, &mut got).is_ready());
+        let tags: Vec<u64> = got.iter().map(|t| t.tag).collect();
+        assert_eq!(tags, [10, 11, 12]);
+        assert!(got[0].result.is_ok());
+        assert!(matches!(
+            &got[1].result,
+            Err(HostError::Status { qid: 3, status, .. }) if status.sc() == 0x80
+        ));
+        assert!(matches!(
+            got[2].result,
+            Err(HostError::ConnectionClosed { .. })
+        ));
+        assert!(!commands.full());
+    }
+
+    #[test]
     fn every_cid_bit_is_index_at_the_largest_depth() {
-        let mut commands = Commands::new(1 << 16);
+        let mut commands = Commands::new(1 << 16, 1);
         let (_, w) = waker();
-        let a = commands.insert(command()).unwrap();
-        let b = commands.insert(command()).unwrap();
+        let a = commands.insert(command(), Waiter::None).unwrap();
+        let b = commands.insert(command(), Waiter::None).unwrap();
         assert_eq!((a, b), (0, 1), "CID = index");
-        commands.answer(a, ok, &mut None);
-        commands.take(a, &w).unwrap().unwrap().unwrap();
+        let _ = commands.answer(a, ok);
+        assert!(matches!(commands.take(a, &w), Some(Poll::Ready(Ok(_)))));
         // No bits are left for a generation: the slot's CID is the same again.
-        assert_eq!(commands.insert(command()), Some(0));
+        assert_eq!(commands.insert(command(), Waiter::None), Some(0));
     }
 }

@@ -1,7 +1,7 @@
 //! A read's data as its C2HData PDUs arrive. Without a buffer of the caller's, data that came in
-//! one PDU is kept where the receive buffer has it (no copy, no allocation of its own); data in
-//! several PDUs is gathered into one buffer. With the caller's buffer or receive target (or once
-//! the payload is received straight from the socket), data goes there.
+//! one PDU is copied out of the receive buffer as it is; data in several PDUs is gathered into
+//! one buffer. With the caller's buffer or receive target (or once the payload is received
+//! straight from the socket), data goes there.
 
 use bytes::buf::UninitSlice;
 use bytes::{BufMut, Bytes, BytesMut};
@@ -49,17 +49,17 @@ impl DataIn {
 
     /// Appends `data`; `total` is the transfer's length (the gathering buffer's size). The
     /// caller checked that it fits.
-    pub(super) fn push(&mut self, data: Bytes, total: usize) {
+    pub(super) fn push(&mut self, data: &[u8], total: usize) {
         match self {
-            DataIn::Empty => *self = DataIn::One(data),
-            DataIn::Buffer(buf) => buf.extend_from_slice(&data),
+            DataIn::Empty => *self = DataIn::One(Bytes::copy_from_slice(data)),
+            DataIn::Buffer(buf) => buf.extend_from_slice(data),
             DataIn::Target { target, filled } => {
-                target.write_at(*filled, &data);
+                target.write_at(*filled, data);
                 *filled += data.len();
             }
             DataIn::One(_) => {
                 let mut buf = self.take_buffer(total);
-                buf.put_slice(&data);
+                buf.put_slice(data);
                 *self = buf.into();
             }
         }
@@ -164,14 +164,12 @@ mod tests {
     #[test]
     fn one_pdu_is_kept_and_several_are_gathered() {
         let mut one = DataIn::default();
-        let pdu = Bytes::from_static(b"abcdef");
-        one.push(pdu.clone(), 6);
-        let kept = one.freeze();
-        assert_eq!(kept.as_ptr(), pdu.as_ptr(), "no copy");
+        one.push(b"abcdef", 6);
+        assert_eq!(&one.freeze()[..], b"abcdef");
 
         let mut three = DataIn::default();
         for part in [&b"ab"[..], b"cd", b"ef"] {
-            three.push(Bytes::copy_from_slice(part), 6);
+            three.push(part, 6);
         }
         assert_eq!(three.len(), 6);
         assert_eq!(&three.freeze()[..], b"abcdef");
@@ -184,7 +182,7 @@ mod tests {
         let at = buf.as_ptr();
         let mut data = DataIn::into_buffer(buf);
         assert_eq!(data.len(), 0, "cleared");
-        data.push(Bytes::from_static(b"abc"), 6);
+        data.push(b"abc", 6);
         let mut taken = data.take_buffer(6);
         assert_eq!(taken.filled(), b"abc");
         taken.put_slice(b"def");

@@ -6,17 +6,14 @@
 //! PDU (the caller's buffer is reused from read to read). Small PDUs are taken from the receive
 //! buffer, many per system call.
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
-use fabrik_proto::tcp::{
-    digest, flags, pdu_type, C2HData, CommonHeader, DataHead, Decoder, Pdu, PduError, DATA_HLEN,
-};
+use bytes::{Buf, BufMut, BytesMut};
+use fabrik_proto::tcp::{digest, pdu_type, C2HData, CommonHeader, DataHead, Decoder, Pdu};
 use fabrik_proto::{Cqe, Status};
 use std::sync::MutexGuard;
 use std::time::Instant;
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use super::commands::Answered;
 use super::data_in::Lent;
 use super::{bad_pdu, InFlight, Shared, State, READ_CHUNK};
 use crate::command_name::command_name;
@@ -52,12 +49,21 @@ pub(super) async fn read_loop<R: AsyncRead + Unpin>(
                 Err(err) => break bad_pdu(qid, &err),
             }
         }
-        let c2h_header = peek_c2h_data(&buf);
+        if whole_c2h_data(&buf) {
+            match decoder.decode_data_head(&mut buf) {
+                Ok(Some(head)) => {
+                    large = head.data_len >= DIRECT_MIN;
+                    if let Err(err) = take_in_place(&shared, &mut buf, head) {
+                        break err;
+                    }
+                    continue;
+                }
+                Ok(None) => {}
+                Err(err) => break bad_pdu(qid, &err),
+            }
+        }
         match decoder.decode(&mut buf) {
             Ok(Some(pdu)) => {
-                if let Pdu::C2HData(data) = &pdu {
-                    large = data.data.len() >= DIRECT_MIN;
-                }
                 if let Err(err) = shared.on_pdu(pdu) {
                     break err;
                 }
@@ -69,22 +75,6 @@ pub(super) async fn read_loop<R: AsyncRead + Unpin>(
                     READ_CHUNK
                 };
                 if let Err(err) = fill(&shared, &mut reader, &mut buf, want).await {
-                    break err;
-                }
-            }
-            // Like the Linux host: not fatal, the command fails with a data error. The PDU's
-            // flags still count (a SUCCESS flag completes the command).
-            Err(PduError::DataDigest {
-                pdu_type: pdu_type::C2H_DATA,
-                cccid,
-            }) => {
-                let Some((pdu_flags, _, datao, datal)) = c2h_header else {
-                    break HostError::protocol(qid, "data digest error on an unreadable C2HData");
-                };
-                let zeros = Bytes::from(vec![0u8; datal as usize]);
-                let last = pdu_flags & flags::LAST_PDU != 0;
-                let success = pdu_flags & flags::SUCCESS != 0;
-                if let Err(err) = shared.on_c2h_data(cccid, datao, zeros, last, success, true) {
                     break err;
                 }
             }
@@ -201,19 +191,39 @@ async fn receive_direct<R: AsyncRead + Unpin>(
     Ok(())
 }
 
-/// The fields of the C2HData PDU at the front of `buf`, if it is one: (flags, CCCID, DATAO,
-/// DATAL). Read before decoding, because a PDU whose data digest fails is consumed without them.
-fn peek_c2h_data(buf: &[u8]) -> Option<(u8, u16, u32, u32)> {
-    if buf.len() < DATA_HLEN || buf[0] != pdu_type::C2H_DATA {
-        return None;
-    }
-    let u32_at = |off: usize| u32::from_le_bytes(buf[off..off + 4].try_into().unwrap());
-    Some((
-        buf[1],
-        u16::from_le_bytes([buf[8], buf[9]]),
-        u32_at(12),
-        u32_at(16),
-    ))
+/// Whether the front of `buf` is a whole C2HData PDU.
+fn whole_c2h_data(buf: &[u8]) -> bool {
+    CommonHeader::peek(buf)
+        .is_some_and(|ch| ch.pdu_type == pdu_type::C2H_DATA && buf.len() >= ch.plen as usize)
+}
+
+/// Copies the payload of the C2HData PDU whose header `head` was just taken off `buf` (all of
+/// it is there) to its command, and takes it (and its data digest) off `buf`: no shared view of
+/// the receive buffer is made, counted and dropped again per PDU (5 % of a host core at 4K,
+/// perf record, H100 machine).
+fn take_in_place(shared: &Shared, buf: &mut BytesMut, head: DataHead) -> Result<(), HostError> {
+    let Pdu::C2HData(C2HData {
+        cccid,
+        datao,
+        last,
+        success,
+        ..
+    }) = head.pdu
+    else {
+        return Err(HostError::protocol(
+            shared.qid,
+            "unexpected H2CData from the target",
+        ));
+    };
+    let len = head.data_len;
+    let payload = &buf[..len];
+    // Like the Linux host: a failed data digest is not fatal, the command fails with a data
+    // error. The PDU's flags still count (a SUCCESS flag completes the command).
+    let digest_failed = head.ddgst
+        && u32::from_le_bytes(buf[len..len + 4].try_into().expect("4 bytes")) != digest(payload);
+    shared.on_c2h_data(cccid, datao, payload, last, success, digest_failed)?;
+    buf.advance(len + if head.ddgst { 4 } else { 0 });
+    Ok(())
 }
 
 impl Shared {
@@ -224,7 +234,7 @@ impl Shared {
         &self,
         cccid: u16,
         datao: u32,
-        data: Bytes,
+        data: &[u8],
         last: bool,
         success: bool,
         digest_failed: bool,
@@ -239,7 +249,7 @@ impl Shared {
             last,
             success,
         )?;
-        // A failed digest's bytes come as zeroes; the command will fail anyway.
+        // A failed digest's bytes are kept: the command fails anyway.
         command.digest_error |= digest_failed;
         command.data_in.push(data, command.data_in_len);
         if success {
@@ -283,17 +293,10 @@ impl Shared {
             sqid: self.qid,
             ..Cqe::new(cccid, Status::SUCCESS)
         };
-        let mut wake = None;
         let answer = |command: &mut InFlight| self.answer(command, cqe);
-        let answered = state.commands.answer(cccid, answer, &mut wake);
-        debug_assert_ne!(answered, Answered::Unknown, "looked up by the caller");
-        if answered == Answered::SlotFreed {
-            state.slot_freed(&self.room);
-        }
-        drop(state);
-        if let Some(waker) = wake {
-            waker.wake();
-        }
+        let answered = state.commands.answer(cccid, answer);
+        let settled = self.settled(state, answered);
+        debug_assert!(settled.is_some(), "looked up by the caller");
     }
 }
 

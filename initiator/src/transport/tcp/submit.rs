@@ -14,11 +14,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use super::commands::Waiter;
 use super::data_in::DataIn;
-use super::{Completion, InFlight, Shared};
+use super::{Backlogged, Completion, Shared};
 use crate::error::HostError;
+use crate::transport::AnswerTo;
 use bytes::Bytes;
-use fabrik_proto::tcp::{CapsuleCmd, Pdu};
 use fabrik_proto::Sqe;
 
 /// A command to queue, its SGL set.
@@ -94,7 +95,7 @@ impl Drop for Submitted<'_> {
         if let State::Queued(cid) = self.state {
             let mut state = self.shared.state.lock().unwrap();
             if state.commands.abandon(cid) {
-                state.slot_freed(&self.shared.room);
+                state.slot_freed(self.shared);
             }
         }
     }
@@ -110,54 +111,16 @@ enum Refused {
 impl Shared {
     /// Queues `command` in a free slot, and its capsule for the writer; gives its CID.
     fn try_queue(&self, command: Command) -> Result<u16, Refused> {
-        let Command {
-            mut sqe,
-            data_out,
-            in_capsule,
-            data_in,
-            data_in_len,
-            timed,
-        } = command;
         let (cid, wake_writer) = {
             let mut state = self.state.lock().unwrap();
             if let Some(err) = &state.closed {
                 return Err(Refused::Closed(err.clone()));
             }
             if state.commands.full() {
-                drop(state);
-                return Err(Refused::Full(Box::new(Command {
-                    sqe,
-                    data_out,
-                    in_capsule,
-                    data_in,
-                    data_in_len,
-                    timed,
-                })));
+                return Err(Refused::Full(Box::new(command)));
             }
-            let issued = (timed && self.command_timeout.is_some()).then_some(state.epoch);
-            let fetched = if in_capsule {
-                Bytes::new()
-            } else {
-                data_out.clone()
-            };
-            let cid = state
-                .commands
-                .insert(InFlight {
-                    sqe,
-                    issued,
-                    data_out: fetched,
-                    requested: 0,
-                    data_in,
-                    data_in_len,
-                    digest_error: false,
-                })
-                .expect("a free slot: looked above");
-            sqe.cid = cid;
-            let data = if in_capsule { data_out } else { Bytes::new() };
-            (
-                cid,
-                state.queue_pdu(Pdu::CapsuleCmd(CapsuleCmd { sqe, data })),
-            )
+            let timed = self.command_timeout.is_some();
+            state.queue_command(command, Waiter::None, timed)
         };
         if wake_writer {
             self.writer_wake.notify_one();
@@ -165,16 +128,48 @@ impl Shared {
         Ok(cid)
     }
 
+    /// Queues `command`, its answer to go where `answer` says: in a free slot, else after the
+    /// commands already waiting for one (they start in the order given). A closed queue posts
+    /// its error at once.
+    pub(super) fn start(&self, command: Command, answer: AnswerTo<'_>) {
+        let wake_writer = {
+            let mut state = self.state.lock().unwrap();
+            if let Some(err) = &state.closed {
+                let err = err.clone();
+                drop(state);
+                answer.post(Err(err));
+                return;
+            }
+            let (queue, tag) = (answer.queue.clone(), answer.tag);
+            if state.backlog.is_empty() && !state.commands.full() {
+                let timed = self.command_timeout.is_some();
+                state
+                    .queue_command(command, Waiter::Queue(queue, tag), timed)
+                    .1
+            } else {
+                state.backlog.push_back(Backlogged {
+                    command,
+                    queue,
+                    tag,
+                });
+                false
+            }
+        };
+        if wake_writer {
+            self.writer_wake.notify_one();
+        }
+    }
+
     /// The answer to the command in slot `cid`, if it came (the slot is then freed); else
     /// `waker` is woken when it comes.
     fn take(&self, cid: u16, waker: &std::task::Waker) -> Poll<Result<Completion, HostError>> {
         let mut state = self.state.lock().unwrap();
         match state.commands.take(cid, waker) {
-            Some(Some(result)) => {
-                state.slot_freed(&self.room);
+            Some(Poll::Ready(result)) => {
+                state.slot_freed(self);
                 Poll::Ready(result)
             }
-            Some(None) => Poll::Pending,
+            Some(Poll::Pending) => Poll::Pending,
             // Not the slot's command any more: a bug, reported rather than waited on forever.
             None => Poll::Ready(Err(state.closed.clone().unwrap_or(
                 HostError::QueueClosed {

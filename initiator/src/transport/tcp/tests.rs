@@ -12,6 +12,7 @@ use fabrik_proto::{Cqe, SglDescriptor, Sqe, Status};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
 
 use super::*;
+use crate::transport::Tagged;
 
 const ALL_DIGESTS: [Digests; 4] = [
     Digests {
@@ -952,4 +953,92 @@ async fn a_caller_that_stops_waiting_gives_its_cid_up_once_its_command_completes
         assert_eq!(&result.unwrap().data[..], &pattern(4096, slba as u8)[..]);
     }
     assert_eq!(queue.shared.state.lock().unwrap().commands.in_flight(), 0);
+}
+
+/// Reads started with tags (`TcpQueue::start_into`) beyond the queue's depth: they go out as
+/// slots free, in the order started, and every answer comes to the completion queue with its
+/// own data under its own tag, the failed one as an error naming its status.
+#[tokio::test]
+async fn started_commands_beyond_the_depth_are_answered_in_the_completion_queue() {
+    let (queue, mut target) = pair_with(TcpQueueConfig::new(1, 2, Digests::default()), 4096).await;
+    let answers = CompletionQueue::new();
+    for tag in 0..6u64 {
+        let sqe = Sqe {
+            cdw10: tag as u32,
+            ..read_sqe(1)
+        };
+        queue.start_into(sqe, BytesMut::new(), 4096, answers.to(tag));
+    }
+    let script = async {
+        let mut order = Vec::new();
+        for _ in 0..3 {
+            // Two in flight at most; both answered (tag 4 with an error status) make room.
+            let a = target.recv_capsule().await.sqe;
+            let b = target.recv_capsule().await.sqe;
+            let nothing = tokio::time::timeout(Duration::from_millis(50), target.recv_capsule());
+            assert!(nothing.await.is_err(), "a third command beyond depth 2");
+            for sqe in [a, b] {
+                order.push(sqe.cdw10);
+                match sqe.cdw10 {
+                    4 => target.respond(sqe.cid, Status::new(0, 0x81)).await,
+                    slba => {
+                        let data = pattern(4096, slba as u8);
+                        target.send_data(sqe.cid, 0, &data, true, true).await
+                    }
+                }
+            }
+        }
+        order
+    };
+    let mut got = Vec::new();
+    let taking = async {
+        while got.len() < 6 {
+            answers.take(&mut got).await;
+        }
+    };
+    let (order, ()) = tokio::join!(script, taking);
+    assert_eq!(order, [0, 1, 2, 3, 4, 5], "started in order");
+    got.sort_by_key(|t| t.tag);
+    for Tagged { tag, result } in got {
+        match tag {
+            4 => assert!(
+                matches!(&result, Err(HostError::Status { status, .. }) if status.sc() == 0x81),
+                "{result:?}"
+            ),
+            _ => assert_eq!(&result.unwrap().data[..], &pattern(4096, tag as u8)[..]),
+        }
+    }
+    assert_eq!(queue.shared.state.lock().unwrap().commands.in_flight(), 0);
+}
+
+/// A queue that fails answers every started command with its error: those in flight, those
+/// waiting for a slot, and those started after it closed.
+#[tokio::test]
+async fn a_failing_queue_answers_every_started_command_with_its_error() {
+    let (queue, mut target) = pair_with(TcpQueueConfig::new(1, 1, Digests::default()), 4096).await;
+    let answers = CompletionQueue::new();
+    queue.start_into(read_sqe(1), BytesMut::new(), 4096, answers.to(1));
+    queue.start(
+        write_sqe(1),
+        Some(Bytes::from(vec![7; 4096])),
+        0,
+        0,
+        answers.to(2),
+    );
+    let sqe = target.recv_capsule().await.sqe;
+    target.respond(sqe.cid ^ 0x8000, Status::SUCCESS).await; // no such command
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        answers.take(&mut got).await;
+    }
+    queue.start_into(read_sqe(1), BytesMut::new(), 4096, answers.to(3));
+    answers.take(&mut got).await;
+    got.sort_by_key(|t| t.tag);
+    assert_eq!(got.iter().map(|t| t.tag).collect::<Vec<_>>(), [1, 2, 3]);
+    for Tagged { result, .. } in &got {
+        assert!(
+            matches!(result, Err(HostError::Protocol { .. })),
+            "{result:?}"
+        );
+    }
 }
