@@ -483,3 +483,57 @@ async fn a_subsystem_with_two_namespaces() {
     ctrl.shutdown().await.unwrap();
     target.shutdown().await;
 }
+
+/// Commands started on a completion queue (`IoQueue::start_write` / `start_read_into`), more
+/// than the queue's depth at once: every write lands, every read brings its own blocks back
+/// under its own tag, into the buffer it was given.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_started_on_a_completion_queue_move_their_own_data() {
+    use fabrik_initiator::transport::{CompletionQueue, Tagged};
+    let dir = tempfile::tempdir().unwrap();
+    let target = start(config(dir.path(), BackendKind::Ram, 1, 64 << 20)).await;
+    let mut opts = options(addr(&target), &nqns(&target)[0]);
+    opts.queue_size = 8;
+    let ctrl = Controller::connect(opts).await.unwrap();
+    let lba_size = ctrl.lba_size(1).await.unwrap() as usize;
+    let block = |lba: u64| -> Vec<u8> {
+        (0..lba_size)
+            .map(|i| (i as u8).wrapping_mul(7) ^ lba as u8)
+            .collect()
+    };
+    const BLOCKS: u64 = 40; // beyond the depth: the rest wait in the queue for slots
+    let answers = CompletionQueue::new();
+    let queue = ctrl.io_queue(0).unwrap();
+    for lba in 0..BLOCKS {
+        let data = Bytes::from(block(lba));
+        assert!(queue
+            .start_write(1, lba, data, false, answers.to(lba))
+            .is_ok());
+    }
+    let mut got: Vec<Tagged> = Vec::new();
+    while got.len() < BLOCKS as usize {
+        answers.take(&mut got).await;
+    }
+    for t in got.drain(..) {
+        t.result
+            .unwrap_or_else(|e| panic!("write of LBA {}: {e}", t.tag));
+    }
+    for lba in 0..BLOCKS {
+        let buf = BytesMut::with_capacity(lba_size);
+        assert!(queue
+            .start_read_into(1, lba, 1, buf, answers.to(lba))
+            .is_ok());
+    }
+    while got.len() < BLOCKS as usize {
+        answers.take(&mut got).await;
+    }
+    got.sort_by_key(|t| t.tag);
+    for (lba, t) in got.into_iter().enumerate() {
+        assert_eq!(t.tag, lba as u64);
+        let data = t.result.unwrap().data;
+        assert_eq!(&data[..], &block(lba as u64)[..], "LBA {lba}");
+    }
+    drop(queue);
+    ctrl.shutdown().await.unwrap();
+    target.shutdown().await;
+}
