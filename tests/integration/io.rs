@@ -533,7 +533,6 @@ async fn commands_started_on_a_completion_queue_move_their_own_data() {
         let data = t.result.unwrap().data;
         assert_eq!(&data[..], &block(lba as u64)[..], "LBA {lba}");
     }
-    drop(queue);
     ctrl.shutdown().await.unwrap();
     target.shutdown().await;
 }
