@@ -56,10 +56,12 @@ print(",".join(map(str,c)))' "$1"
 }
 
 # name|namespaces|perf arguments|fabrik arguments (per-core figures say what each core has).
+# Both initiators have the same shape: perf gives each core its own namespaces, one queue pair
+# each; fabrik's workers have drives of their own (--worker-drives own), one queue each.
 figures() { # host cores
   local c=$1 fdepth=$((32 * N / $1)) fdepth128=$((8 * N / $1))
   echo "4k-randread-32-per-ns|$N|-q 32 -o 4096 -w randread|--rw randread --bs 4k --iodepth $fdepth --threads $c --worker-drives own"
-  echo "128k-read-8-per-ns|$N|-q 8 -o 131072 -w read|--rw read --bs 128k --iodepth $fdepth128 --threads $c"
+  echo "128k-read-8-per-ns|$N|-q 8 -o 131072 -w read|--rw read --bs 128k --iodepth $fdepth128 --threads $c --worker-drives own"
   [ "$c" != 1 ] || echo "4k-qd1|1|-q 1 -o 4096 -w randread|--rw randread --bs 4k --iodepth 1 --threads 1"
 }
 

@@ -36,21 +36,16 @@ pub(super) async fn read_loop<R: AsyncRead + Unpin>(
     // Whether the last data PDU was large (see HEADER_READ).
     let mut large = false;
     let err = loop {
-        if direct_candidate(&buf) {
+        let c2h = c2h_data_at(&buf);
+        if c2h != C2hAt::No {
             match decoder.decode_data_head(&mut buf) {
-                Ok(Some(head)) => {
+                Ok(Some(head)) if c2h == C2hAt::Large => {
                     large = true;
                     if let Err(err) = receive_direct(&shared, &mut reader, &mut buf, head).await {
                         break err;
                     }
                     continue;
                 }
-                Ok(None) => {}
-                Err(err) => break bad_pdu(qid, &err),
-            }
-        }
-        if whole_c2h_data(&buf) {
-            match decoder.decode_data_head(&mut buf) {
                 Ok(Some(head)) => {
                     large = head.data_len >= DIRECT_MIN;
                     if let Err(err) = take_in_place(&shared, &mut buf, head) {
@@ -134,12 +129,30 @@ fn look<F: std::future::Future>(read: F) -> Option<F::Output> {
     }
 }
 
-/// Whether the front of `buf` is a C2HData PDU with a large part of its payload still to come.
-fn direct_candidate(buf: &[u8]) -> bool {
-    CommonHeader::peek(buf).is_some_and(|ch| {
-        ch.pdu_type == pdu_type::C2H_DATA
-            && (ch.plen as usize).saturating_sub(buf.len()) >= DIRECT_MIN
-    })
+/// What the front of the receive buffer holds, for a C2HData PDU.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum C2hAt {
+    /// Not a C2HData PDU, or not enough of one to act on yet.
+    No,
+    /// A whole one: its payload is copied from the buffer (`take_in_place`).
+    Whole,
+    /// One with a large part of its payload still to come: received straight into its
+    /// command's buffer (`receive_direct`).
+    Large,
+}
+
+fn c2h_data_at(buf: &[u8]) -> C2hAt {
+    match CommonHeader::peek(buf) {
+        Some(ch) if ch.pdu_type == pdu_type::C2H_DATA => {
+            let missing = (ch.plen as usize).saturating_sub(buf.len());
+            match missing {
+                0 => C2hAt::Whole,
+                m if m >= DIRECT_MIN => C2hAt::Large,
+                _ => C2hAt::No,
+            }
+        }
+        _ => C2hAt::No,
+    }
 }
 
 /// Receives the payload (and data digest) of the C2HData PDU whose header `head` was just taken
@@ -189,12 +202,6 @@ async fn receive_direct<R: AsyncRead + Unpin>(
     }
     shared.end_c2h_data(cccid, dest, success, digest_failed);
     Ok(())
-}
-
-/// Whether the front of `buf` is a whole C2HData PDU.
-fn whole_c2h_data(buf: &[u8]) -> bool {
-    CommonHeader::peek(buf)
-        .is_some_and(|ch| ch.pdu_type == pdu_type::C2H_DATA && buf.len() >= ch.plen as usize)
 }
 
 /// Copies the payload of the C2HData PDU whose header `head` was just taken off `buf` (all of
