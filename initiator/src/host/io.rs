@@ -212,10 +212,7 @@ impl<'a> IoQueue<'a> {
         if nlb == 0 {
             return Err(HostError::Invalid("a read of 0 blocks".into()));
         }
-        let lba_size = match self.ctrl.known_lba_size(nsid) {
-            Some(size) => size,
-            None => Box::pin(self.ctrl.lba_size(nsid)).await?,
-        };
+        let lba_size = self.ctrl.lba_size(nsid).await?;
         if nlb > self.blocks_per_command(lba_size) {
             // Split like `read`; the parts are gathered into `buf`. Boxed, to keep this rare
             // path's state out of every read's future.
