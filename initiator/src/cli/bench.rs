@@ -552,9 +552,26 @@ pub async fn open_drives(
             connected.push((opts, Some(ctrl)));
         }
         first += nsids.len();
-        opened.push((nqn, from, addr, workers.len(), queues, connected, nsids));
+        opened.push(AdminsUp {
+            nqn,
+            from,
+            addr,
+            workers: workers.len(),
+            queues,
+            connected,
+            nsids,
+        });
     }
-    for (nqn, from, addr, workers, queues, mut connected, nsids) in opened {
+    for AdminsUp {
+        nqn,
+        from,
+        addr,
+        workers,
+        queues,
+        mut connected,
+        nsids,
+    } in opened
+    {
         for (opts, ctrl) in &mut connected {
             let (path, ctrl) = (opts.addr, ctrl.as_mut().expect("connected above"));
             ctrl.connect_io()
@@ -585,6 +602,21 @@ pub async fn open_drives(
         }
     }
     Ok(drives)
+}
+
+/// A subsystem whose paths' admin queues are up, its I/O queues still to connect
+/// (`open_drives`).
+struct AdminsUp {
+    nqn: String,
+    /// Where the connections leave from, for messages (`Subsystem::from`).
+    from: String,
+    addr: SocketAddr,
+    /// Workers sending to it: I/O queues each path needs.
+    workers: usize,
+    /// The I/O queue of each worker (`Drive::queues`).
+    queues: Arc<[u16]>,
+    connected: Vec<(ConnectOptions, Option<Controller>)>,
+    nsids: Vec<u32>,
 }
 
 /// The subsystems named with -n (or offered, with --all), each with the --path extras.

@@ -66,6 +66,9 @@ pub struct Controller {
     keep_alive: Option<JoinHandle<()>>,
     /// Every queue's TLS (NVMe/TCP with `ConnectOptions::tls`): one identity and PSK.
     tls: Option<Arc<TlsChannel>>,
+    /// What an I/O queue's Connect carries (the admin queue's, with this controller's CNTLID);
+    /// None for a discovery controller, which has no I/O queues.
+    io_connect: Option<ConnectData>,
 }
 
 impl Controller {
@@ -163,6 +166,7 @@ impl Controller {
             lba_sizes: Mutex::new(IntMap::default()),
             keep_alive: None,
             tls,
+            io_connect: (!is_discovery).then(|| connect_data(cntlid)),
             opts,
         };
         if ctrl.opts.kato_ms > 0 {
@@ -174,17 +178,12 @@ impl Controller {
     /// The second half of `connect`: the I/O queues the options ask for (none for a discovery
     /// controller). Once only.
     pub async fn connect_io(&mut self) -> Result<(), HostError> {
-        let is_discovery = self.identify.cntrltype == 2
-            || parse_nqn("subsystem NQN", &self.opts.subnqn)?.is_discovery();
-        if is_discovery || self.opts.io_queues == 0 || !self.io.is_empty() {
+        let Some(connect_data) = self.io_connect.clone() else {
+            return Ok(());
+        };
+        if self.opts.io_queues == 0 || !self.io.is_empty() {
             return Ok(());
         }
-        let connect_data = ConnectData {
-            host_id: self.opts.host_id,
-            cntlid: self.cntlid,
-            subnqn: parse_nqn("subsystem NQN", &self.opts.subnqn)?,
-            hostnqn: Some(parse_nqn("host NQN", &self.opts.hostnqn)?),
-        };
         self.connect_io_queues(connect_data).await
     }
 
