@@ -501,3 +501,86 @@ fn no_driver_is_an_error_not_a_panic() {
     let err = Memory::parse("gpu:x").expect_err("bad index");
     assert!(err.contains("gpu:N"), "{err}");
 }
+
+/// Reads started on a completion queue (`Session::start_read_to`) into slots taken without
+/// waiting (`ReadPipeline::try_slot`), as the bench's workers start them: every slot is handed
+/// out before `try_slot` says none is free, and each read's data lands at its slot's place in
+/// GPU memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_started_on_a_completion_queue_land_in_their_staging_slots() {
+    use fabrik_initiator::transport::{CompletionQueue, Tagged};
+    let dir = tempfile::tempdir().unwrap();
+    let target = start(config(dir.path(), BackendKind::Ram, 1, 64 * MIB)).await;
+    let s = session(&target, 0).await;
+    let lba = lba_size(&s).await;
+    let unit = 4 * lba;
+    let data = random_data(9 * unit, 33);
+    s.write(0, 1, 0, data.clone(), false).await.expect("write");
+
+    let (driver, buffer, pipeline) =
+        staged_pipeline(Duration::from_millis(1), unit, 3, 3, ReadPipeline::new);
+    let mut slots = Vec::new();
+    while let Some(slot) = pipeline.try_slot().expect("try_slot") {
+        slots.push(slot);
+    }
+    assert_eq!(slots.len(), 9, "every slot of the 3 segments, then none");
+    let answers = CompletionQueue::new();
+    for (i, slot) in slots.iter().enumerate() {
+        let slba = (i * unit / lba) as u64;
+        let nlb = (unit / lba) as u32;
+        assert!(s.start_read_to(0, 1, slba, nlb, slot.target(), answers.to(i as u64)));
+    }
+    let mut got: Vec<Tagged> = Vec::new();
+    while got.len() < slots.len() {
+        answers.take(&mut got).await;
+    }
+    for t in &got {
+        assert!(t.result.is_ok(), "read {}: {:?}", t.tag, t.result);
+    }
+    let offsets: Vec<usize> = slots.iter().map(|s| s.device_offset()).collect();
+    drop(slots);
+    pipeline.finish().await.expect("finish");
+    for (i, offset) in offsets.into_iter().enumerate() {
+        let mut landed = vec![0u8; unit];
+        buffer.copy_to_host(offset, &mut landed).expect("copy back");
+        assert_same_data(
+            &landed,
+            &data[i * unit..(i + 1) * unit],
+            &format!("unit {i}"),
+        );
+    }
+    drop(pipeline);
+    assert_eq!(driver.pinned_bytes(), 0, "the arena is unpinned");
+}
+
+/// The bench's workers run staged GPU reads and writes through their completion queues
+/// (no --verify): every unit of a sequential pass once, slots waited for on a slow copy
+/// engine, the path reported, every staging buffer given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_workers_stage_gpu_transfers_through_their_completion_queues() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = start(config(dir.path(), BackendKind::Ram, 2, 64 * MIB)).await;
+    let mut drives = Vec::new();
+    for i in 0..2 {
+        drives.push(Drive::open(session(&target, i).await, 1).await.expect("ns"));
+    }
+    let (driver, gpu) = slow_gpu(Duration::from_micros(500));
+    for rw in [Rw::Write, Rw::Read] {
+        let spec = Spec {
+            rw,
+            bs: 16 << 10,
+            iodepth: 16,
+            threads: 2,
+            size: Some(8 * MIB),
+            memory: Memory::Gpu(gpu.clone()),
+            ..Spec::default()
+        };
+        let report = bench(&drives, spec).await;
+        assert_eq!(report.ios, 8 * MIB / (16 << 10), "{rw:?}: every unit once");
+        let m = report.memory.as_ref().expect("memory reported");
+        assert_eq!(m.path, "staged", "{rw:?}");
+        let staging = m.staging.expect("staging reported");
+        assert!(staging.copies > 0, "{rw:?}: {staging:?}");
+    }
+    assert_eq!(driver.pinned_bytes(), 0, "every staging buffer unpinned");
+}

@@ -382,7 +382,7 @@ async fn phase(ctx: &Arc<Context>, phase: Phase) -> Result<Measured, BenchError>
     let cpu_start = report::cpu_times();
     let started = Instant::now();
     let deadline = time.map(|t| command_clock().now() + t);
-    let batched = batched::applies(ctx);
+    let batched = batched::applies(ctx, rw);
     let mut loops = Vec::new();
     let mut workers = Vec::new();
     for worker in 0..spec.threads {

@@ -268,6 +268,35 @@ impl<'a> IoQueue<'a> {
         self.queue.start_into(command.to_sqe(0), buf, len, answer)
     }
 
+    /// Starts a read of `nlb` blocks from `slba` into `target` (exactly their size), its answer
+    /// to go where `answer` says (see `start_read_into`, whose limits it has). False when it
+    /// cannot start so: `read_to` does it.
+    pub fn start_read_to(
+        &self,
+        nsid: u32,
+        slba: u64,
+        nlb: u32,
+        target: &RecvTarget,
+        answer: AnswerTo<'_>,
+    ) -> bool {
+        let Some(lba_size) = self.ctrl.known_lba_size(nsid) else {
+            return false;
+        };
+        if nlb == 0
+            || nlb > self.blocks_per_command(lba_size)
+            || nlb as usize * lba_size as usize != target.len()
+        {
+            return false;
+        }
+        let command = IoCommand::Read {
+            nsid,
+            slba,
+            nlb,
+            fua: false,
+        };
+        self.queue.start_to(command.to_sqe(0), target, answer)
+    }
+
     /// Starts a write of `data` at `slba`, its answer to go where `answer` says (see
     /// `start_read_into`, whose limits it has). Gives `data` back when it cannot start so.
     pub fn start_write(

@@ -244,6 +244,19 @@ impl Queue {
         }
     }
 
+    /// As `submit_to`, the answer going where `answer` says (see `start`). False if this
+    /// transport answers through futures only: nothing was started.
+    pub fn start_to(&self, sqe: Sqe, target: &RecvTarget, answer: AnswerTo<'_>) -> bool {
+        match &self.transport {
+            TransportQueue::Tcp(t) => {
+                t.start_to(sqe, target.clone(), answer);
+                true
+            }
+            #[cfg(feature = "rdma")]
+            TransportQueue::Rdma(_) => false,
+        }
+    }
+
     /// As `submit`, for a command reading `target.len()` bytes into `target` (see
     /// `TcpQueue::submit_to`).
     pub async fn submit_to(&self, sqe: Sqe, target: RecvTarget) -> Result<Completion, HostError> {

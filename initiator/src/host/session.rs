@@ -450,6 +450,26 @@ impl Session {
         }
     }
 
+    /// Starts a read into `target` as `start_read_into` starts one into a buffer (see
+    /// `IoQueue::start_read_to`). False when it cannot start so now: `read_to` does it.
+    pub fn start_read_to(
+        &self,
+        queue: usize,
+        nsid: u32,
+        slba: u64,
+        nlb: u32,
+        target: &RecvTarget,
+        answer: AnswerTo<'_>,
+    ) -> bool {
+        let Some(ctrl) = self.pick_now(queue, nsid) else {
+            return false;
+        };
+        match ctrl.io_queue(queue % ctrl.io_queue_count().max(1)) {
+            Ok(io) => io.start_read_to(nsid, slba, nlb, target, answer),
+            Err(_) => false,
+        }
+    }
+
     /// Starts a write as `start_read_into` starts a read (see `IoQueue::start_write`); `write`
     /// does what it gives back, and retries an error answer.
     pub fn start_write(

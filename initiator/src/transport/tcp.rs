@@ -456,6 +456,16 @@ impl TcpQueue {
         }
     }
 
+    /// As `submit_to`, with the answer going where `answer` says (see `start`).
+    pub fn start_to(&self, sqe: Sqe, target: RecvTarget, answer: AnswerTo<'_>) {
+        let len = target.len();
+        let data_in = DataIn::into_target(target);
+        match command(sqe, Bytes::new(), data_in, len, 0, true) {
+            Ok(command) => self.shared.start(command, answer),
+            Err(err) => answer.post(Err(err)),
+        }
+    }
+
     fn submit_with(
         &self,
         sqe: Sqe,

@@ -101,46 +101,61 @@ impl ReadPipeline {
     pub async fn slot(self: &Arc<Self>) -> Result<Slot, GpuError> {
         let mut waited = false;
         loop {
-            let wait = {
-                let mut state = self.state.lock().unwrap();
-                state.check()?;
-                let h = state.active;
-                let segment = &mut state.segments[h];
-                if !segment.sealed && segment.assigned < self.mirror.shape.per_segment {
-                    let index = segment.assigned;
-                    segment.assigned += 1;
-                    return Ok(self.make_slot(h, index));
+            match self.take_slot()? {
+                Ok(slot) => return Ok(slot),
+                Err(wait) => {
+                    wait.for_slot(&self.mirror, &self.changes, &mut waited)
+                        .await?;
                 }
-                // The active segment is full or sealed: switch to the next free one, in ring
-                // order. Not only the next: one slow read would hold up every other.
-                let n = self.mirror.events.len();
-                let (mut free, mut copying) = (None, None);
-                for other in (1..n).map(|i| (h + i) % n) {
-                    let o = &state.segments[other];
-                    let all_back = o.copying && o.released == o.assigned;
-                    if o.assigned == 0
-                        || (all_back && self.mirror.driver.is_done(self.mirror.events[other])?)
-                    {
-                        free = Some(other);
-                        break;
-                    }
-                    if all_back {
-                        copying = copying.or(Some(other));
-                    }
+            }
+        }
+    }
+
+    /// The next slot if one is free now (None: `slot` would wait).
+    pub fn try_slot(self: &Arc<Self>) -> Result<Option<Slot>, GpuError> {
+        Ok(self.take_slot()?.ok())
+    }
+
+    /// The next slot if one is free now, else what to wait for.
+    fn take_slot(self: &Arc<Self>) -> Result<Result<Slot, Wait<'_>>, GpuError> {
+        loop {
+            let mut state = self.state.lock().unwrap();
+            state.check()?;
+            let h = state.active;
+            let segment = &mut state.segments[h];
+            if !segment.sealed && segment.assigned < self.mirror.shape.per_segment {
+                let index = segment.assigned;
+                segment.assigned += 1;
+                return Ok(Ok(self.make_slot(h, index)));
+            }
+            // The active segment is full or sealed: switch to the next free one, in ring
+            // order. Not only the next: one slow read would hold up every other.
+            let n = self.mirror.events.len();
+            let (mut free, mut copying) = (None, None);
+            for other in (1..n).map(|i| (h + i) % n) {
+                let o = &state.segments[other];
+                let all_back = o.copying && o.released == o.assigned;
+                if o.assigned == 0
+                    || (all_back && self.mirror.driver.is_done(self.mirror.events[other])?)
+                {
+                    free = Some(other);
+                    break;
                 }
-                match (free, copying) {
-                    (Some(other), _) => {
-                        state.segments[other] = Segment::default();
-                        state.active = other;
-                        continue;
-                    }
-                    (None, Some(other)) => Wait::Copy(other),
-                    // Reads of every other segment are still out: wait for one to come back.
-                    (None, None) => Wait::Change(self.changes.listen()),
+                if all_back {
+                    copying = copying.or(Some(other));
                 }
+            }
+            let wait = match (free, copying) {
+                (Some(other), _) => {
+                    state.segments[other] = Segment::default();
+                    state.active = other;
+                    continue;
+                }
+                (None, Some(other)) => Wait::Copy(other),
+                // Reads of every other segment are still out: wait for one to come back.
+                (None, None) => Wait::Change(self.changes.listen()),
             };
-            wait.for_slot(&self.mirror, &self.changes, &mut waited)
-                .await?;
+            return Ok(Err(wait));
         }
     }
 

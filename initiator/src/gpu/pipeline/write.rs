@@ -132,60 +132,75 @@ impl WritePipeline {
     pub async fn slot(self: &Arc<Self>) -> Result<WriteSlot, GpuError> {
         let mut waited = false;
         loop {
-            let wait = {
-                let mut state = self.state.lock().unwrap();
-                state.check()?;
-                let h = state.active;
-                if state.segments[h].assigned < self.mirror.shape.per_segment {
-                    match state.segments[h].fetch {
-                        Fetch::Ready => {
-                            let segment = &mut state.segments[h];
-                            let index = segment.assigned;
-                            segment.assigned += 1;
-                            segment.consumed = segment.assigned == self.mirror.shape.per_segment;
-                            return Ok(WriteSlot {
+            match self.take_slot()? {
+                Ok(slot) => return Ok(slot),
+                // Then looked at again: a done copy makes its segment ready.
+                Err(wait) => {
+                    wait.for_slot(&self.mirror, &self.changes, &mut waited)
+                        .await?;
+                }
+            }
+        }
+    }
+
+    /// The next slot if one is free and holds the device's data now (None: `slot` would wait).
+    pub fn try_slot(self: &Arc<Self>) -> Result<Option<WriteSlot>, GpuError> {
+        Ok(self.take_slot()?.ok())
+    }
+
+    /// The next slot if one is ready now, else what to wait for.
+    fn take_slot(self: &Arc<Self>) -> Result<Result<WriteSlot, Wait<'_>>, GpuError> {
+        loop {
+            let mut state = self.state.lock().unwrap();
+            state.check()?;
+            let h = state.active;
+            let wait = if state.segments[h].assigned < self.mirror.shape.per_segment {
+                match state.segments[h].fetch {
+                    Fetch::Ready => {
+                        let segment = &mut state.segments[h];
+                        let index = segment.assigned;
+                        segment.assigned += 1;
+                        segment.consumed = segment.assigned == self.mirror.shape.per_segment;
+                        return Ok(Ok(WriteSlot {
+                            pipeline: self.clone(),
+                            segment: h,
+                            index,
+                            release: Some(Release {
                                 pipeline: self.clone(),
                                 segment: h,
-                                index,
-                                release: Some(Release {
-                                    pipeline: self.clone(),
-                                    segment: h,
-                                }),
-                            });
-                        }
-                        Fetch::Fetching => {
-                            if self.mirror.driver.is_done(self.mirror.events[h])? {
-                                state.segments[h].fetch = Fetch::Ready;
-                                continue;
-                            }
-                            Wait::Copy(h)
-                        }
-                        Fetch::Stale => {
-                            self.fetch(&mut state, h)?;
-                            Wait::Copy(h)
-                        }
+                            }),
+                        }));
                     }
-                } else {
-                    // The active segment is used up: go on with the other once its slots are all
-                    // sent (usually it is being fetched again by then, see `on_released`).
-                    let other = self.next(h);
-                    let o = &state.segments[other];
-                    if o.released == o.assigned {
-                        state.active = other;
-                        self.refetch_if_done(&mut state, other)?;
-                        let o = &mut state.segments[other];
-                        o.assigned = 0;
-                        o.released = 0;
-                        self.refetch_if_done(&mut state, self.next(other))?;
-                        continue;
+                    Fetch::Fetching => {
+                        if self.mirror.driver.is_done(self.mirror.events[h])? {
+                            state.segments[h].fetch = Fetch::Ready;
+                            continue;
+                        }
+                        Wait::Copy(h)
                     }
-                    // Writes of the next segment are still out: wait for one to be sent.
-                    Wait::Change(self.changes.listen())
+                    Fetch::Stale => {
+                        self.fetch(&mut state, h)?;
+                        Wait::Copy(h)
+                    }
                 }
+            } else {
+                // The active segment is used up: go on with the other once its slots are all
+                // sent (usually it is being fetched again by then, see `on_released`).
+                let other = self.next(h);
+                let o = &state.segments[other];
+                if o.released == o.assigned {
+                    state.active = other;
+                    self.refetch_if_done(&mut state, other)?;
+                    let o = &mut state.segments[other];
+                    o.assigned = 0;
+                    o.released = 0;
+                    self.refetch_if_done(&mut state, self.next(other))?;
+                    continue;
+                }
+                // Writes of the next segment are still out: wait for one to be sent.
+                Wait::Change(self.changes.listen())
             };
-            // Then looked at again: a done copy makes its segment ready (above).
-            wait.for_slot(&self.mirror, &self.changes, &mut waited)
-                .await?;
+            return Ok(Err(wait));
         }
     }
 
