@@ -459,3 +459,48 @@ async fn a_path_to_other_namespaces_under_the_same_nqn_is_refused() {
     session.shutdown().await;
     box_b.shutdown().await;
 }
+
+/// Staged GPU reads (an emulated GPU, no --verify: the workers' completion queues) across a
+/// target restart: the reads in flight when it goes fail, go once more the futures' way with
+/// their staging slots, and the pass still reads every unit once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn staged_gpu_reads_survive_a_target_restart() {
+    use fabrik_initiator::bench::Memory;
+    use fabrik_initiator::gpu::Gpu;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg: Config = config(dir.path(), BackendKind::File, 1, 64 * MIB);
+    let target = start(cfg.clone()).await;
+    let addr = addr(&target);
+    cfg.listen = vec![addr];
+    let nqn = nqns(&target)[0].clone();
+    let session = Session::connect(
+        vec![path_options(addr, &nqn)],
+        quick_policy(Duration::from_secs(30)),
+    )
+    .await
+    .unwrap();
+    let drive = Drive::open(session.clone(), 1).await.unwrap();
+    let spec = Spec {
+        rw: Rw::RandRead,
+        bs: 16384,
+        iodepth: 8,
+        threads: 2,
+        size: Some(8 * MIB),
+        time: Some(Duration::from_secs(3)),
+        memory: Memory::Gpu(Gpu::emulated()),
+        ..Spec::default()
+    };
+    let run = tokio::spawn(run_spec(vec![drive], spec));
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    target.shutdown().await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let target = start(cfg).await;
+    let report = run.await.unwrap();
+    let r = report.read.expect("reads");
+    assert!(r.ios > 0);
+    assert_eq!(report.memory.expect("memory").path, "staged");
+    // The longest read waited for the target to come back.
+    assert!(report.lat_us.max >= 300_000.0, "{:?}", report.lat_us);
+    session.shutdown().await;
+    target.shutdown().await;
+}

@@ -1,6 +1,8 @@
 //! Running a benchmark: phases (prefill, the measured run, read-back verify), each with
 //! `threads` x `iodepth` I/O loops; worker `w` sends on I/O queue `w` of the controllers of
-//! its drives (`Spec::worker_drives`).
+//! its drives (`Spec::worker_drives`). Over NVMe/TCP a worker's loops are lanes of one task that
+//! takes their answers from a completion queue (`batched`); otherwise (NVMe/RDMA, GPU memory
+//! checked or both ways at once) each loop is a task awaiting its commands.
 
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
