@@ -252,20 +252,10 @@ impl<'a> IoQueue<'a> {
         buf: BytesMut,
         answer: AnswerTo<'_>,
     ) -> Result<(), BytesMut> {
-        let Some(lba_size) = self.ctrl.known_lba_size(nsid) else {
-            return Err(buf);
-        };
-        if nlb == 0 || nlb > self.blocks_per_command(lba_size) {
-            return Err(buf);
+        match self.one_read(nsid, slba, nlb) {
+            Some((sqe, len)) => self.queue.start_into(sqe, buf, len, answer),
+            None => Err(buf),
         }
-        let command = IoCommand::Read {
-            nsid,
-            slba,
-            nlb,
-            fua: false,
-        };
-        let len = nlb as usize * lba_size as usize;
-        self.queue.start_into(command.to_sqe(0), buf, len, answer)
     }
 
     /// Starts a read of `nlb` blocks from `slba` into `target` (exactly their size), its answer
@@ -279,14 +269,17 @@ impl<'a> IoQueue<'a> {
         target: &RecvTarget,
         answer: AnswerTo<'_>,
     ) -> bool {
-        let Some(lba_size) = self.ctrl.known_lba_size(nsid) else {
-            return false;
-        };
-        if nlb == 0
-            || nlb > self.blocks_per_command(lba_size)
-            || nlb as usize * lba_size as usize != target.len()
-        {
-            return false;
+        match self.one_read(nsid, slba, nlb) {
+            Some((sqe, len)) if len == target.len() => self.queue.start_to(sqe, target, answer),
+            _ => false,
+        }
+    }
+
+    /// A read that one command carries, its namespace's LBA size known: its SQE and length.
+    fn one_read(&self, nsid: u32, slba: u64, nlb: u32) -> Option<(Sqe, usize)> {
+        let lba_size = self.ctrl.known_lba_size(nsid)?;
+        if nlb == 0 || nlb > self.blocks_per_command(lba_size) {
+            return None;
         }
         let command = IoCommand::Read {
             nsid,
@@ -294,7 +287,7 @@ impl<'a> IoQueue<'a> {
             nlb,
             fua: false,
         };
-        self.queue.start_to(command.to_sqe(0), target, answer)
+        Some((command.to_sqe(0), nlb as usize * lba_size as usize))
     }
 
     /// Starts a write of `data` at `slba`, its answer to go where `answer` says (see

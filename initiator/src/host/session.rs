@@ -23,6 +23,7 @@ use crate::error::HostError;
 use crate::host::ana::{self, PathAna, Preference};
 use crate::host::controller::Controller;
 use crate::host::events::{self, KnownNamespaces};
+use crate::host::io::IoQueue;
 use crate::host::ns_identity::{self, NamespaceIds};
 use crate::host::options::ConnectOptions;
 use crate::transport::peer::{PeerMemory, Registration};
@@ -441,13 +442,10 @@ impl Session {
         buf: BytesMut,
         answer: AnswerTo<'_>,
     ) -> Result<(), BytesMut> {
-        let Some(ctrl) = self.pick_now(queue, nsid) else {
-            return Err(buf);
-        };
-        match ctrl.io_queue(queue % ctrl.io_queue_count().max(1)) {
-            Ok(io) => io.start_read_into(nsid, slba, nlb, buf, answer),
-            Err(_) => Err(buf),
-        }
+        self.with_live_queue(queue, nsid, |io| match io {
+            Some(io) => io.start_read_into(nsid, slba, nlb, buf, answer),
+            None => Err(buf),
+        })
     }
 
     /// Starts a read into `target` as `start_read_into` starts one into a buffer (see
@@ -461,13 +459,9 @@ impl Session {
         target: &RecvTarget,
         answer: AnswerTo<'_>,
     ) -> bool {
-        let Some(ctrl) = self.pick_now(queue, nsid) else {
-            return false;
-        };
-        match ctrl.io_queue(queue % ctrl.io_queue_count().max(1)) {
-            Ok(io) => io.start_read_to(nsid, slba, nlb, target, answer),
-            Err(_) => false,
-        }
+        self.with_live_queue(queue, nsid, |io| {
+            io.is_some_and(|io| io.start_read_to(nsid, slba, nlb, target, answer))
+        })
     }
 
     /// Starts a write as `start_read_into` starts a read (see `IoQueue::start_write`); `write`
@@ -481,13 +475,10 @@ impl Session {
         fua: bool,
         answer: AnswerTo<'_>,
     ) -> Result<(), Bytes> {
-        let Some(ctrl) = self.pick_now(queue, nsid) else {
-            return Err(data);
-        };
-        match ctrl.io_queue(queue % ctrl.io_queue_count().max(1)) {
-            Ok(io) => io.start_write(nsid, slba, data, fua, answer),
-            Err(_) => Err(data),
-        }
+        self.with_live_queue(queue, nsid, |io| match io {
+            Some(io) => io.start_write(nsid, slba, data, fua, answer),
+            None => Err(data),
+        })
     }
 
     /// Reads `nlb` blocks straight into `mem` at `offset` (see `IoQueue::read_peer`) on I/O
@@ -632,10 +623,19 @@ impl Session {
         }
     }
 
-    /// A live path for an I/O command on `nsid` now, if one is.
-    fn pick_now(&self, queue: usize, nsid: u32) -> Option<PathController> {
+    /// Calls `f` with I/O queue `queue` of a live path for a command on `nsid` now (None if no
+    /// path is live, or it has no such queue).
+    fn with_live_queue<T>(
+        &self,
+        queue: usize,
+        nsid: u32,
+        f: impl FnOnce(Option<IoQueue<'_>>) -> T,
+    ) -> T {
         let picked = self.pick(self.round_start(), Some(queue), Some(nsid));
-        picked.map(|(_, ctrl, _)| ctrl)
+        let ctrl = picked.map(|(_, ctrl, _)| ctrl);
+        f(ctrl
+            .as_ref()
+            .and_then(|c| c.io_queue(queue % c.io_queue_count().max(1)).ok()))
     }
 
     /// A live path for a command on `nsid`, starting the round at `start`: one where the

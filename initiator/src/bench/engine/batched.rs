@@ -35,6 +35,7 @@ use crate::error::HostError;
 use crate::gpu::mover::{GpuMover, Staging};
 use crate::gpu::pipeline::{read, ReadPipeline, WritePipeline};
 use crate::gpu::GpuError;
+use crate::host::session::Session;
 use crate::transport::{CompletionQueue, Tagged};
 
 /// Whether a run's I/O goes this way: every path NVMe/TCP (NVMe/RDMA queues answer through
@@ -393,21 +394,13 @@ impl Worker {
         let lane = &mut self.lanes[i];
         let next = lane.current.expect("a command in flight");
         match lane.staged.take() {
-            Some(StagedSlot::Read(slot)) => {
-                let drive = &self.ctx.drives[next.d];
-                let (session, queue, nsid) = (
-                    drive.session.clone(),
-                    drive.queue(lane.io.worker),
-                    drive.nsid,
-                );
-                self.retries.spawn(async move {
-                    let read = session.read_to(queue, nsid, next.slba, next.nlb, slot.target());
-                    let result = read.await.map(|()| None);
-                    // The slot goes back (received) once the read is done.
-                    drop(slot);
-                    (i, result)
-                });
-            }
+            Some(StagedSlot::Read(slot)) => self.retry_as(i, |session, queue, nsid| async move {
+                let read = session.read_to(queue, nsid, next.slba, next.nlb, slot.target());
+                let result = read.await.map(|()| None);
+                // The slot goes back (received) once the read is done.
+                drop(slot);
+                result
+            }),
             Some(StagedSlot::Write(data)) => {
                 lane.staged = Some(StagedSlot::Write(data.clone()));
                 self.retry_write(i, data);
@@ -427,33 +420,37 @@ impl Worker {
     }
 
     fn retry_read_into(&mut self, i: usize, buf: BytesMut) {
-        let lane = &self.lanes[i];
-        let next = lane.current.expect("a command in flight");
-        let drive = &self.ctx.drives[next.d];
-        let (session, queue, nsid) = (
-            drive.session.clone(),
-            drive.queue(lane.io.worker),
-            drive.nsid,
-        );
-        self.retries.spawn(async move {
+        let next = self.lanes[i].current.expect("a command in flight");
+        self.retry_as(i, |session, queue, nsid| async move {
             let read = session.read_into(queue, nsid, next.slba, next.nlb, buf);
-            (i, read.await.map(Some))
+            read.await.map(Some)
         });
     }
 
     fn retry_write(&mut self, i: usize, data: Bytes) {
+        let next = self.lanes[i].current.expect("a command in flight");
+        self.retry_as(i, |session, queue, nsid| async move {
+            let write = session.write(queue, nsid, next.slba, data, false);
+            write.await.map(|()| None)
+        });
+    }
+
+    /// Runs what `op` makes of lane `i`'s drive (its session, the lane's queue, the namespace)
+    /// in a task of its own; the lane goes on when it ends.
+    fn retry_as<F, Fut>(&mut self, i: usize, op: F)
+    where
+        F: FnOnce(Arc<Session>, usize, u32) -> Fut,
+        Fut: Future<Output = Result<Option<BytesMut>, HostError>> + Send + 'static,
+    {
         let lane = &self.lanes[i];
         let next = lane.current.expect("a command in flight");
         let drive = &self.ctx.drives[next.d];
-        let (session, queue, nsid) = (
+        let retried = op(
             drive.session.clone(),
             drive.queue(lane.io.worker),
             drive.nsid,
         );
-        self.retries.spawn(async move {
-            let write = session.write(queue, nsid, next.slba, data, false);
-            (i, write.await.map(|()| None))
-        });
+        self.retries.spawn(async move { (i, retried.await) });
     }
 
     /// Lane `i`'s command is done (a read into host memory: its data in `data`): its time, its
