@@ -96,10 +96,10 @@ fn verified_mix(secs: f64) -> Spec {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn target_restart_mid_run_reconnects_with_no_verify_errors() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut cfg: Config = config(dir.path(), BackendKind::File, 1, 64 * MIB);
+/// A target on one file drive in `dir`, its config (to start it again on the same port) and a
+/// session to it that waits out a restart.
+async fn restartable(dir: &std::path::Path) -> (Config, fabrik_target::Target, Arc<Session>) {
+    let mut cfg: Config = config(dir, BackendKind::File, 1, 64 * MIB);
     let target = start(cfg.clone()).await;
     let addr = addr(&target);
     cfg.listen = vec![addr]; // the restarted target comes back on the same port
@@ -110,6 +110,13 @@ async fn target_restart_mid_run_reconnects_with_no_verify_errors() {
     )
     .await
     .unwrap();
+    (cfg, target, session)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn target_restart_mid_run_reconnects_with_no_verify_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, target, session) = restartable(dir.path()).await;
     let mut events = session.events();
     let drive = Drive::open(session.clone(), 1).await.unwrap();
 
@@ -468,17 +475,7 @@ async fn staged_gpu_reads_survive_a_target_restart() {
     use fabrik_initiator::bench::Memory;
     use fabrik_initiator::gpu::Gpu;
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg: Config = config(dir.path(), BackendKind::File, 1, 64 * MIB);
-    let target = start(cfg.clone()).await;
-    let addr = addr(&target);
-    cfg.listen = vec![addr];
-    let nqn = nqns(&target)[0].clone();
-    let session = Session::connect(
-        vec![path_options(addr, &nqn)],
-        quick_policy(Duration::from_secs(30)),
-    )
-    .await
-    .unwrap();
+    let (cfg, target, session) = restartable(dir.path()).await;
     let drive = Drive::open(session.clone(), 1).await.unwrap();
     let spec = Spec {
         rw: Rw::RandRead,
