@@ -12,10 +12,6 @@ use bytes::{Bytes, BytesMut};
 use hdrhistogram::Histogram;
 
 use super::io_threads;
-
-mod batched;
-mod gpu_loop;
-
 use super::layout::{workers_of, Layout, View};
 use super::pattern::{self, drive_tag};
 use super::report::{self, new_histogram, MemoryReport, Report, VerifyReport};
@@ -24,6 +20,9 @@ use crate::gpu::mover::{GpuMover, Staging};
 use crate::gpu::pipeline::{self, ReadPipeline, WritePipeline};
 use crate::gpu::{DevicePtr, GpuBuffer, GpuDriver, GpuError};
 use gpu_loop::LoopGpu;
+
+mod batched;
+mod gpu_loop;
 
 /// Bad blocks listed by name in the report; the rest are counted.
 const LISTED_ERRORS: usize = 10;
@@ -523,9 +522,9 @@ fn worker_runtime(drive: &Drive, worker: usize) -> Vec<tokio::runtime::Handle> {
         .collect()
 }
 
-#[derive(Clone, Copy)]
 /// A loop's next command: drive `d`'s unit `drive_unit`, blocks `slba`.., read or written;
 /// `t0` when it starts.
+#[derive(Clone, Copy)]
 struct Next {
     t0: quanta::Instant,
     d: usize,

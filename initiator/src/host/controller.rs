@@ -511,7 +511,7 @@ impl Controller {
     /// LBA size of namespace `nsid`, from Identify Namespace (cached): ready at once when known.
     pub fn lba_size(&self, nsid: u32) -> LbaSize<'_> {
         match self.known_lba_size(nsid) {
-            Some(size) => LbaSize::Known(Some(size)),
+            Some(size) => LbaSize::Known(std::future::ready(Ok(size))),
             // Boxed: inline, the Identify exchange would sit in every I/O command's future,
             // which is moved at each level of the path per command (callgrind: about 500
             // instructions of copying per 4K read, with the other rare paths).
@@ -826,7 +826,7 @@ fn spawn_keep_alive(admin: Arc<Queue>, kato_ms: u32) -> JoinHandle<()> {
 /// with Identify Namespace. A small future: an I/O command awaits it on every call, and an
 /// `async fn` state machine cost each 4K read about 120 instructions (callgrind).
 pub enum LbaSize<'a> {
-    Known(Option<u32>),
+    Known(std::future::Ready<Result<u32, HostError>>),
     Learning(Pin<Box<dyn Future<Output = Result<u32, HostError>> + Send + 'a>>),
 }
 
@@ -835,7 +835,7 @@ impl Future for LbaSize<'_> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.get_mut() {
-            LbaSize::Known(size) => Poll::Ready(Ok(size.take().expect("polled after ready"))),
+            LbaSize::Known(size) => Pin::new(size).poll(cx),
             LbaSize::Learning(learning) => learning.as_mut().poll(cx),
         }
     }

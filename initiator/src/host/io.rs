@@ -229,14 +229,8 @@ impl<'a> IoQueue<'a> {
             fua: false,
         };
         let len = nlb as usize * lba_size as usize;
-        let data = self
-            .queue
-            .submit_into(command.to_sqe(0), buf, len)
-            .await?
-            .data;
-        Ok(data
-            .try_into_mut()
-            .unwrap_or_else(|shared| BytesMut::from(&shared[..])))
+        let completion = self.queue.submit_into(command.to_sqe(0), buf, len).await?;
+        Ok(completion.into_buffer())
     }
 
     /// Starts a read of `nlb` blocks from `slba` into `buf`, its answer to go where `answer`

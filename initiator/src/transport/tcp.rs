@@ -21,7 +21,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use fabrik_proto::nvme::admin_opcode;
 use fabrik_proto::tcp::{
-    C2HData, CapsuleCmd, Decoder, Digests, H2CData, IcReq, IcResp, Pdu, PduError, Role, R2T,
+    CapsuleCmd, Decoder, Digests, H2CData, IcReq, IcResp, Pdu, PduError, Role, R2T,
 };
 use fabrik_proto::{Cqe, SglDescriptor, Sqe};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -99,6 +99,16 @@ pub struct Completion {
     pub data: Bytes,
 }
 
+impl Completion {
+    /// The data as a buffer for the next read: the very buffer a read into one was given
+    /// (`submit_into`, `start_into`), with no copy while nothing else holds it.
+    pub fn into_buffer(self) -> BytesMut {
+        self.data
+            .try_into_mut()
+            .unwrap_or_else(|shared| BytesMut::from(&shared[..]))
+    }
+}
+
 /// One NVMe/TCP queue. Dropping it closes the connection.
 pub struct TcpQueue {
     shared: Arc<Shared>,
@@ -115,8 +125,6 @@ struct Shared {
     room: Notify,
     /// See `TcpQueueConfig::poll_window`.
     poll_window: Duration,
-    /// See `TcpQueueConfig::command_timeout`.
-    command_timeout: Option<Duration>,
     state: Mutex<State>,
     /// Told when a PDU is queued while the writer waits for one (`State::writer_waiting`).
     writer_wake: Notify,
@@ -146,16 +154,17 @@ struct State {
 impl State {
     /// Puts `command` in a free slot (the caller saw one), answered to `waiter`, and its capsule
     /// in the send queue. Gives its CID and whether the writer must be woken.
-    fn queue_command(&mut self, command: Command, waiter: Waiter, timed: bool) -> (u16, bool) {
+    fn queue_command(&mut self, command: Command, waiter: Waiter) -> (u16, bool) {
         let Command {
             mut sqe,
             data_out,
             in_capsule,
             data_in,
             data_in_len,
-            timed: within_timeout,
+            timed,
         } = command;
-        let issued = (timed && within_timeout).then_some(self.epoch);
+        // Read only by the deadline sweep, which runs only for a queue with a command timeout.
+        let issued = timed.then_some(self.epoch);
         let fetched = if in_capsule {
             Bytes::new()
         } else {
@@ -189,8 +198,7 @@ impl State {
             tag,
         }) = self.backlog.pop_front()
         {
-            let timed = shared.command_timeout.is_some();
-            let (_, wake) = self.queue_command(command, Waiter::Queue(queue, tag), timed);
+            let (_, wake) = self.queue_command(command, Waiter::Queue(queue, tag));
             if wake {
                 shared.writer_wake.notify_one();
             }
@@ -334,7 +342,6 @@ impl TcpQueue {
                 .max(4),
             room: Notify::new(),
             poll_window: config.poll_window,
-            command_timeout: config.command_timeout,
             state: Mutex::new(State {
                 commands: Commands::new(config.depth.max(1) as usize, qid),
                 backlog: VecDeque::new(),
@@ -433,34 +440,41 @@ impl TcpQueue {
         answer: AnswerTo<'_>,
     ) {
         let data_out = data_out.unwrap_or_default();
-        match command(
+        let data_in = DataIn::Empty;
+        self.start_with(
             sqe,
             data_out,
-            DataIn::Empty,
+            data_in,
             data_in_len,
             in_capsule_limit,
-            true,
-        ) {
-            Ok(command) => self.shared.start(command, answer),
-            Err(err) => answer.post(Err(err)),
-        }
+            answer,
+        );
     }
 
     /// As `submit_into`, with the answer going where `answer` says (see `start`): the
     /// completion's data is `buf`, frozen.
     pub fn start_into(&self, sqe: Sqe, buf: BytesMut, len: usize, answer: AnswerTo<'_>) {
         let data_in = DataIn::into_buffer(buf);
-        match command(sqe, Bytes::new(), data_in, len, 0, true) {
-            Ok(command) => self.shared.start(command, answer),
-            Err(err) => answer.post(Err(err)),
-        }
+        self.start_with(sqe, Bytes::new(), data_in, len, 0, answer);
     }
 
     /// As `submit_to`, with the answer going where `answer` says (see `start`).
     pub fn start_to(&self, sqe: Sqe, target: RecvTarget, answer: AnswerTo<'_>) {
         let len = target.len();
         let data_in = DataIn::into_target(target);
-        match command(sqe, Bytes::new(), data_in, len, 0, true) {
+        self.start_with(sqe, Bytes::new(), data_in, len, 0, answer);
+    }
+
+    fn start_with(
+        &self,
+        sqe: Sqe,
+        data_out: Bytes,
+        data_in: DataIn,
+        data_in_len: usize,
+        in_capsule_limit: usize,
+        answer: AnswerTo<'_>,
+    ) {
+        match command(sqe, data_out, data_in, data_in_len, in_capsule_limit, true) {
             Ok(command) => self.shared.start(command, answer),
             Err(err) => answer.post(Err(err)),
         }
@@ -538,20 +552,11 @@ impl Shared {
         }
     }
 
-    /// Handles one PDU from the target. An error is fatal for the queue.
+    /// Handles one PDU from the target. An error is fatal for the queue. (C2HData does not come
+    /// here: the reader takes each one's header alone and puts its payload where it belongs.)
     fn on_pdu(&self, pdu: Pdu) -> Result<(), HostError> {
         match pdu {
             Pdu::CapsuleResp(resp) => self.on_response(resp.cqe),
-            Pdu::C2HData(data) => {
-                let C2HData {
-                    cccid,
-                    datao,
-                    last,
-                    success,
-                    data,
-                } = data;
-                self.on_c2h_data(cccid, datao, &data, last, success, false)
-            }
             Pdu::R2T(r2t) => self.on_r2t(r2t),
             Pdu::C2HTermReq(term) => Err(HostError::Terminated {
                 qid: self.qid,

@@ -239,8 +239,8 @@ impl Worker {
                 Event::Answers => {}
                 Event::Retried(Ok((i, Ok(data)))) => finished.push((i, data)),
                 Event::Retried(Ok((i, Err(e)))) => {
-                    let d = self.lanes[i].current.map_or(0, |n| n.d);
-                    return Err(io_error(&self.ctx.drives[d], e));
+                    let next = self.lanes[i].current.expect("a command in flight");
+                    return Err(io_error(&self.ctx.drives[next.d], e));
                 }
                 Event::Retried(Err(join)) => {
                     return Err(BenchError::Invalid(format!(
@@ -258,7 +258,7 @@ impl Worker {
             for Tagged { tag, result } in answers.drain(..) {
                 let i = tag as usize;
                 match result {
-                    Ok(completion) => finished.push((i, Some(into_buffer(completion.data)))),
+                    Ok(completion) => finished.push((i, Some(completion.into_buffer()))),
                     // Once more the futures' way: another path, or a wait for one.
                     Err(_) => self.retry(i),
                 }
@@ -517,10 +517,4 @@ impl Worker {
         shared.reads.add(&self.reads).expect("same bounds");
         shared.writes.add(&self.writes).expect("same bounds");
     }
-}
-
-/// A read's buffer back from its completion's data, for the next read (empty for a write).
-fn into_buffer(data: Bytes) -> BytesMut {
-    data.try_into_mut()
-        .unwrap_or_else(|shared| BytesMut::from(&shared[..]))
 }

@@ -154,32 +154,24 @@ impl Commands {
         answer: impl FnOnce(&mut InFlight) -> Result<Completion, HostError>,
     ) -> Answered {
         match self.slot_mut(cid) {
-            Some(Slot {
-                state: SlotState::InFlight { .. },
-                ..
-            }) => self.settle(cid & self.index_mask(), answer),
-            _ => Answered::Unknown,
+            Some(_) => self.settle(cid & self.index_mask(), answer),
+            None => Answered::Unknown,
         }
     }
 
     /// Fails every command in flight with `err`; gives what to deliver.
     pub(super) fn fail_all(&mut self, err: &HostError) -> Vec<Delivery> {
-        let mut deliveries = Vec::new();
-        for index in 0..self.slots.len() {
-            if let SlotState::InFlight { .. } = self.slots[index].state {
-                if let Answered::Settled { delivery, .. } =
-                    self.settle(index as u16, |_| Err(err.clone()))
-                {
-                    deliveries.push(delivery);
-                }
-            }
-        }
-        deliveries
+        (0..self.slots.len() as u16)
+            .filter_map(|index| match self.settle(index, |_| Err(err.clone())) {
+                Answered::Settled { delivery, .. } => Some(delivery),
+                Answered::Unknown => None,
+            })
+            .collect()
     }
 
-    /// Settles the command in flight in slot `index`: its result (made in place, the command
-    /// not moved out first) is kept for its caller's future, or posted to its completion queue,
-    /// or dropped if its caller is gone.
+    /// Settles the command in flight in slot `index` (Unknown: none is): its result (made in
+    /// place, the command not moved out first) is kept for its caller's future, or posted to its
+    /// completion queue, or dropped if its caller is gone.
     fn settle(
         &mut self,
         index: u16,
@@ -194,8 +186,8 @@ impl Commands {
         let (delivery, kept) = match std::mem::take(waiter) {
             Waiter::Gone => (Delivery::Nothing, None),
             Waiter::Queue(queue, tag) => {
-                let sqe = command.sqe;
-                let answer = checked(qid, &sqe, result(command));
+                let answer = result(command);
+                let answer = checked(qid, &command.sqe, answer);
                 (Delivery::Post(queue, tag, answer), None)
             }
             Waiter::Waker(w) => (Delivery::Wake(w), Some(result(command))),

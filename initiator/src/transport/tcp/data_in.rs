@@ -1,7 +1,6 @@
-//! A read's data as its C2HData PDUs arrive. Without a buffer of the caller's, data that came in
-//! one PDU is copied out of the receive buffer as it is; data in several PDUs is gathered into
-//! one buffer. With the caller's buffer or receive target (or once the payload is received
-//! straight from the socket), data goes there.
+//! A read's data as its C2HData PDUs arrive: into the caller's buffer or receive target, else
+//! gathered into one buffer of the transfer's size (also where a payload received straight from
+//! the socket goes).
 
 use bytes::buf::UninitSlice;
 use bytes::{BufMut, Bytes, BytesMut};
@@ -12,7 +11,6 @@ use crate::transport::target::RecvTarget;
 pub(super) enum DataIn {
     #[default]
     Empty,
-    One(Bytes),
     Buffer(BytesMut),
     /// The caller's memory, `filled` bytes received so far.
     Target {
@@ -41,7 +39,6 @@ impl DataIn {
     pub(super) fn len(&self) -> usize {
         match self {
             DataIn::Empty => 0,
-            DataIn::One(b) => b.len(),
             DataIn::Buffer(b) => b.len(),
             DataIn::Target { filled, .. } => *filled,
         }
@@ -51,16 +48,15 @@ impl DataIn {
     /// caller checked that it fits.
     pub(super) fn push(&mut self, data: &[u8], total: usize) {
         match self {
-            DataIn::Empty => *self = DataIn::One(Bytes::copy_from_slice(data)),
+            DataIn::Empty => {
+                let mut buf = BytesMut::with_capacity(total);
+                buf.extend_from_slice(data);
+                *self = DataIn::Buffer(buf);
+            }
             DataIn::Buffer(buf) => buf.extend_from_slice(data),
             DataIn::Target { target, filled } => {
                 target.write_at(*filled, data);
                 *filled += data.len();
-            }
-            DataIn::One(_) => {
-                let mut buf = self.take_buffer(total);
-                buf.put_slice(data);
-                *self = buf.into();
             }
         }
     }
@@ -70,11 +66,6 @@ impl DataIn {
     pub(super) fn take_buffer(&mut self, total: usize) -> Lent {
         let mut buf = match std::mem::take(self) {
             DataIn::Empty => BytesMut::new(),
-            DataIn::One(first) => {
-                let mut buf = BytesMut::with_capacity(total.max(first.len()));
-                buf.extend_from_slice(&first);
-                buf
-            }
             DataIn::Buffer(buf) => buf,
             DataIn::Target { target, filled } => return Lent::Target { target, filled },
         };
@@ -86,7 +77,6 @@ impl DataIn {
     pub(super) fn freeze(self) -> Bytes {
         match self {
             DataIn::Empty | DataIn::Target { .. } => Bytes::new(),
-            DataIn::One(b) => b,
             DataIn::Buffer(b) => b.freeze(),
         }
     }
@@ -162,7 +152,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn one_pdu_is_kept_and_several_are_gathered() {
+    fn one_pdu_or_several_are_gathered() {
         let mut one = DataIn::default();
         one.push(b"abcdef", 6);
         assert_eq!(&one.freeze()[..], b"abcdef");

@@ -119,8 +119,7 @@ impl Shared {
             if state.commands.full() {
                 return Err(Refused::Full(Box::new(command)));
             }
-            let timed = self.command_timeout.is_some();
-            state.queue_command(command, Waiter::None, timed)
+            state.queue_command(command, Waiter::None)
         };
         if wake_writer {
             self.writer_wake.notify_one();
@@ -142,10 +141,7 @@ impl Shared {
             }
             let (queue, tag) = (answer.queue.clone(), answer.tag);
             if state.backlog.is_empty() && !state.commands.full() {
-                let timed = self.command_timeout.is_some();
-                state
-                    .queue_command(command, Waiter::Queue(queue, tag), timed)
-                    .1
+                state.queue_command(command, Waiter::Queue(queue, tag)).1
             } else {
                 state.backlog.push_back(Backlogged {
                     command,

@@ -6,7 +6,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use fabrik_proto::nvme::io_opcode;
 use fabrik_proto::tcp::{
-    fes, CapsuleCmd, CapsuleResp, Decoder, Digests, IcResp, Pdu, Role, TermReq, R2T,
+    fes, C2HData, CapsuleCmd, CapsuleResp, Decoder, Digests, IcResp, Pdu, Role, TermReq, R2T,
 };
 use fabrik_proto::{Cqe, SglDescriptor, Sqe, Status};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, DuplexStream};
