@@ -49,7 +49,12 @@ pub(super) fn applies(ctx: &Context, rw: Rw) -> bool {
                 .is_some_and(|o| o.transport == Transport::Tcp)
         })
     });
-    tcp && (ctx.gpu.is_none() || (ctx.verify.is_none() && rw != Rw::RandRw))
+    decide(tcp, ctx.gpu.is_some(), ctx.verify.is_some(), rw)
+}
+
+/// `applies`, from what it depends on.
+fn decide(all_tcp: bool, gpu: bool, verify: bool, rw: Rw) -> bool {
+    all_tcp && (!gpu || (!verify && rw != Rw::RandRw))
 }
 
 /// Runs one worker's loops to their end; the first error ends it.
@@ -516,5 +521,28 @@ impl Worker {
         let mut shared = lane.io.shared.latencies.lock().unwrap();
         shared.reads.add(&self.reads).expect("same bounds");
         shared.writes.add(&self.writes).expect("same bounds");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The integration tests of staged GPU runs (`tests/integration/gpu.rs`, `session.rs`) rely
+    /// on these going through the lanes.
+    #[test]
+    fn which_runs_go_through_the_lanes() {
+        for rw in [Rw::Read, Rw::RandRead, Rw::Write, Rw::RandWrite, Rw::RandRw] {
+            assert!(decide(true, false, false, rw), "host memory, {rw:?}");
+            assert!(decide(true, false, true, rw), "host memory checked, {rw:?}");
+            assert!(!decide(false, false, false, rw), "NVMe/RDMA, {rw:?}");
+            assert!(!decide(true, true, true, rw), "GPU memory checked, {rw:?}");
+        }
+        assert!(decide(true, true, false, Rw::RandRead));
+        assert!(decide(true, true, false, Rw::Write));
+        assert!(
+            !decide(true, true, false, Rw::RandRw),
+            "GPU memory both ways"
+        );
     }
 }
